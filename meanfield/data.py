@@ -1,0 +1,228 @@
+"""Training data sets: loaders (CSV, ``.npy``, ``.npz``) and generators.
+
+A data set is ``X`` of shape ``(n, d)`` and ``y`` of shape ``(n,)``, float64. Lifted inputs are
+``x̃_j = (x_j, 1)`` (THEORY §1). Nothing read from a file is unpickled or evaluated.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from meanfield.errors import DataError
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Training inputs and targets.
+
+    Attributes
+    ----------
+    X : ndarray of shape (n, d)
+        Inputs.
+    y : ndarray of shape (n,)
+        Targets.
+    name : str
+        A short description (file name or generator and parameters).
+    """
+
+    X: np.ndarray
+    y: np.ndarray
+    name: str = ""
+
+    @property
+    def n(self) -> int:
+        return int(self.X.shape[0])
+
+    @property
+    def d(self) -> int:
+        return int(self.X.shape[1])
+
+    def lifted(self) -> np.ndarray:
+        """Lifted inputs ``x̃ = (x, 1)``, ndarray of shape (n, d+1)."""
+        return np.hstack([self.X, np.ones((self.n, 1))])
+
+
+def check_arrays(X, y, source: str = "<data>") -> Dataset:
+    """Validate and normalise ``X`` (n, d) and ``y`` (n,) into a :class:`Dataset`.
+
+    A 1-D ``X`` is read as ``d = 1``.
+
+    Raises
+    ------
+    DataError
+        Empty data, non-numeric values, NaN/Inf, or ``len(X) != len(y)``.
+    """
+    try:
+        X = np.asarray(X, dtype=np.float64)
+        y = np.asarray(y, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise DataError(source, "X", f"not numeric: {exc}") from None
+    if X.ndim == 1:
+        X = X[:, None]
+    if X.ndim != 2:
+        raise DataError(source, "X", f"must be 2-D (n, d), got shape {X.shape}")
+    if y.ndim == 2 and y.shape[1] == 1:
+        y = y[:, 0]
+    if y.ndim != 1:
+        raise DataError(source, "y", f"must be 1-D (n,), got shape {y.shape}")
+    if X.shape[0] == 0 or X.shape[1] == 0:
+        raise DataError(source, "X", f"empty data set (shape {X.shape})")
+    if X.shape[0] != y.shape[0]:
+        raise DataError(source, "y", f"inconsistent dimensions: X has {X.shape[0]} rows, "
+                                     f"y has {y.shape[0]} entries")
+    if not np.all(np.isfinite(X)):
+        i = int(np.argwhere(~np.isfinite(X))[0, 0])
+        raise DataError(source, "X", f"NaN or Inf in row {i}")
+    if not np.all(np.isfinite(y)):
+        i = int(np.argwhere(~np.isfinite(y))[0, 0])
+        raise DataError(source, "y", f"NaN or Inf in entry {i}")
+    return Dataset(np.ascontiguousarray(X), np.ascontiguousarray(y), Path(source).name)
+
+
+def _load_csv(path: Path) -> Dataset:
+    rows = []
+    ncol = None
+    with open(path, "r", encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            s = line.strip()
+            if not s or s.startswith("#"):
+                continue
+            parts = [p.strip() for p in s.split(",")]
+            try:
+                vals = [float(p) for p in parts]
+            except ValueError:
+                if not rows and ncol is None:      # a header line
+                    ncol = len(parts)
+                    continue
+                raise DataError(str(path), f"line {lineno}", f"not a number in {s!r}") from None
+            if ncol is None:
+                ncol = len(vals)
+            if len(vals) != ncol:
+                raise DataError(str(path), f"line {lineno}",
+                                f"expected {ncol} columns, got {len(vals)}")
+            rows.append(vals)
+    if not rows:
+        raise DataError(str(path), "", "empty data set (no numeric rows)")
+    A = np.array(rows, dtype=np.float64)
+    if A.shape[1] < 2:
+        raise DataError(str(path), "", "need at least 2 columns (inputs..., y)")
+    return check_arrays(A[:, :-1], A[:, -1], str(path))
+
+
+def load_file(path: str | os.PathLike) -> Dataset:
+    """Load a data file.
+
+    Parameters
+    ----------
+    path : path-like
+        ``.csv`` (comma separated, last column is ``y``; ``#`` comments and one header line
+        allowed), ``.npy`` (one 2-D array, last column ``y``) or ``.npz`` (arrays ``X`` and ``y``).
+
+    Returns
+    -------
+    Dataset
+
+    Raises
+    ------
+    DataError
+        Missing/unreadable file, unknown extension, pickled arrays (refused), bad shapes or values.
+    """
+    p = Path(path)
+    src = str(path)
+    if not p.exists():
+        raise DataError(src, "", "no such file")
+    if p.is_dir():
+        raise DataError(src, "", "is a directory, expected a data file")
+    suffix = p.suffix.lower()
+    try:
+        if suffix == ".csv":
+            ds = _load_csv(p)
+        elif suffix == ".npy":
+            A = np.load(p, allow_pickle=False)
+            if A.ndim != 2 or A.shape[1] < 2:
+                raise DataError(src, "", f"expected a 2-D array with >= 2 columns, got {A.shape}")
+            ds = check_arrays(A[:, :-1], A[:, -1], src)
+        elif suffix == ".npz":
+            with np.load(p, allow_pickle=False) as z:
+                for k in ("X", "y"):
+                    if k not in z.files:
+                        raise DataError(src, k, f"array missing; found {', '.join(z.files) or 'none'}")
+                ds = check_arrays(z["X"], z["y"], src)
+        else:
+            raise DataError(src, "", f"unknown data file type '{suffix}' (use .csv, .npy or .npz)")
+    except DataError:
+        raise
+    except ValueError as exc:
+        msg = str(exc)
+        if "pickle" in msg.lower():
+            raise DataError(src, "", "holds pickled objects, which are refused "
+                                     "(save plain numeric arrays)") from None
+        raise DataError(src, "", f"cannot read: {msg}") from None
+    except PermissionError:
+        raise DataError(src, "", "permission denied") from None
+    except OSError as exc:
+        raise DataError(src, "", f"cannot read: {exc}") from None
+    except UnicodeDecodeError:
+        raise DataError(src, "", "not a UTF-8 text file") from None
+    return Dataset(ds.X, ds.y, p.name)
+
+
+def two_point(d: int = 2, norm: float = 2.5, labels: str = "even", y: float = 1.0) -> Dataset:
+    """Symmetric two-point data of [LJM26] Proposition 7 (THEORY §8).
+
+    ``x_1 = x̄ = norm·e_1``, ``x_2 = −x̄``; ``y = (ȳ, ȳ)`` (even) or ``(ȳ, −ȳ)`` (odd).
+    """
+    xbar = np.zeros(d)
+    xbar[0] = norm
+    X = np.stack([xbar, -xbar])
+    yy = np.array([y, y if labels == "even" else -y])
+    return Dataset(X, yy, f"two_point(d={d}, norm={norm}, {labels}, y={y})")
+
+
+def gaussian(n: int = 10, d: int = 2, seed: int = 0) -> Dataset:
+    """``x_j ~ N(0, I_d)`` and ``y_j ~ N(0, 1)`` i.i.d., seeded (NumPy ``default_rng``)."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d))
+    y = rng.standard_normal(n)
+    return Dataset(X, y, f"gaussian(n={n}, d={d}, seed={seed})")
+
+
+def grid(d: int = 2, points_per_axis: int = 3, extent: float = 1.0, seed: int = 0) -> Dataset:
+    """A regular grid on ``[−extent, extent]^d`` (degenerate: many collinear points), with
+    ``y ~ N(0, 1)`` i.i.d. seeded targets."""
+    axes = [np.linspace(-extent, extent, points_per_axis)] * d
+    X = np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, d)
+    y = np.random.default_rng(seed).standard_normal(X.shape[0])
+    return Dataset(X, y, f"grid(d={d}, k={points_per_axis}, extent={extent}, seed={seed})")
+
+
+def from_config(cfg) -> Dataset:
+    """Build the data set described by a validated config's ``[data]`` table.
+
+    Raises
+    ------
+    DataError
+        When the file cannot be loaded or the data is unusable.
+    """
+    dat = cfg.data
+    kind = dat["kind"]
+    if kind == "file":
+        return load_file(dat["path"])
+    if kind == "two_point":
+        return two_point(dat["d"], dat["norm"], dat["labels"], dat["y"])
+    if kind == "gaussian":
+        return gaussian(dat["n"], dat["d"], dat["seed"])
+    if kind == "grid":
+        return grid(dat["d"], dat["points_per_axis"], dat["extent"], dat["seed"])
+    if kind == "inline":
+        rows = dat["X"]
+        widths = {len(r) for r in rows}
+        if len(widths) != 1:
+            raise DataError(cfg.source, "data.X", f"rows have different lengths {sorted(widths)}")
+        ds = check_arrays(rows, dat["y"], cfg.source)
+        return Dataset(ds.X, ds.y, "inline")
+    raise DataError(cfg.source, "data.kind", f"unknown kind {kind!r}")  # pragma: no cover

@@ -1,0 +1,112 @@
+"""The mean-field two-layer ReLU model in plain NumPy (THEORY §1–2).
+
+These are the reference implementations: readable, vectorised, and used by tests as the oracle
+for the numba kernels in ``solvers._kernels``. Particles are rows ``(a, w_1..w_d, b)`` of an
+array ``theta`` of shape ``(N, d+2)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def relu(z):
+    """``max(z, 0)``."""
+    return np.maximum(z, 0.0)
+
+
+def relu_grad(z):
+    """``1[z > 0]`` (the convention ``relu'(0) = 0`` of THEORY §3)."""
+    return (z > 0.0).astype(np.float64)
+
+
+def softplus(z, sharpness: float = 10.0):
+    """``log(1 + exp(t z)) / t`` with ``t = sharpness`` (THEORY §3), computed stably."""
+    return np.logaddexp(0.0, sharpness * z) / sharpness
+
+
+def softplus_grad(z, sharpness: float = 10.0):
+    """Derivative of :func:`softplus`: the logistic function of ``t z``."""
+    return 0.5 * (1.0 + np.tanh(0.5 * sharpness * z))
+
+
+def activation(name: str, sharpness: float = 10.0, cap: float = 3.0):
+    """Return ``(sigma, sigma_prime)`` for an activation name of the config."""
+    if name == "relu":
+        return relu, relu_grad
+    if name == "softplus":
+        return (lambda z: softplus(z, sharpness)), (lambda z: softplus_grad(z, sharpness))
+    raise ValueError(f"unknown activation {name!r}")
+
+
+def split(theta):
+    """Split ``theta`` (N, d+2) into ``a`` (N,), ``w`` (N, d), ``b`` (N,)."""
+    theta = np.asarray(theta)
+    return theta[:, 0], theta[:, 1:-1], theta[:, -1]
+
+
+def preactivations(theta, X):
+    """``Z[i, j] = w_i·x_j + b_i``: ndarray of shape (N, n)."""
+    _, w, b = split(theta)
+    return w @ np.asarray(X).T + b[:, None]
+
+
+def predict(theta, X, sigma=relu):
+    """Particle predictor ``f_N(x) = (1/N) Σ_i a_i σ(w_i·x + b_i)`` (THEORY §1).
+
+    Parameters
+    ----------
+    theta : ndarray of shape (N, d+2)
+    X : ndarray of shape (m, d)
+
+    Returns
+    -------
+    ndarray of shape (m,)
+    """
+    a = np.asarray(theta)[:, 0]
+    return sigma(preactivations(theta, X)).T @ a / theta.shape[0]
+
+
+def residuals(theta, X, y, sigma=relu):
+    """Scaled residuals ``R_j = (f_N(x_j) − y_j) / n`` (THEORY §1), shape (n,)."""
+    return (predict(theta, X, sigma) - y) / len(y)
+
+
+def risk(theta, X, y, sigma=relu):
+    """Risk ``R = (1/n) Σ_j (f(x_j) − y_j)²`` (SKM normalisation, no 1/2)."""
+    r = predict(theta, X, sigma) - y
+    return float(np.mean(r * r))
+
+
+def regulariser(theta, lam):
+    """Weight-decay term of the free energy, ``(lam/2) (1/N) Σ_i |θ_i|²``."""
+    return 0.5 * lam * float(np.mean(np.sum(np.asarray(theta) ** 2, axis=1)))
+
+
+def drift(theta, X, y, lam, sigma=relu, sigma_prime=relu_grad):
+    """Per-particle gradient of the potential, ``∇_θ Ψ(θ_i; ρ_N)`` (THEORY §2), shape (N, d+2).
+
+    ``∇_a Ψ = Σ_j R_j σ(u·x̃_j) + lam a`` and ``∇_u Ψ = a Σ_j R_j σ'(u·x̃_j) x̃_j + lam u``.
+    Equals ``N`` times the gradient of ``½ R + (lam / 2N) Σ_i |θ_i|²`` with respect to ``θ_i``.
+    """
+    theta = np.asarray(theta)
+    X = np.asarray(X)
+    a = theta[:, 0]
+    Z = preactivations(theta, X)
+    R = (sigma(Z).T @ a / theta.shape[0] - y) / len(y)
+    Xl = np.hstack([X, np.ones((X.shape[0], 1))])
+    g = np.empty_like(theta)
+    g[:, 0] = sigma(Z) @ R
+    g[:, 1:] = a[:, None] * ((sigma_prime(Z) * R[None, :]) @ Xl)
+    return g + lam * theta
+
+
+def euler_maruyama_step(theta, X, y, lam, eta, tau, xi, sigma=relu, sigma_prime=relu_grad):
+    """One Euler–Maruyama step ``θ − η ∇Ψ + sqrt(2ητ) ξ`` given the noise ``xi`` (N, d+2)."""
+    return theta - eta * drift(theta, X, y, lam, sigma, sigma_prime) + np.sqrt(2 * eta * tau) * xi
+
+
+def ou_stationary_variance(lam, eta, tau):
+    """Per-coordinate stationary variance of the Euler–Maruyama chain with the data term off,
+    ``θ ← (1 − ηλ)θ + sqrt(2ητ) ξ``: ``τ / (λ (1 − ηλ/2))`` (THEORY §2)."""
+    return tau / (lam * (1.0 - 0.5 * eta * lam))

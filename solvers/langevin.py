@@ -1,0 +1,222 @@
+"""Mean-field Langevin particle solver over a temperature ladder (THEORY §2).
+
+``N`` interacting particles ``θ_i = (a_i, w_i, b_i)`` follow the Euler–Maruyama scheme
+
+    θ_i ← θ_i − η ∇_θ Ψ(θ_i; ρ̂_N) + sqrt(2 η τ) ξ_i,
+
+whose stationary law approximates the Gibbs measure ``ρ* ∝ exp(−Ψ/τ)`` of the free energy
+``F_τ(ρ) = ½R(ρ) + (λ/2)∫|θ|²dρ + τ∫ρ log ρ`` up to ``O(η)``. The temperatures ``taus`` run from
+hot to cold; each stage starts from the last particles of the previous one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from meanfield.errors import DivergenceError
+from solvers import _kernels as K
+
+_ACT_CODES = {"relu": K.ACT_RELU, "softplus": K.ACT_SOFTPLUS, "capped": K.ACT_CAPPED}
+
+
+@dataclass
+class SolverState:
+    """Everything the next step depends on (what a checkpoint stores).
+
+    Attributes
+    ----------
+    theta : ndarray of shape (N, d+2)
+        Particles, rows ``(a, w_1..w_d, b)``.
+    step : int
+        Global step counter (keys the noise stream).
+    stage : int
+        Index into the temperature ladder.
+    step_in_stage : int
+        Steps already done at the current temperature.
+    stage_residuals : list of ndarray (n,)
+        Residuals observed so far in this stage (for the stationarity statistic).
+    n_frames, n_observations : int
+        Rows committed to the run file when this state was taken.
+    """
+
+    theta: np.ndarray
+    step: int = 0
+    stage: int = 0
+    step_in_stage: int = 0
+    stage_residuals: list = field(default_factory=list)
+    n_frames: int = 0
+    n_observations: int = 0
+
+
+def initial_particles(n_particles: int, d: int, init_scale: float, seed: int) -> np.ndarray:
+    """i.i.d. ``N(0, init_scale² I_{d+2})`` particles, shape (N, d+2), from ``default_rng``
+    seeded with ``(seed, 0x5EED)`` (independent of the noise stream)."""
+    rng = np.random.default_rng([seed, 0x5EED])
+    return init_scale * rng.standard_normal((n_particles, d + 2))
+
+
+def snapshot_steps(steps_per_tau: int, snapshots_per_tau: int) -> list[int]:
+    """Steps within a stage (1-based counts) after which a snapshot frame is written: evenly
+    spaced over the second half of the stage, the last at its end."""
+    S = snapshots_per_tau
+    if S == 1:
+        return [steps_per_tau]
+    half = steps_per_tau // 2
+    return sorted({half + int(round((steps_per_tau - half) * (s + 1) / S)) for s in range(S)})
+
+
+def stationarity(resid_history: list) -> float:
+    """Drift of the time-averaged residuals over the last window, in units of ``f``.
+
+    With the second half of the stage's observations split into two equal windows,
+    returns ``n · max_j |mean_2(R_j) − mean_1(R_j)|``; ``nan`` with fewer than 4 observations.
+    Near stationarity it is of the order of the thermal fluctuation of ``f``.
+    """
+    m = len(resid_history)
+    if m < 4:
+        return float("nan")
+    H = np.asarray(resid_history[m // 2:])
+    k = H.shape[0] // 2
+    n = H.shape[1]
+    return float(n * np.max(np.abs(H[-k:].mean(axis=0) - H[:k].mean(axis=0))))
+
+
+class Workspace:
+    """Scratch arrays for the kernels, allocated once per run: ``Z`` (N, n), ``partial``
+    (n_blocks, n), ``f`` (n,), ``R`` (n,)."""
+
+    def __init__(self, N, n):
+        self.Z = np.empty((N, n))
+        self.partial = np.empty(((N + K.BLOCK - 1) // K.BLOCK, n))
+        self.f = np.empty(n)
+        self.R = np.empty(n)
+
+
+def simulate(cfg, dataset, writer=None, state: SolverState | None = None, progress=None,
+             on_checkpoint=None, should_stop=None) -> SolverState:
+    """Run the temperature ladder of ``cfg`` on ``dataset``.
+
+    Parameters
+    ----------
+    cfg : meanfield.config.RunConfig
+    dataset : meanfield.data.Dataset
+    writer : meanfield.store.RunWriter, optional
+        Receives observations every ``observe_every`` steps and snapshot frames.
+    state : SolverState, optional
+        Resume from this state instead of a fresh initialisation.
+    progress : bool or None
+        Show a tqdm bar (``None``: only on a terminal).
+    on_checkpoint : callable(SolverState), optional
+        Called every ``output.checkpoint_every`` steps (at observation boundaries).
+    should_stop : callable() -> bool, optional
+        Polled at observation boundaries; when it returns true, ``on_checkpoint`` is called and
+        the function returns the current state.
+
+    Returns
+    -------
+    SolverState
+        The final state.
+
+    Raises
+    ------
+    DivergenceError
+        NaN/Inf in the residuals or particles (names the step, τ and a likely cause).
+    """
+    from tqdm.auto import tqdm
+
+    X = np.ascontiguousarray(dataset.X, dtype=np.float64)
+    y = np.ascontiguousarray(dataset.y, dtype=np.float64)
+    n, d = X.shape
+    N = cfg.n_particles
+    dyn, out, mod = cfg.dynamics, cfg.output, cfg.model
+    lam, eta, seed = dyn["lam"], dyn["eta"], int(dyn["seed"])
+    taus = cfg.taus
+    T = int(dyn["steps_per_tau"])
+    obs_every = int(out["observe_every"])
+    ckpt_every = int(out.get("checkpoint_every", 0)) or None
+    act = _ACT_CODES[mod["activation"]]
+    sharp, cap = float(mod.get("sharpness", 10.0)), float(mod.get("cap", 3.0))
+    snaps = snapshot_steps(T, int(out["snapshots_per_tau"]))
+
+    if state is None:
+        state = SolverState(theta=initial_particles(N, d, mod["init_scale"], seed))
+    theta = np.ascontiguousarray(state.theta, dtype=np.float64)
+    state.theta = theta
+    ws = Workspace(N, n)
+    total = T * len(taus)
+    disable = {True: False, False: True, None: None}[progress]
+    bar = tqdm(total=total, initial=state.step, unit="step", disable=disable,
+               dynamic_ncols=True, mininterval=0.5)
+    last_ckpt = state.step
+    try:
+        while state.stage < len(taus):
+            tau = taus[state.stage]
+            # next boundary: observation or snapshot
+            nxt_obs = (state.step_in_stage // obs_every + 1) * obs_every
+            nxt_snap = min((s for s in snaps if s > state.step_in_stage), default=T)
+            target = min(nxt_obs, nxt_snap, T)
+            nsteps = target - state.step_in_stage
+            code = K.run_steps(theta, X, y, ws.Z, ws.partial, ws.f, ws.R, lam, eta, tau, seed,
+                               state.step, nsteps, act, sharp, cap)
+            state.step += nsteps
+            state.step_in_stage = target
+            if code != 0 or not np.all(np.isfinite(theta[:: max(1, N // 1024)])):
+                raise DivergenceError(
+                    state.step, tau,
+                    f"dynamics diverged (NaN/Inf) by step {state.step} at tau={tau:g}; "
+                    f"the step size eta={eta:g} is likely too large for this data scale "
+                    f"(try eta/2) or init_scale too big")
+            R = ws.R.copy()
+            state.stage_residuals.append(R)
+            msq = float(np.mean(np.einsum("ij,ij->i", theta, theta)))
+            row = {"step": state.step, "time": state.step * eta, "tau": tau,
+                   "risk": float(np.sum((n * R) ** 2) / n), "regulariser": 0.5 * lam * msq,
+                   "mean_sq_norm": msq, "stationarity": stationarity(state.stage_residuals),
+                   "residuals": R}
+            if writer is not None:
+                writer.append_observations([row])
+                state.n_observations += 1
+                if target in snaps:
+                    writer.append_frame(theta, state.step, state.step * eta, tau)
+                    state.n_frames += 1
+            bar.update(nsteps)
+            bar.set_postfix(tau=f"{tau:.1e}", risk=f"{row['risk']:.3e}", refresh=False)
+            if state.step_in_stage >= T:
+                state.stage += 1
+                state.step_in_stage = 0
+                state.stage_residuals = []
+            stop = should_stop is not None and should_stop()
+            if on_checkpoint is not None and (stop or (ckpt_every and
+                                                       state.step - last_ckpt >= ckpt_every)):
+                on_checkpoint(state)
+                last_ckpt = state.step
+            if stop:
+                return state
+    finally:
+        bar.close()
+    return state
+
+
+def time_average_predictor(run, stage: int, window: float = 0.5):
+    """Time-averaged predictor on the training points over the last ``window`` fraction of
+    stage ``stage`` of a :class:`meanfield.store.Run`, from its stored residuals.
+
+    Returns
+    -------
+    mean : ndarray (n,)
+    stderr : ndarray (n,)   naive standard error (ignores autocorrelation)
+    """
+    obs = run.observables
+    taus = np.asarray(run.config["dynamics"]["taus"], dtype=float)
+    T = int(run.config["dynamics"]["steps_per_tau"])
+    steps = obs["residuals"]["step"]
+    lo = stage * T + int(math.floor((1 - window) * T))
+    hi = (stage + 1) * T
+    sel = (steps > lo) & (steps <= hi)
+    if not np.any(sel):
+        raise ValueError(f"no observations in stage {stage} (tau={taus[stage]:g})")
+    F = obs["residuals"]["value"][sel] * run.n + run.y[None, :]
+    return F.mean(axis=0), F.std(axis=0, ddof=1) / np.sqrt(max(1, F.shape[0] - 1))
