@@ -74,6 +74,9 @@ def run(cfg, output=None, *, overwrite=False, progress=None, threads=None):
     # replaced by a half-written one.
     fd, tmp = tempfile.mkstemp(prefix=out.name + ".", suffix=".part", dir=out.resolve().parent)
     os.close(fd)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
     try:
         with RunWriter(tmp, cfg, dataset, mode="w") as w:
             simulate(cfg, dataset, writer=w, progress=progress)
