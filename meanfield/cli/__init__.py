@@ -14,7 +14,7 @@ import argparse
 import importlib
 import sys
 
-from meanfield.errors import InputError
+from meanfield.errors import DivergenceError, InputError, Interrupted
 
 #: Modules (under ``meanfield.cli``) that each register one command, in ``--help`` order.
 COMMANDS = ["run", "inspect", "analyze"]
@@ -26,15 +26,14 @@ examples:
   meanfield inspect d7.h5
   meanfield analyze d7.h5 -o d7-report
 
-exit codes: 0 ok, 2 bad input, 130 interrupted (checkpoint kept), 1 other errors.
+exit codes: 0 ok, 2 bad input, 130 interrupted (checkpoint kept), 1 diverged or other errors.
 Run 'meanfield COMMAND --help' for the options of each command; docs/cli.md has the details.
 """
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # usage errors are bad input: exit 2 with one line
-        self.print_usage(sys.stderr)
-        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        sys.stderr.write(f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
         raise SystemExit(2)
 
 
@@ -64,9 +63,15 @@ def main(argv=None) -> int:
     except InputError as exc:
         sys.stderr.write(f"meanfield: error: {exc.line()}\n")
         return 2
+    except Interrupted as exc:
+        sys.stderr.write(f"meanfield: {exc}\n")
+        return 130
     except KeyboardInterrupt:
         sys.stderr.write("meanfield: interrupted\n")
         return 130
+    except DivergenceError as exc:
+        sys.stderr.write(f"meanfield: error: {exc}\n")
+        return 1
     except BrokenPipeError:  # e.g. `meanfield inspect x.h5 --json | head`
         return 0
 
