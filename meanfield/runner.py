@@ -38,7 +38,7 @@ def default_output(cfg) -> str:
 @dataclass(frozen=True)
 class RunPaths:
     """The files of one run: ``final`` (RUN.h5), ``part`` (RUN.h5.part), ``ckpt``
-    (RUN.h5.ckpt)."""
+    (RUN.h5.ckpt); scratch files are ``RUN.h5.part.tmp`` and ``RUN.h5.ckpt.tmp``."""
 
     final: Path
     part: Path
@@ -48,6 +48,11 @@ class RunPaths:
     def of(cls, output) -> "RunPaths":
         out = Path(output)
         return cls(out, out.with_name(out.name + ".part"), out.with_name(out.name + ".ckpt"))
+
+    @property
+    def creating(self) -> Path:
+        """Where the empty run file is laid out before it becomes ``part``."""
+        return self.part.with_name(self.part.name + ".tmp")
 
 
 def _check_output_dir(path: Path) -> None:
@@ -260,16 +265,23 @@ def run(cfg, output=None, *, overwrite=False, resume=False, progress=None, threa
         log(f"resuming {paths.part} from step {state.step}")
     else:
         with _Writing(paths.part):
-            for p in (paths.ckpt, paths.part):
+            for p in (paths.ckpt, paths.part, paths.creating):
                 if p.exists():
                     p.unlink()
+        # Build the empty layout under another name: RUN.h5.part appears complete or not at all.
         try:
             with _Writing(paths.part):
-                writer = RunWriter(paths.part, cfg, dataset, mode="w",
+                writer = RunWriter(paths.creating, cfg, dataset, mode="w",
                                    capacity=row_counts(cfg))
+                try:
+                    os.replace(paths.creating, paths.part)
+                except BaseException:
+                    writer.close()
+                    raise
+                writer.path = paths.part
         except BaseException:
-            if paths.part.exists():
-                paths.part.unlink()
+            if paths.creating.exists():
+                paths.creating.unlink()
             raise
     if threads:
         import numba

@@ -14,7 +14,8 @@ Layout (documented in ``docs/format.md``)::
     root attrs  n_frames, n_observations (commit counters, written last), complete (bool)
 
 Readers trust only the first ``n_frames`` / ``n_observations`` rows, so a killed writer leaves a
-readable file holding every committed row.
+readable file holding every committed row. The writer allocates every row of the run (and the
+disk space for it) when it creates the file, so appends never change the file's structure.
 """
 
 from __future__ import annotations
