@@ -336,8 +336,18 @@ class RunWriter:
 
 
 def _h5_reason(exc) -> str:
-    """The first clause of an HDF5 error message, e.g. ``unable to open file``."""
-    return str(exc).split("(")[0].strip() or type(exc).__name__
+    """The first clause of an HDF5 error message, e.g. ``unable to open file``, or what a
+    failure to lock the file means."""
+    msg = str(exc)
+    if "unable to lock file" in msg:
+        if "errno = 11" in msg:
+            return ("locked: another process has it open for writing, e.g. a running "
+                    "'meanfield run'")
+        return ("file locking failed; on a network file system set "
+                "HDF5_USE_FILE_LOCKING=FALSE (docs/format.md)")
+    msg = msg.split("(")[0]
+    return (msg[msg.index("]") + 1:] if msg.startswith("[Errno") else msg).strip() \
+        or type(exc).__name__
 
 
 def check_schema(f, source):

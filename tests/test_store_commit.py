@@ -3,6 +3,7 @@ and survival of SIGKILL at any moment (store level, no solver)."""
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import subprocess
@@ -207,3 +208,16 @@ def test_store_survives_sigkill_anywhere(tmp_path):
             assert np.all(run.frame(k) == 10.0 * (k + 1))
         readable += 1
     assert readable == 12
+
+
+def test_open_run_names_a_lock_held_by_a_writer(tmp_path):
+    cfg = _cfg()
+    path = tmp_path / "r.h5"
+    with RunWriter(path, cfg, data.from_config(cfg), capacity=(1, 1)):
+        script = (f"import sys; sys.path.insert(0, {str(REPO)!r})\n"
+                  "from meanfield.store import open_run\n"
+                  f"open_run({str(path)!r})\n")
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                             timeout=60, env=dict(os.environ, HDF5_USE_FILE_LOCKING="TRUE"))
+    assert "RunFileError" in out.stderr
+    assert "locked: another process has it open for writing" in out.stderr
