@@ -74,6 +74,17 @@ def _check_same_physics(cfg, other_hash: str, other: Path) -> None:
                                          "with the same config, or pass --overwrite to start over")
 
 
+def _refuse_if_locked(part: Path) -> None:
+    """Refuse to touch a ``.part`` that a running writer holds open (HDF5 file lock)."""
+    try:
+        open_run(part)
+    except RunFileError as exc:
+        if exc.reason.startswith("not a readable HDF5 file (locked"):
+            raise InputError(str(part), "", "locked: another process is writing this run "
+                                            "(never run two 'meanfield run' with one output)") \
+                from None
+
+
 def _plan(paths: RunPaths, cfg, overwrite: bool, resume: bool) -> str:
     """Decide what to do: ``"fresh"``, ``"resume"``, ``"finalize"`` or ``"done"``.
 
@@ -82,6 +93,8 @@ def _plan(paths: RunPaths, cfg, overwrite: bool, resume: bool) -> str:
     InputError
         The output is in the way, or belongs to another config.
     """
+    if paths.part.exists():
+        _refuse_if_locked(paths.part)
     if overwrite:
         return "fresh"
     if not resume:

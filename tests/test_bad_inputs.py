@@ -567,3 +567,15 @@ def test_inspect_reads_a_good_file(tmp_path):
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["complete"] is True and len(doc["frames"]) == 2
+
+
+@pytest.mark.parametrize("flag", ["--resume", "--overwrite"])
+def test_run_refuses_a_run_file_another_process_is_writing(tmp_path, flag):
+    import h5py
+    p, cfg = good_config(tmp_path)
+    make_interrupted(tmp_path / "out.h5", cfg)
+    with h5py.File(tmp_path / "out.h5.part", "r+"):      # an exclusive HDF5 lock, as a writer
+        before = snapshot(tmp_path)
+        proc = cli(["run", p, "-o", tmp_path / "out.h5", flag], cwd=tmp_path)
+        assert_one_line_error(proc, ["out.h5.part", "locked: another process is writing"])
+        assert snapshot(tmp_path) == before
