@@ -99,7 +99,8 @@ class StudyParams:
                                              f"{max(self.ns)}, d from {min(self.ds)})")
         if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) \
                 or self.seed < 0:
-            raise InputError(_SOURCE, "--seed", f"must be a non-negative integer, got {self.seed!r}")
+            raise InputError(_SOURCE, "--seed",
+                             f"must be a non-negative integer, got {self.seed!r}")
         for opt, v in (("--c", self.c), ("--eps", self.eps), ("--spectrum-a", self.a),
                        ("--tol", self.tol)):
             finite(v, opt)
