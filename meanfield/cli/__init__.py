@@ -34,8 +34,7 @@ Run 'meanfield COMMAND --help' for the options of each command; docs/cli.md has 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # usage errors are bad input: exit 2 with one line
-        self.print_usage(sys.stderr)
-        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        sys.stderr.write(f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
         raise SystemExit(2)
 
 
