@@ -192,10 +192,10 @@ def test_corpus_has_enough_cases():
 CASES = {}
 
 
-def case(fn=None, *, unprivileged=False, pending_analyze=False):
+def case(fn=None, *, unprivileged=False):
     """Register a builder ``fn(tmp) -> (argv, needles)``."""
     def deco(f):
-        CASES[f.__name__] = (f, unprivileged, pending_analyze)
+        CASES[f.__name__] = (f, unprivileged)
         return f
     return deco(fn) if fn is not None else deco
 
@@ -517,24 +517,24 @@ def inspect_checkpoint(tmp):
     return ["inspect", tmp / "out.h5.ckpt"], ["out.h5.ckpt", "not a readable HDF5 file"]
 
 
-@case(pending_analyze=True)
+@case
 def analyze_missing(tmp):
     return ["analyze", tmp / "none.h5", "-o", tmp / "rep"], ["none.h5", "no such file"]
 
 
-@case(pending_analyze=True)
+@case
 def analyze_truncated(tmp):
     return (_inspect_case(tmp, _truncated, command="analyze") + ["-o", tmp / "rep"],
             ["run.h5", "not a readable HDF5 file"])
 
 
-@case(pending_analyze=True)
+@case
 def analyze_foreign_hdf5(tmp):
     return (_inspect_case(tmp, _foreign, command="analyze") + ["-o", tmp / "rep"],
             ["run.h5", "not a meanfield run file"])
 
 
-@case(pending_analyze=True)
+@case
 def analyze_newer_schema(tmp):
     return (_inspect_case(tmp, _newer_schema, command="analyze") + ["-o", tmp / "rep"],
             ["run.h5", "version 99 is newer"])
@@ -542,7 +542,7 @@ def analyze_newer_schema(tmp):
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_built_case(name, tmp_path, request):
-    build, needs_unprivileged, pending_analyze = CASES[name]
+    build, needs_unprivileged = CASES[name]
     preexec = request.getfixturevalue("unprivileged") if needs_unprivileged else None
     if name == "full_disk":
         preexec = _limit_file_size
@@ -550,8 +550,6 @@ def test_built_case(name, tmp_path, request):
     before = snapshot(tmp_path)
     try:
         proc = cli(argv, cwd=tmp_path, preexec_fn=preexec)
-        if pending_analyze and proc.returncode == 1 and "NotImplementedError" in proc.stderr:
-            pytest.xfail("meanfield analyze is not implemented yet")
         assert_one_line_error(proc, needles)
         assert snapshot(tmp_path) == before
     finally:
