@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -323,25 +324,35 @@ def wait_for(cond, proc, timeout=120.0):
     return True
 
 
+def ckpt_step(path) -> int:
+    """Global step of the checkpoint at ``path`` (-1 if there is none yet)."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return int(z["step"])
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+        return -1
+
+
 @pytest.fixture(scope="module")
 def kill_ref(tmp_path_factory):
-    """The KILL config, its uninterrupted run file (written by the CLI; this also fills the
-    numba cache for the later subprocesses), and the seconds from start to the .part file and
-    to the end."""
+    """The KILL config, its uninterrupted run file (written by the CLI; the warm-up run before
+    it fills the numba cache for the later subprocesses), and the seconds from the appearance of
+    ``.part`` to the first checkpoint and from there to the end."""
     d = tmp_path_factory.mktemp("killref")
     cfg = d / "kill.toml"
     cfg.write_text(KILL)
     run_cli(["run", cfg, "-o", d / "warm.h5", "--quiet"], d)     # compile or load the kernels
     out = d / "ref.h5"
-    t0 = time.monotonic()
     p = start(["run", cfg, "-o", out, "--quiet"], d)
     assert wait_for(lambda: out.with_name("ref.h5.part").exists(), p)
-    t_part = time.monotonic() - t0
+    t_part = time.monotonic()
+    assert wait_for(lambda: out.with_name("ref.h5.ckpt").exists(), p)
+    t_ckpt = time.monotonic()
     _, err = p.communicate(timeout=300)
-    t_end = time.monotonic() - t0
+    t_end = time.monotonic()
     assert p.returncode == 0, err
     assert_identical(d / "warm.h5", out)
-    return cfg, out, t_part, t_end
+    return cfg, out, t_ckpt - t_part, t_end - t_ckpt
 
 
 @pytest.mark.slow
@@ -370,46 +381,60 @@ def test_signal_writes_checkpoint_exit_130_and_resume_matches(kill_ref, tmp_path
 def test_sigkill_at_random_moments_then_resume_matches(kill_ref, tmp_path):
     """20 runs killed with SIGKILL at random moments while they write (5 of their resumes
     killed again): after every kill the file opens with ``meanfield inspect`` and its committed
-    rows equal the uninterrupted run's; every resume completes bitwise identical."""
-    cfg, ref, t_part, t_end = kill_ref
+    rows equal the uninterrupted run's; every resume completes bitwise identical.
+
+    The moments are random in progress, not in wall time (which depends on the load): a random
+    checkpoint k of the K the run writes is awaited (k = 0: none), then a random fraction of the
+    time one checkpoint interval took in the reference run.
+    """
+    cfg, ref, t_first, t_rest = kill_ref
+    c = config.load(cfg)
+    every = int(c.output["checkpoint_every"])
+    K = int(c.dynamics["steps_per_tau"]) * len(c.taus) // every
+    interval = t_rest / K
     seed = int(os.environ.get("MEANFIELD_KILL_SEED", "20260601"))
     rng = random.Random(seed)
     kills = readable = identical = 0
-    reopened_at = []
+    landed = []
 
-    def kill_and_check(args, delay, out, wait_part):
+    def kill_and_check(args, out, resumed_from):
         nonlocal kills, readable
+        part, ckpt = (out.with_name(out.name + ext) for ext in (".part", ".ckpt"))
+        lo = resumed_from // every + (1 if resumed_from else 0)
+        k = rng.randrange(lo, K) if lo < K else K
         p = start(args, tmp_path)
-        if wait_part:
-            wait_for(lambda: out.with_name(out.name + ".part").exists() or out.exists(), p)
-        time.sleep(delay)
+        if k == 0:
+            wait_for(lambda: part.exists() or out.exists(), p)
+            time.sleep(rng.uniform(0, t_first))
+        else:
+            wait_for(lambda: ckpt_step(ckpt) >= k * every or out.exists(), p)
+            time.sleep(rng.uniform(0, interval))
         p.kill()
         p.communicate()
         kills += 1
-        part = out.with_name(out.name + ".part")
         target = part if part.exists() else out
         r = run_cli(["inspect", target, "--json"], tmp_path)
         assert r.returncode == 0, f"seed {seed}: {target} after kill: {r.stderr}"
         partial = assert_prefix_of(ref, target)
         assert len(json.loads(r.stdout)["frames"]) == partial.n_frames
-        reopened_at.append((partial.n_frames, len(partial.observables["risk"]["step"]),
-                            out.with_name(out.name + ".ckpt").exists()))
+        landed.append((partial.n_frames, len(partial.observables["risk"]["step"]),
+                       ckpt_step(ckpt)))
         readable += 1
+        return max(ckpt_step(ckpt), 0)
 
     for trial in range(20):
         out = tmp_path / f"k{trial:02d}.h5"
-        kill_and_check(["run", cfg, "-o", out, "--quiet"], rng.uniform(0, t_end - t_part), out,
-                       wait_part=True)
+        at = kill_and_check(["run", cfg, "-o", out, "--quiet"], out, 0)
         if trial % 4 == 3:
-            kill_and_check(["run", cfg, "-o", out, "--resume", "--quiet"],
-                           rng.uniform(0, t_end), out, wait_part=False)
+            kill_and_check(["run", cfg, "-o", out, "--resume", "--quiet"], out, at)
         r = run_cli(["run", cfg, "-o", out, "--resume", "--quiet"], tmp_path)
         assert r.returncode == 0, f"seed {seed}: {r.stderr}"
         assert leftovers(out) == []
         assert_identical(ref, out)
         identical += 1
         out.unlink()
+    completed = sum(1 for _, obs, step in landed if step < 0 and obs == 160)
     print(f"\nkill test (seed {seed}): {kills} SIGKILLs, {readable} files readable after "
-          f"kills, {identical}/20 resumes identical; after the kills (frames, observations, "
-          f"checkpoint present): {sorted(reopened_at)}")
+          f"kills, {identical}/20 resumes identical, {completed} kills after completion; "
+          f"(frames, observations, checkpoint step) after each kill: {landed}")
     assert kills == 25 and readable == 25 and identical == 20
