@@ -155,6 +155,8 @@ class GibbsReference:
         Newton steps per temperature before intermediate temperatures are inserted.
     rtol_coarse : float
         Quadrature tolerance of the early Newton steps (default 1e-8).
+    max_continuation : int
+        Nesting depth of intermediate temperatures before giving up.
 
     Raises
     ------
@@ -163,7 +165,7 @@ class GibbsReference:
     """
 
     def __init__(self, X, y, lam: float, *, rtol: float = 1e-12, tol: float = 1e-10,
-                 max_newton: int = 40, rtol_coarse: float = 1e-8):
+                 max_newton: int = 40, rtol_coarse: float = 1e-8, max_continuation: int = 12):
         X = np.asarray(X, dtype=float)
         y = np.asarray(y, dtype=float).ravel()
         if X.ndim == 1:
@@ -185,6 +187,7 @@ class GibbsReference:
         self.Xt = np.hstack([X, np.ones((n, 1))])
         self.rtol, self.tol, self.max_newton = float(rtol), float(tol), int(max_newton)
         self.rtol_coarse = float(rtol_coarse)
+        self.max_continuation = int(max_continuation)
         self.cells = sq.arrangement(self.Xt, d)
         self.pat = self.cells.patterns(self.Xt).astype(float)     # (C, n)
 
@@ -341,24 +344,28 @@ class GibbsReference:
         out = [None] * len(taus)
         prev = None                                    # last solved temperature
         for i in order:
-            R, ev, iters = self._reach(R, prev, taus[i])
+            try:
+                R, ev, iters = self._reach(R, prev, taus[i])
+            except GibbsConvergenceError as exc:
+                raise GibbsConvergenceError(
+                    f"Gibbs fixed point did not converge at tau={taus[i]:g} "
+                    f"(lam={self.lam:g}): {exc}") from None
             out[i] = self._solution(R, ev, taus[i], iters)
             prev = taus[i]
         return out
 
     def _reach(self, R, tau_prev, tau, depth=0):
+        """Newton at ``tau`` from ``R`` (solved at ``tau_prev``, None for the start); on failure
+        go through ``sqrt(tau_prev·tau)`` (or ``10·tau`` from the start) first."""
         R1, ev, iters, ok = self._newton(R, tau, self.max_newton)
         if ok:
             return R1, ev, iters
-        if depth >= 12:
+        if depth >= self.max_continuation:
             raise GibbsConvergenceError(
-                f"Gibbs fixed point did not converge at tau={tau:g} (lam={self.lam:g}): "
-                f"residual {np.max(np.abs(ev['grad'])):.3e} after {iters} Newton steps, "
-                f"{depth} continuation halvings")
-        # approach through an intermediate temperature
+                f"residual {np.max(np.abs(ev['grad'])):.3e} at tau={tau:g} after {iters} "
+                f"Newton steps, {depth} levels of intermediate temperatures")
         mid = math.sqrt(tau_prev * tau) if tau_prev is not None else 10.0 * tau
-        Rm, _, it1 = self._reach(R, tau_prev if tau_prev is not None else None, mid, depth + 1) \
-            if tau_prev is not None else self._reach(R, None, mid, depth + 1)
+        Rm, _, it1 = self._reach(R, tau_prev, mid, depth + 1)
         Rf, ev, it2 = self._reach(Rm, mid, tau, depth + 1)
         return Rf, ev, iters + it1 + it2
 
@@ -424,7 +431,7 @@ def gibbs(X, y, lam: float, tau, **kw):
     tau : float or sequence of float
         Temperature(s) ``τ > 0``. A sequence is solved by continuation from hot to cold.
     **kw
-        ``rtol``, ``tol``, ``max_newton`` of :class:`GibbsReference`.
+        Options of :class:`GibbsReference` (``rtol``, ``tol``, ``max_newton``, ...).
 
     Returns
     -------

@@ -17,7 +17,7 @@ import sys
 from meanfield.errors import InputError
 
 #: Modules (under ``meanfield.cli``) that each register one command, in ``--help`` order.
-COMMANDS = ["run", "inspect", "analyze"]
+COMMANDS = ["run", "inspect", "analyze", "reference"]
 
 EPILOG = """\
 examples:
