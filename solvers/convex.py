@@ -11,8 +11,10 @@ second-order cone programme [Pilanci & Ergen, ICML 2020]
 
     min  (1/(2n)) |Σ_s A_s (u_s − u'_s) − y|²  +  λ Σ_s (|u_s| + |u'_s|),   u_s, u'_s ∈ K_s,
 
-solved here with Clarabel (interior point). Every nonzero ``u_s`` is a ray: direction
-``u_s/|u_s|``, weight ``c = +|u_s|`` (``−|u'_s|``); rays with one direction and sign are merged.
+solved here with Clarabel (interior point), then once more on the active groups only (a
+smaller, better conditioned programme; kept when its certificate is better). Every nonzero
+``u_s`` is a ray: direction ``u_s/|u_s|``, weight ``c = +|u_s|`` (``−|u'_s|``); rays with one
+direction and sign are merged.
 
 Certificate (THEORY §4): with ``R = (f − y)/n`` and ``G(v) = (1/λ) Σ_j R_j (v·x̃_j)_+``, optimality
 means ``max_v |G| ≤ 1`` with ``G(v_k) = −sign(c_k)`` on every ray. ``max|G|`` is computed exactly,
@@ -195,8 +197,6 @@ def convex(X, y, lam: float, *, tol: float = 1e-12, ray_tol: float = 1e-7,
     ConvexSolverError
         Clarabel did not report an optimal (or almost optimal) solution.
     """
-    import clarabel
-
     X = np.asarray(X, dtype=float)
     y = np.asarray(y, dtype=float).ravel()
     if X.ndim == 1:
@@ -208,14 +208,40 @@ def convex(X, y, lam: float, *, tol: float = 1e-12, ray_tol: float = 1e-7,
     if not (lam > 0 and math.isfinite(lam)):
         raise ConvexInputError("<convex>", "lam", f"must be a finite number > 0, got {lam!r}")
     n, d = X.shape
-    D = d + 1
     Xt = np.hstack([X, np.ones((n, 1))])
     try:
         pats, _ = activation_patterns(X, max_patterns=max_patterns)
     except TooManyPatterns as exc:
         raise ConvexInputError("<convex>", "X", f"{exc}; the pattern programme is too large")
     P = pats.shape[0]
-    G = 2 * P                                         # groups: u_s and u'_s
+    gp = np.concatenate([pats, pats])                 # groups: u_s (sign +), u'_s (sign −)
+    gs = np.concatenate([np.ones(P), -np.ones(P)])
+    U, status = _socp(Xt, y, lam, gp, gs, tol)
+    norms = np.linalg.norm(U, axis=1)
+    scale = max(norms.sum(), float(np.max(np.abs(y))) / float(np.max(np.linalg.norm(Xt, axis=1))))
+    best = _solution(X, Xt, y, lam, pats, U, gs, ray_tol * scale, merge_angle, status)
+    act = norms > ray_tol * scale
+    if np.any(act) and best.certificate_error() > 0:
+        # polish: the same programme on the active groups only (better conditioned); kept
+        # when its certificate, checked against all patterns, is better
+        try:
+            U2, st2 = _socp(Xt, y, lam, gp[act], gs[act], tol)
+            cand = _solution(X, Xt, y, lam, pats, U2, gs[act], ray_tol * scale, merge_angle,
+                             st2)
+            if cand.certificate_error() < best.certificate_error():
+                best = cand
+        except ConvexSolverError:
+            pass
+    return best
+
+
+def _socp(Xt, y, lam, gp, gs, tol):
+    """Solve ``min (1/2n)|Σ_g gs_g A_g u_g − y|² + λ Σ_g |u_g|``, ``u_g ∈ K_{gp_g}`` with
+    Clarabel; returns ``U`` (G, d+1) and the status string."""
+    import clarabel
+
+    n, D = Xt.shape
+    G = len(gs)
     nu = G * D                                        # u variables
     it = nu                                           # t variables start
     ie = nu + G                                       # e variables start
@@ -225,15 +251,11 @@ def convex(X, y, lam: float, *, tol: float = 1e-12, ray_tol: float = 1e-7,
                        shape=(nvar, nvar))
     q = np.zeros(nvar)
     q[it:ie] = lam
-    # zero cone: e − Σ A_s u_s + Σ A_s u'_s = −y
-    blocks_eq = []
-    for g in range(G):
-        s = pats[g % P]
-        sgn = -1.0 if g < P else 1.0
-        blocks_eq.append(sp.csc_matrix(sgn * (s[:, None] * Xt)))
+    # zero cone: e − Σ gs_g A_g u_g = −y
+    blocks_eq = [sp.csc_matrix(-gs[g] * (gp[g][:, None] * Xt)) for g in range(G)]
     A_eq = sp.hstack(blocks_eq + [sp.csc_matrix((n, G)), sp.identity(n, format="csc")])
     # nonnegative cone: B_s u_g >= 0  ->  row −B_s, b = 0
-    B = sp.block_diag([sp.csc_matrix(-_cone_rows(pats[g % P], Xt)) for g in range(G)])
+    B = sp.block_diag([sp.csc_matrix(-_cone_rows(gp[g], Xt)) for g in range(G)])
     A_nn = sp.hstack([B, sp.csc_matrix((G * n, G + n))])
     # second-order cones: (t_g, u_g)
     rows, cols = [], []
@@ -259,14 +281,16 @@ def convex(X, y, lam: float, *, tol: float = 1e-12, ray_tol: float = 1e-7,
     status = str(sol.status)
     if "Solved" not in status:
         raise ConvexSolverError(f"convex reference: Clarabel ended with status {status}")
-    z = np.asarray(sol.x)
-    U = z[:nu].reshape(G, D)
+    return np.asarray(sol.x)[:nu].reshape(G, D), status
+
+
+def _solution(X, Xt, y, lam, pats, U, gs, thr, merge_angle, status):
+    """Rays, predictor, certificate and duality gap of the group variables ``U``."""
+    n = len(y)
     norms = np.linalg.norm(U, axis=1)
-    scale = max(norms.sum(), float(np.max(np.abs(y))) / float(np.max(np.linalg.norm(Xt, axis=1))))
-    keep = norms > ray_tol * scale
-    sign = np.where(np.arange(G) < P, 1.0, -1.0)
+    keep = norms > thr
     dirs = U[keep] / norms[keep, None]
-    wts = sign[keep] * norms[keep]
+    wts = gs[keep] * norms[keep]
     dirs, wts = _merge(dirs, wts, merge_angle)
     f = np.maximum(Xt @ dirs.T, 0.0) @ wts if len(wts) else np.zeros(n)
     R = (f - y) / n
@@ -277,7 +301,7 @@ def convex(X, y, lam: float, *, tol: float = 1e-12, ray_tol: float = 1e-7,
     dual = -float(Rd @ y) - 0.5 * n * float(Rd @ Rd)
     return ConvexSolution(X=X, y=y, lam=float(lam), f_train=f, R=R, directions=dirs,
                           weights=wts, max_abs_G=mg, G_rays=G_rays, primal=primal, dual=dual,
-                          duality_gap=primal - dual, n_patterns=P, solver_status=status)
+                          duality_gap=primal - dual, n_patterns=len(pats), solver_status=status)
 
 
 def _merge(dirs, wts, angle):
