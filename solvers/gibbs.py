@@ -109,6 +109,30 @@ class GibbsSolution:
         G = self.G(V)
         return (self.d + 1) * self.tau / (self.lam * (1 - G) * (1 + G))
 
+    def directions(self, m: int | None = None):
+        """Direction density and radial moment on a grid of ``S^d``.
+
+        Returns
+        -------
+        d = 1: ``(theta (m,), V (m, 2), density (m,), second_moment (m,))`` with
+        ``V = (cos θ, sin θ)`` (default ``m = 720``);
+        d = 2: ``(theta (m,), phi (2m,), V (m, 2m, 3), density (m, 2m), second_moment (m, 2m))``
+        with polar angle ``θ`` from the ``b`` axis and azimuth ``φ`` (default ``m = 90``).
+        """
+        if self.d == 1:
+            m = m or 720
+            th = np.linspace(0.0, 2 * np.pi, m, endpoint=False)
+            V = np.stack([np.cos(th), np.sin(th)], axis=1)
+            return th, V, self.density(V), self.second_moment(V)
+        m = m or 90
+        th = (np.arange(m) + 0.5) * np.pi / m
+        ph = (np.arange(2 * m) + 0.5) * np.pi / m
+        T, P = np.meshgrid(th, ph, indexing="ij")
+        V = np.stack([np.sin(T) * np.cos(P), np.sin(T) * np.sin(P), np.cos(T)], axis=-1)
+        flat = V.reshape(-1, 3)
+        return (th, ph, V, self.density(flat).reshape(T.shape),
+                self.second_moment(flat).reshape(T.shape))
+
     def predict(self, x, rtol: float | None = None):
         """``f_R(x)`` at inputs ``x`` (m, d) by quadrature with the kinks of ``x`` resolved.
 
@@ -117,10 +141,12 @@ class GibbsSolution:
         """
         return self._ref.predict(self, np.asarray(x, dtype=float).reshape(-1, self.d), rtol)
 
-    def grid(self, m: int = 101, pad: float = 0.25):
+    def grid(self, m: int | None = None, pad: float = 0.25):
         """Predictor on a regular grid over the data's bounding box enlarged by ``pad`` of its
-        extent: ``d = 1``: ``(x (m,), f (m,))``; ``d = 2``: ``(x1 (m,), x2 (m,), f (m, m))``
-        with ``f[i, k] = f(x1[i], x2[k])``."""
+        extent: ``d = 1``: ``(x (m,), f (m,))`` (default ``m = 201``); ``d = 2``:
+        ``(x1 (m,), x2 (m,), f (m, m))`` with ``f[i, k] = f(x1[i], x2[k])`` (default ``m = 21``;
+        each point costs one small adaptive rule)."""
+        m = m or (201 if self.d == 1 else 21)
         lo, hi = self.X.min(axis=0), self.X.max(axis=0)
         ext = np.maximum(hi - lo, 1.0)
         axes = [np.linspace(lo[k] - pad * ext[k], hi[k] + pad * ext[k], m) for k in range(self.d)]
@@ -405,7 +431,7 @@ class GibbsReference:
     def _integrate_parts(self, R, parts, pat, m, rtol):
         """``∫ G (1 − G²)^{−p−1} (v·m) dv`` over the cells ``parts`` (inside ``v·m ≥ 0``)."""
         el = sq.initial_elements(parts, self._cell_coeffs(R, parts, pat))
-        p, lam, n = self.p, self.lam, self.n
+        p, lam = self.p, self.lam
         Rabs = np.abs(R)
 
         def control(V):

@@ -316,7 +316,6 @@ def _cell_peak(cells: Cells, i: int, c) -> np.ndarray:
     if nc == 0.0:
         return cells.centers[i]
     cand = [P]
-    k = len(P)
     Q = np.roll(P, -1, axis=0)
     edge_n = np.cross(P, Q)                                    # inward normals (ccw)
     chat = c / nc

@@ -135,6 +135,9 @@ def test_fixed_point_d1():
         assert np.all(s.second_moment(V) > 0)
     x, f = sols[2].grid(m=11)
     assert x.shape == f.shape == (11,)
+    assert np.allclose(f[[0, -1]], sols[2].predict(x[[0, -1], None]))
+    th, V, dens, m2 = sols[2].directions(360)
+    assert V.shape == (360, 2) and np.all(dens > 0) and np.all(m2 > 0)
 
 
 def test_predict_off_training_set_d2_against_grid_quadrature():
@@ -155,6 +158,9 @@ def test_predict_off_training_set_d2_against_grid_quadrature():
     xt = np.hstack([pts, np.ones((2, 1))])
     want = -3 * s.tau / s.lam * (np.maximum(V @ xt.T, 0).T @ (w * G * om ** -2.5)) / I
     assert np.allclose(got, want, atol=5e-6, rtol=0)
+    th, ph, V, dens, m2 = s.directions(200)        # π integrates to 1 on the (θ, φ) grid
+    assert (dens * np.sin(th)[:, None]).sum() * (np.pi / 200) ** 2 == pytest.approx(1, abs=1e-4)
+    assert np.allclose(m2, 3 * s.tau / (s.lam * (1 - s.G(V.reshape(-1, 3)) ** 2)).reshape(m2.shape))
 
 
 def test_input_errors_and_nonconvergence():

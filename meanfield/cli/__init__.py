@@ -25,6 +25,8 @@ examples:
   meanfield run data/skm22_d7.toml -o d7.h5
   meanfield inspect d7.h5
   meanfield analyze d7.h5 -o d7-report
+  meanfield reference gibbs data/skm22_d7.toml --json   # exact stationary measure, each tau
+  meanfield reference convex data/skm22_d7.toml         # the tau -> 0 convex limit
 
 exit codes: 0 ok, 2 bad input, 130 interrupted (checkpoint kept), 1 other errors.
 Run 'meanfield COMMAND --help' for the options of each command; docs/cli.md has the details.
