@@ -17,7 +17,7 @@ import sys
 from meanfield.errors import DivergenceError, InputError, Interrupted
 
 #: Modules (under ``meanfield.cli``) that each register one command, in ``--help`` order.
-COMMANDS = ["run", "inspect", "analyze", "highdim"]
+COMMANDS = ["run", "inspect", "analyze", "reference", "highdim"]
 
 EPILOG = """\
 examples:
@@ -25,6 +25,8 @@ examples:
   meanfield run data/skm22_d7.toml -o d7.h5
   meanfield inspect d7.h5
   meanfield analyze d7.h5 -o d7-report
+  meanfield reference gibbs data/skm22_d7.toml --json   # exact stationary measure, each tau
+  meanfield reference convex data/skm22_d7.toml         # the tau -> 0 convex limit
   meanfield highdim --neurons 2 --n 20 --d 200,800,3200 --json -o out/
 
 exit codes: 0 ok, 2 bad input, 130 interrupted (checkpoint kept), 1 diverged or other errors.
