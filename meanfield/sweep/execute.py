@@ -132,8 +132,8 @@ class _Tracker:
 
     def _post(self):
         c = self.man.counts()
-        self.bar.set_postfix(done=c["done"], running=c["running"], failed=c["failed"],
-                             refresh=True)
+        self.bar.set_postfix({"done": c["done"], "running": c["running"],
+                              "failed": c["failed"]}, refresh=True)
 
     def start(self, jid, host=None, pid=None, t=None):
         entry = self.man.job(jid)
@@ -151,7 +151,7 @@ class _Tracker:
                          worker={"host": result.get("host"), "pid": result.get("pid")})
         if result.get("status") == "done":
             self.man.set(jid, status="done", error=None, finished=time.time(),
-                         wall_s=result.get("wall_s"))
+                         wall_s=result.get("wall_s"), threads=result.get("threads"))
             (self.summary.skipped if result.get("skipped") else self.summary.ran).append(jid)
             self.bar.update(1)
         else:
@@ -205,8 +205,9 @@ def _worker_env(threads: int) -> dict:
 
 
 @contextlib.contextmanager
-def _client(workers, scheduler, client, n_todo):
-    """Yield ``(client, threads per job)``; creates and closes what it started."""
+def _client(workers, scheduler, client, n_todo, threads=None):
+    """Yield ``(client, threads per job)``; creates and closes what it started. On a local
+    cluster the numba pool of each worker is sized to ``threads`` (default ``cores // K``)."""
     distributed = require_distributed()
     if client is not None:
         yield client, None
@@ -224,12 +225,16 @@ def _client(workers, scheduler, client, n_todo):
     import dask
     cores = _usable_cores()
     k = int(workers) if workers else max(1, min(cores, n_todo))
-    threads = max(1, cores // k)
+    threads = int(threads) if threads else max(1, cores // k)
     env = _worker_env(threads)
     pre = dict(dask.config.get("distributed.nanny.pre-spawn-environ", {}) or {})
     pre.update({k_: v for k_, v in env.items() if k_ != "NUMBA_NUM_THREADS"})
+    # spawn: never fork a process whose numba OpenMP pool may have started; saturation 1.0:
+    # a worker holds only the job it runs, the rest wait on the scheduler (a killed worker
+    # takes no queued job down with it, and idle workers pick up the next job).
     with dask.config.set({"distributed.worker.multiprocessing-method": "spawn",
-                          "distributed.nanny.pre-spawn-environ": pre}):
+                          "distributed.nanny.pre-spawn-environ": pre,
+                          "distributed.scheduler.worker-saturation": 1.0}):
         cluster = distributed.LocalCluster(n_workers=k, threads_per_worker=1, processes=True,
                                            host="127.0.0.1", dashboard_address=None, env=env)
         try:
@@ -244,7 +249,7 @@ def _client(workers, scheduler, client, n_todo):
 
 def _dask(todo, directory, tracker, workers, scheduler, client, threads):
     distributed = require_distributed()
-    with _client(workers, scheduler, client, len(todo)) as (c, budget):
+    with _client(workers, scheduler, client, len(todo), threads) as (c, budget):
         threads = threads or budget
         topic = f"meanfield-sweep-{uuid.uuid4().hex[:8]}"
         events: queue.SimpleQueue = queue.SimpleQueue()

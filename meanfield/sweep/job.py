@@ -9,6 +9,7 @@ from __future__ import annotations
 import inspect
 import os
 import socket
+import sys
 import time
 import traceback
 from pathlib import Path
@@ -113,7 +114,8 @@ def run_job(config_json: str, output: str, *, job_id: str = "", threads=None,
     -------
     dict
         ``{"id", "status": "done" | "failed", "skipped", "error", "traceback", "host", "pid",
-        "wall_s"}``; ``skipped`` is true when the run file was already complete.
+        "threads", "wall_s"}``; ``skipped`` is true when the run file was already complete;
+        ``threads`` is numba's thread count in the worker after the job.
     """
     t0 = time.time()
     info = {"id": job_id, "host": socket.gethostname(), "pid": os.getpid()}
@@ -130,5 +132,7 @@ def run_job(config_json: str, output: str, *, job_id: str = "", threads=None,
         line = exc.line() if hasattr(exc, "line") else str(exc)
         result.update(status="failed", error=f"{type(exc).__name__}: {line}",
                       traceback=traceback.format_exc())
+    numba = sys.modules.get("numba")
+    result["threads"] = int(numba.get_num_threads()) if numba is not None else None
     result["wall_s"] = time.time() - t0
     return result

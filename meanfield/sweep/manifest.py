@@ -9,7 +9,7 @@ Document (``format = "meanfield-study"``, ``version = 1``)::
     {"format", "version", "study_file", "study_hash", "axes": {name: [values]},
      "shape": [len per axis], "updated": ISO time, "counts": {status: n},
      "jobs": [{"index", "id", "axis_values", "config", "run_file", "status", "error",
-               "worker", "started", "finished", "wall_s", "attempts"}]}
+               "worker", "started", "finished", "wall_s", "threads", "attempts"}]}
 
 ``status`` is one of :data:`STATUSES`; ``run_file`` is relative to the study directory.
 """
@@ -97,7 +97,7 @@ class Manifest:
         Seconds between two writes triggered by :meth:`save` (``force=True`` always writes).
     """
 
-    def __init__(self, directory, doc: dict, min_interval: float = 0.5):
+    def __init__(self, directory, doc: dict, min_interval: float = 0.25):
         self.directory = Path(directory)
         self.doc = doc
         self.min_interval = min_interval
@@ -115,11 +115,11 @@ class Manifest:
             entry = {"index": job.index, "id": job.id, "axis_values": job.axis_values,
                      "config": job.config.as_dict(), "run_file": job.run_file,
                      "status": "pending", "error": None, "worker": None, "started": None,
-                     "finished": None, "wall_s": None, "attempts": 0}
+                     "finished": None, "wall_s": None, "threads": None, "attempts": 0}
             prev = old.get(job.id)
             if prev:
                 for k in ("status", "error", "worker", "started", "finished", "wall_s",
-                          "attempts"):
+                          "threads", "attempts"):
                     if k in prev:
                         entry[k] = prev[k]
             jobs.append(entry)
