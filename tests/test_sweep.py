@@ -154,7 +154,7 @@ def _wait_for_running_job(directory, proc, timeout=120.0):
 
 def test_killed_worker_then_rerun_completes(tmp_path, numba_cache):
     p = tmp_path / "study.toml"
-    p.write_text(STUDY.format(steps=4000))
+    p.write_text(STUDY.format(steps=5000))
     out = tmp_path / "out"
     env = dict(os.environ, DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES="0")
     proc = subprocess.Popen([sys.executable, "-m", "meanfield", "sweep", str(p), "-o", str(out),

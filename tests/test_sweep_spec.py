@@ -147,7 +147,7 @@ def test_manifest_atomic_and_readable_during_updates(tmp_path):
 
     t = threading.Thread(target=reader)
     t.start()
-    for k in range(300):
+    for k in range(120):
         m.set(spec.jobs[k % 3].id, status=man.STATUSES[k % 4], error="x" * (k % 50))
         m.save()
     stop.set()

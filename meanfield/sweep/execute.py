@@ -177,16 +177,15 @@ class _Tracker:
 
 
 def _reconcile(spec, directory: Path, man: _manifest.Manifest):
-    """Set each job's status from its run file: complete -> done, otherwise pending (a failed
-    job keeps its error until it is retried). Returns the jobs to run."""
+    """Set each job's status from its run file: complete -> done, otherwise pending (a job
+    that failed before keeps the error of its last attempt until it runs again). Returns the
+    jobs to run."""
     todo = []
     for job in spec.jobs:
-        entry = man.job(job.id)
         if run_file_complete(directory / job.run_file):
             man.set(job.id, status="done", error=None)
         else:
-            if entry["status"] != "failed":
-                man.set(job.id, status="pending")
+            man.set(job.id, status="pending")
             todo.append(job)
     return todo
 
@@ -264,7 +263,7 @@ def _dask(todo, directory, tracker, workers, scheduler, client, threads):
             pending = set(futures)
             while pending:
                 try:
-                    res = distributed.wait(pending, timeout=0.2, return_when="FIRST_COMPLETED")
+                    res = distributed.wait(pending, timeout=0.1, return_when="FIRST_COMPLETED")
                     finished, pending = res.done, res.not_done
                 except (TimeoutError, distributed.TimeoutError):
                     finished = set()

@@ -208,7 +208,8 @@ class StudySpec:
 def _job_error(src: str, exc: ConfigError, names, combo, indices) -> StudyError:
     for name, v, i in zip(names, combo, indices):
         if exc.field == name or exc.field.startswith(name + "["):
-            return StudyError(src, f"sweep.{name}[{i}]", f"{exc.reason} (value {v!r})")
+            extra = "" if repr(v) in exc.reason else f" (value {v!r})"
+            return StudyError(src, f"sweep.{name}[{i}]", exc.reason + extra)
     where = ", ".join(f"{n}={v!r}" for n, v in zip(names, combo))
     return StudyError(src, exc.field, exc.reason + (f" (in the job with {where})" if where else ""))
 
