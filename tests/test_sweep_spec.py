@@ -246,3 +246,29 @@ def test_second_driver_on_the_same_directory_is_refused(tmp_path):
     with _Lock(tmp_path / "out"):
         with pytest.raises(StudyError, match="another sweep is driving"):
             study.run(serial=True, progress=False)
+
+
+def test_interrupting_a_serial_study_stops_it_and_leaves_jobs_pending(tmp_path, monkeypatch):
+    """The main job answers SIGINT by checkpointing and raising ``Interrupted``; that stops a
+    serial study instead of being recorded as a failed job, and the job stays pending."""
+    from meanfield import errors, runner
+
+    class Interrupted(Exception):
+        pass
+
+    monkeypatch.setattr(errors, "Interrupted", Interrupted, raising=False)
+    calls = []
+
+    def fake_run(cfg, output, **kw):
+        calls.append(output)
+        raise Interrupted("interrupted at step 10; checkpoint written")
+
+    monkeypatch.setattr(runner, "run", fake_run)
+    p = _study(tmp_path, '"dynamics.seed" = [0, 1]')
+    study = Study.from_file(p, tmp_path / "out")
+    with pytest.raises(Interrupted):
+        study.run(serial=True, progress=False)
+    assert len(calls) == 1  # the second job was not started
+    doc = man.read(study.directory)
+    assert [j["status"] for j in doc["jobs"]] == ["pending", "pending"]
+    assert all(j["error"] is None for j in doc["jobs"])

@@ -58,6 +58,15 @@ def run_resumable(cfg, output, threads=None):
     return runner.run(cfg, out, overwrite=True, progress=False, threads=threads)
 
 
+def _is_stop_request(exc) -> bool:
+    """Whether ``exc`` is the main job's answer to SIGINT/SIGTERM (checkpoint written, then
+    ``meanfield.errors.Interrupted`` where the runner raises it, or ``KeyboardInterrupt``): it
+    must stop the study, not count as a failed job."""
+    from meanfield import errors
+    interrupted = getattr(errors, "Interrupted", None)
+    return interrupted is not None and isinstance(exc, interrupted)
+
+
 def _usable_cores() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -96,6 +105,9 @@ def run_job(config_json: str, output: str, *, job_id: str = "", threads=None,
             topic: str | None = None) -> dict:
     """Run one job of a study.
 
+    Every exception of the job is caught and returned as a failure, except an interruption
+    (SIGINT/SIGTERM in the main thread, see :func:`_is_stop_request`), which propagates.
+
     Parameters
     ----------
     config_json : str
@@ -129,6 +141,8 @@ def run_job(config_json: str, output: str, *, job_id: str = "", threads=None,
             cfg = _config.from_canonical_json(config_json, source=f"<job {job_id}>")
             run_resumable(cfg, output, threads=thread_budget(threads))
     except Exception as exc:  # noqa: BLE001 - every failure is recorded, none stops the study
+        if _is_stop_request(exc):
+            raise
         line = exc.line() if hasattr(exc, "line") else str(exc)
         result.update(status="failed", error=f"{type(exc).__name__}: {line}",
                       traceback=traceback.format_exc())
