@@ -17,7 +17,7 @@ import sys
 from meanfield.errors import InputError
 
 #: Modules (under ``meanfield.cli``) that each register one command, in ``--help`` order.
-COMMANDS = ["run", "inspect", "analyze", "sweep"]
+COMMANDS = ["run", "inspect", "analyze", "sweep", "highdim"]
 
 EPILOG = """\
 examples:
@@ -26,6 +26,7 @@ examples:
   meanfield inspect d7.h5
   meanfield analyze d7.h5 -o d7-report
   meanfield sweep lowtemp.toml --workers 2   # a grid of runs on a local Dask cluster
+  meanfield highdim --neurons 2 --n 20 --d 200,800,3200 --json -o out/
 
 exit codes: 0 ok, 2 bad input, 130 interrupted (checkpoint kept), 1 other errors.
 Run 'meanfield COMMAND --help' for the options of each command; docs/cli.md has the details.
@@ -34,8 +35,7 @@ Run 'meanfield COMMAND --help' for the options of each command; docs/cli.md has 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # usage errors are bad input: exit 2 with one line
-        self.print_usage(sys.stderr)
-        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        sys.stderr.write(f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
         raise SystemExit(2)
 
 
