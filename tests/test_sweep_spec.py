@@ -6,6 +6,7 @@ import itertools
 import json
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -272,3 +273,22 @@ def test_interrupting_a_serial_study_stops_it_and_leaves_jobs_pending(tmp_path, 
     doc = man.read(study.directory)
     assert [j["status"] for j in doc["jobs"]] == ["pending", "pending"]
     assert all(j["error"] is None for j in doc["jobs"])
+
+
+def test_manifest_shows_the_running_job_while_it_runs(tmp_path, monkeypatch):
+    """Readers of the manifest see a job as running while it runs (serial: no polling loop
+    flushes a throttled write later, so the start is written at once)."""
+    from meanfield import runner
+    seen = []
+
+    def fake_run(cfg, output, **kw):
+        doc = man.read(tmp_path / "out")
+        seen.append({j["run_file"]: j["status"] for j in doc["jobs"]}[Path(output).name])
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(runner, "run", fake_run)
+    study = Study.from_file(_study(tmp_path, '"dynamics.seed" = [0, 1, 2]'), tmp_path / "out")
+    summary = study.run(serial=True, progress=False)
+    assert seen == ["running"] * 3
+    assert len(summary.failed) == 3 and all("RuntimeError: stop here" in e
+                                            for e in summary.failed.values())

@@ -193,6 +193,7 @@ def _reconcile(spec, directory: Path, man: _manifest.Manifest):
 def _serial(todo, directory, tracker, threads):
     for job in todo:
         tracker.start(job.id, os.uname().nodename, os.getpid())
+        tracker.man.save(force=True)  # no polling loop here flushes a throttled save later
         res = run_job(job.config.canonical_json(), str(directory / job.run_file),
                       job_id=job.id, threads=threads)
         tracker.finish(job.id, res)
