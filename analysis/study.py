@@ -519,10 +519,12 @@ def write_figures(result: dict, outdir) -> list:
     return written
 
 
-def write_report(result: dict, outdir) -> list:
-    """Write ``study.json``, ``study.md`` and the figures into ``outdir``; returns the paths."""
+def write_report(result: dict, outdir, figures: bool = True) -> list:
+    """Write ``study.json``, ``study.md`` and (``figures``) the PNG figures into ``outdir``;
+    returns the paths."""
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     (outdir / "study.json").write_text(to_json(result) + "\n", encoding="utf-8")
     (outdir / "study.md").write_text(format_markdown(result), encoding="utf-8")
-    return [outdir / "study.json", outdir / "study.md"] + write_figures(result, outdir)
+    files = [outdir / "study.json", outdir / "study.md"]
+    return files + (write_figures(result, outdir) if figures else [])
