@@ -78,3 +78,12 @@ class DivergenceError(RuntimeError):
         self.step = step
         self.tau = tau
         super().__init__(message)
+
+
+class StudyError(InputError):
+    """A study file (TOML with a ``[sweep]`` table) or a study directory that cannot be used."""
+
+
+class MissingDependencyError(RuntimeError):
+    """An optional dependency (an extra of the package) is needed but not installed; the message
+    says how to install it."""

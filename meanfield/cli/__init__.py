@@ -17,7 +17,7 @@ import sys
 from meanfield.errors import DivergenceError, InputError, Interrupted
 
 #: Modules (under ``meanfield.cli``) that each register one command, in ``--help`` order.
-COMMANDS = ["run", "inspect", "analyze", "reference", "highdim"]
+COMMANDS = ["run", "inspect", "analyze", "reference", "sweep", "highdim"]
 
 EPILOG = """\
 examples:
@@ -27,6 +27,7 @@ examples:
   meanfield analyze d7.h5 -o d7-report
   meanfield reference gibbs data/skm22_d7.toml --json   # exact stationary measure, each tau
   meanfield reference convex data/skm22_d7.toml         # the tau -> 0 convex limit
+  meanfield sweep lowtemp.toml --workers 2   # a grid of runs on a local Dask cluster
   meanfield highdim --neurons 2 --n 20 --d 200,800,3200 --json -o out/
 
 exit codes: 0 ok, 2 bad input, 130 interrupted (checkpoint kept), 1 diverged or other errors.
