@@ -6,7 +6,6 @@ nothing but builtins crosses process boundaries and one bad job cannot stop the 
 
 from __future__ import annotations
 
-import inspect
 import os
 import socket
 import sys
@@ -28,13 +27,9 @@ def run_file_complete(path) -> bool:
 
 
 def run_resumable(cfg, output, threads=None):
-    """Run ``cfg`` into ``output``, continuing from the checkpoint a killed attempt left behind.
-
-    This is the single place that knows how the main job resumes. With a
-    :func:`meanfield.runner.run` that accepts ``resume``, it continues from ``output``'s
-    checkpoint when one exists and starts fresh otherwise. With an older runner it starts the job
-    again from scratch, after removing the partial files (``<output>.*.part``) of attempts that
-    were killed.
+    """Run ``cfg`` into ``output``, continuing from the checkpoint a killed attempt left behind
+    (``meanfield.runner.run(..., resume=True)``: starts fresh when there is nothing to resume,
+    does nothing when ``output`` is already complete).
 
     Parameters
     ----------
@@ -50,21 +45,14 @@ def run_resumable(cfg, output, threads=None):
         The run file written.
     """
     from meanfield import runner
-    if "resume" in inspect.signature(runner.run).parameters:
-        return runner.run(cfg, output, resume=True, progress=False, threads=threads)
-    out = Path(output)
-    for stale in out.parent.glob(out.name + ".*.part"):
-        stale.unlink(missing_ok=True)
-    return runner.run(cfg, out, overwrite=True, progress=False, threads=threads)
+    return runner.run(cfg, output, resume=True, progress=False, threads=threads)
 
 
 def _is_stop_request(exc) -> bool:
     """Whether ``exc`` is the main job's answer to SIGINT/SIGTERM (checkpoint written, then
-    ``meanfield.errors.Interrupted`` where the runner raises it, or ``KeyboardInterrupt``): it
-    must stop the study, not count as a failed job."""
+    :class:`meanfield.errors.Interrupted`): it must stop the study, not count as a failed job."""
     from meanfield import errors
-    interrupted = getattr(errors, "Interrupted", None)
-    return interrupted is not None and isinstance(exc, interrupted)
+    return isinstance(exc, errors.Interrupted)
 
 
 def _usable_cores() -> int:
