@@ -17,7 +17,7 @@ import sys
 from meanfield.errors import InputError
 
 #: Modules (under ``meanfield.cli``) that each register one command, in ``--help`` order.
-COMMANDS = ["run", "inspect", "analyze"]
+COMMANDS = ["run", "inspect", "analyze", "dichotomies"]
 
 EPILOG = """\
 examples:
@@ -25,6 +25,7 @@ examples:
   meanfield run data/skm22_d7.toml -o d7.h5
   meanfield inspect d7.h5
   meanfield analyze d7.h5 -o d7-report
+  meanfield dichotomies data/skm22_d12.csv --json
 
 exit codes: 0 ok, 2 bad input, 130 interrupted (checkpoint kept), 1 other errors.
 Run 'meanfield COMMAND --help' for the options of each command; docs/cli.md has the details.
