@@ -25,7 +25,9 @@ A neuron contributes ``a σ(u·x̃) = a|u| σ(v·x̃)`` with direction ``v = u/|
    total ``Σ|a||u|`` of all particles, it is compact (RMS angle at most ``max_spread``) and, with
    ``G`` available, its mean direction passes ``−sign(a) G(v) ≥ g_ray · max|G|``. The threshold
    used is the geometric middle of the widest plateau of that count (widest in log scale).
-4. Per ray: mass-weighted mean direction, sign, weight ``c_k = (1/N) Σ_{i∈k} a_i |u_i|``, mass
+4. The ray's outskirts, which single linkage leaves out at the chosen threshold, join it: every
+   particle of the ray's sign within ``absorb`` core spreads of its direction.
+5. Per ray: mass-weighted mean direction, sign, weight ``c_k = (1/N) Σ_{i∈k} a_i |u_i|``, mass
    fraction, mass-weighted RMS angle to the direction (spread), ``G`` at the direction and the
    ternary pattern (:mod:`analysis.patterns`).
 
@@ -99,6 +101,7 @@ class RayResult:
     min_mass_frac : float                 cluster mass filter
     light_frac : float                    particle mass filter (relative to the weighted median)
     max_spread : float                    compactness of a ray (radians)
+    absorb : float                        outskirts radius in core spreads
     g_particle, g_ray : float or None     certificate filters (None without y, lam)
     G_max : float or None                 ``max |G|`` over the particles
     halo_mass_fraction : float            mass outside the rays
@@ -117,6 +120,7 @@ class RayResult:
     min_mass_frac: float
     light_frac: float
     max_spread: float
+    absorb: float
     g_particle: float | None
     g_ray: float | None
     G_max: float | None
@@ -133,6 +137,7 @@ class RayResult:
                 "min_mass_frac": float(self.min_mass_frac),
                 "light_frac": float(self.light_frac),
                 "max_spread": float(self.max_spread),
+                "absorb": float(self.absorb),
                 "g_particle": self.g_particle, "g_ray": self.g_ray,
                 "G_max": None if self.G_max is None else float(self.G_max),
                 "pattern_angle_tol": float(self.pattern_tol.angle_tol),
@@ -257,7 +262,7 @@ def _widest_plateau(counts):
 
 def find_rays(theta, X, *, y=None, lam=None, min_mass_frac: float = 1e-2,
               light_frac: float = 1e-2, g_particle: float = 0.5, g_ray: float = 0.9,
-              max_spread: float = 0.3,
+              max_spread: float = 0.3, absorb: float = 3.0,
               thresholds=None, pattern_tol=None, pattern_mass_tol: float | None = None,
               knn: int = 12) -> RayResult:
     """Cluster particles into rays (THEORY §6; method in the module docstring).
@@ -283,6 +288,10 @@ def find_rays(theta, X, *, y=None, lam=None, min_mass_frac: float = 1e-2,
     max_spread : float, default 0.3
         A ray is compact: its mass-weighted RMS angle to its mean direction is at most this
         (radians). Clusters formed by merging distinct rays fail it, which ends the plateau.
+    absorb : float, default 3.0
+        After clustering, a particle of a ray's sign within ``absorb`` times the ray's core
+        spread of its direction joins the ray (the outskirts that single linkage leaves out);
+        the reported direction, weight and spread include them.
     thresholds : array-like, optional
         Chord-distance linkage thresholds to scan (default 50 values, log-spaced from the
         typical neighbour spacing inside rays, the mass-weighted median core distance, to 1:
@@ -333,7 +342,7 @@ def find_rays(theta, X, *, y=None, lam=None, min_mass_frac: float = 1e-2,
     def empty():
         thr = np.zeros(0) if thresholds is None else np.asarray(thresholds, dtype=float)
         return RayResult([], float("nan"), thr, np.zeros(len(thr), int),
-                         (float("nan"), float("nan")), min_mass_frac, light_frac, max_spread,
+                         (float("nan"), float("nan")), min_mass_frac, light_frac, max_spread, absorb,
                          g_particle if have_G else None, g_ray if have_G else None, Gmax,
                          1.0 if total > 0 else 0.0, ptol, 0, [], [], -np.ones(N, dtype=int))
 
@@ -347,7 +356,7 @@ def find_rays(theta, X, *, y=None, lam=None, min_mass_frac: float = 1e-2,
     if idx.size == 0:
         return empty()
     Vk, mk, sk = V[idx], mass[idx], sign[idx]
-    cell = cells(sk, Vk, X)
+    cell_all = cells(sign, V, X)
     M = idx.size
     ei, ej, ew, core_median = _linkage_tree(Vk, sk, mk, knn)
     if thresholds is None:
@@ -384,39 +393,57 @@ def find_rays(theta, X, *, y=None, lam=None, min_mass_frac: float = 1e-2,
     lo, hi = _widest_plateau(counts)
     t_star = float(np.sqrt(thresholds[lo] * thresholds[hi]))
     lab, cm, cdir, csign, cg, heavy, good = clusters(t_star)
-    plab = lab                               # cluster of each kept particle
-    found, rejected = [], []
+    cores, rejected = [], []
     for c in np.nonzero(heavy)[0]:
         if not good[c]:
             rejected.append({"direction": [float(x) for x in cdir[c]], "sign": int(csign[c]),
                              "mass_fraction": float(cm[c] / total),
                              "G": None if cg is None else float(cg[c])})
             continue
-        members = idx[plab == c]
+        core = idx[lab == c]
+        ang = np.arccos(np.clip(V[core] @ cdir[c], -1.0, 1.0))
+        spread = float(np.sqrt(np.sum(mass[core] * ang ** 2) / mass[core].sum()))
+        cores.append((c, core, spread))
+    # absorb the ray's outskirts: any particle of the ray's sign within `absorb` core spreads
+    labels = -np.ones(N, dtype=int)
+    if cores:
+        dirs = np.array([cdir[c] for c, _, _ in cores])
+        rad = np.array([max(absorb * sp, 1e-12) for _, _, sp in cores])
+        ang = np.arccos(np.clip(V @ dirs.T, -1.0, 1.0))
+        ang[(sign[:, None] != csign[[c for c, _, _ in cores]][None, :]) | (ang > rad)
+            | (mass[:, None] <= 0)] = np.inf
+        near = np.argmin(ang, axis=1)
+        labels[np.isfinite(ang[np.arange(N), near])] = near[np.isfinite(ang[np.arange(N), near])]
+        for k, (_, core, _) in enumerate(cores):
+            labels[core] = k
+    found = []
+    for k, (c, _, _) in enumerate(cores):
+        members = np.nonzero(labels == k)[0]
         mm = mass[members]
-        vbar = cdir[c]
+        vbar = mm @ V[members]
+        vbar /= np.linalg.norm(vbar)
         ang = np.arccos(np.clip(V[members] @ vbar, -1.0, 1.0))
         pat, info = ray_pattern(vbar, V[members], mm, X, ptol)
-        found.append((Ray(direction=vbar, sign=int(csign[c]),
-                          weight=float(np.sum(theta[members, 0] * r[members]) / N),
-                          mass_fraction=float(mm.sum() / total),
-                          spread=float(np.sqrt(np.sum(mm * ang ** 2) / mm.sum())),
-                          n_particles=int(members.size),
-                          n_cells=int(np.unique(cell[plab == c]).size),
-                          G=None if cg is None else float(cg[c]),
-                          pattern=pat, pattern_margin=info["angle_margin"]), members))
-    found.sort(key=lambda rm: -rm[0].mass_fraction)
-    labels = -np.ones(N, dtype=int)
-    for k, (_, members) in enumerate(found):
-        labels[members] = k
-    rays = [ray for ray, _ in found]
+        found.append(Ray(direction=vbar, sign=int(csign[c]),
+                         weight=float(np.sum(theta[members, 0] * r[members]) / N),
+                         mass_fraction=float(mm.sum() / total),
+                         spread=float(np.sqrt(np.sum(mm * ang ** 2) / mm.sum())),
+                         n_particles=int(members.size),
+                         n_cells=int(np.unique(cell_all[members]).size),
+                         G=None if not have_G else float(certificate(vbar[None], X, R, lam)[0]),
+                         pattern=pat, pattern_margin=info["angle_margin"]))
+    order = np.argsort([-q.mass_fraction for q in found], kind="stable")
+    rays = [found[k] for k in order]
+    relabel = -np.ones(len(found) + 1, dtype=int)
+    relabel[order] = np.arange(len(found))
+    labels = np.where(labels >= 0, relabel[labels], -1)
     halo = 1.0 - sum(q.mass_fraction for q in rays)
-    conflicts = _cell_conflicts(labels[idx], cell, mk, len(rays), ptol.mass_tol)
+    conflicts = _cell_conflicts(labels, cell_all, mass, len(rays), ptol.mass_tol)
     return RayResult(rays=rays, threshold=t_star, thresholds=thresholds, counts=counts,
                      plateau=(float(thresholds[lo]), float(thresholds[hi])),
                      min_mass_frac=min_mass_frac, light_frac=light_frac, max_spread=max_spread,
-                     g_particle=g_particle if have_G else None,
+                     absorb=absorb, g_particle=g_particle if have_G else None,
                      g_ray=g_ray if have_G else None, G_max=Gmax,
                      halo_mass_fraction=max(0.0, halo), pattern_tol=ptol,
-                     n_cells=int(cell.max()) + 1, rejected=rejected, cell_conflicts=conflicts,
+                     n_cells=int(np.unique(cell_all[idx]).size), rejected=rejected, cell_conflicts=conflicts,
                      labels=labels)
