@@ -13,7 +13,8 @@ points, grids). Two modes:
 * float (default, numba kernel ``analysis._kernels.region_count``): hyperplanes of every
   restriction are identified when the chord distance of their unit normals up to sign is at most
   ``tol`` (default ``1e-12``; the distance is an angle in radians for small values; rounding
-  errors of coinciding hyperplanes measured on integer grids up to ``d = 5`` stay below ``3e-14``). The result
+  errors of coinciding hyperplanes measured on integer grids up to ``d = 5`` stay below
+  ``3e-14``). The result
   reports ``tol_range = [a, b)``: the largest distance that was merged and the smallest that was
   kept apart. Every decision of the run, hence ``P``, is the same for any tolerance in that range;
   a narrow range (``b`` near ``a``) means the data is numerically near-degenerate and the exact

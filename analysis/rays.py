@@ -342,7 +342,8 @@ def find_rays(theta, X, *, y=None, lam=None, min_mass_frac: float = 1e-2,
     def empty():
         thr = np.zeros(0) if thresholds is None else np.asarray(thresholds, dtype=float)
         return RayResult([], float("nan"), thr, np.zeros(len(thr), int),
-                         (float("nan"), float("nan")), min_mass_frac, light_frac, max_spread, absorb,
+                         (float("nan"), float("nan")), min_mass_frac, light_frac, max_spread,
+                         absorb,
                          g_particle if have_G else None, g_ray if have_G else None, Gmax,
                          1.0 if total > 0 else 0.0, ptol, 0, [], [], -np.ones(N, dtype=int))
 
@@ -445,5 +446,6 @@ def find_rays(theta, X, *, y=None, lam=None, min_mass_frac: float = 1e-2,
                      absorb=absorb, g_particle=g_particle if have_G else None,
                      g_ray=g_ray if have_G else None, G_max=Gmax,
                      halo_mass_fraction=max(0.0, halo), pattern_tol=ptol,
-                     n_cells=int(np.unique(cell_all[idx]).size), rejected=rejected, cell_conflicts=conflicts,
+                     n_cells=int(np.unique(cell_all[idx]).size), rejected=rejected,
+                     cell_conflicts=conflicts,
                      labels=labels)

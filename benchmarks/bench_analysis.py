@@ -37,8 +37,8 @@ except ModuleNotFoundError:  # pragma: no cover
 
 
 def snapshot(N, seed):
-    """Rays planted at the local maxima of ``|G|`` (within 10 % of the maximum, 0.3 rad apart) of random
-    residuals ``R``, with ``sign(a) = −sign(G)``; ``y`` such that the snapshot's residuals are
+    """Rays planted at the local maxima of ``|G|`` (within 10 % of the maximum, 0.3 rad apart) of
+    random residuals ``R``, with ``sign(a) = −sign(G)``; ``y`` such that the snapshot's residuals are
     ``R``; ``λ`` scaled so that ``max |G| = 1`` as in a stationary state; a uniform halo.
 
     Returns ``X, y, lam, theta (N, 4), number of planted rays``."""
