@@ -62,7 +62,10 @@ def kink_hyperplanes(ray_directions, *, angle_tol: float = 0.05, offset_tol: flo
     list of Kink
     """
     kinks: list[Kink] = []
-    for k, v in enumerate(np.asarray(ray_directions, dtype=float).reshape(-1, np.shape(ray_directions)[-1] if len(ray_directions) else 1)):
+    dirs = np.asarray(ray_directions, dtype=float)
+    if dirs.size == 0:
+        return kinks
+    for k, v in enumerate(dirs.reshape(-1, dirs.shape[-1])):
         h = hyperplane(v, pure_bias_tol)
         if h is None:
             continue

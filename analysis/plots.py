@@ -128,10 +128,13 @@ def plot_ladder(path, taus, series: dict, title="low-temperature limit"):
     plt = _plt()
     taus = np.asarray(taus, float)
     with plt.rc_context(STYLE):
-        fig, axes = plt.subplots(1, len(series), figsize=(3.2 * len(series), 3.0))
+        fig, axes = plt.subplots(1, len(series), figsize=(3.3 * len(series), 3.0),
+                                 constrained_layout=True)
         axes = np.atleast_1d(axes)
         for ax, (lab, vals) in zip(axes, series.items()):
             ax.plot(taus, np.asarray(vals, float), "o-")
+            if lab.startswith(("rays", "hyperplanes")):
+                ax.yaxis.get_major_locator().set_params(integer=True)
             ax.set_xscale("log")
             ax.set_xlabel("temperature τ")
             ax.set_ylabel(lab)
