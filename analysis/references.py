@@ -192,6 +192,7 @@ def compare_run(run, window: float = 0.5, rays_by_stage: dict | None = None) -> 
         ``{"gibbs": [per stage], "convex": {...}, "rays": {...} or None}``.
     """
     taus = [float(t) for t in run.config["dynamics"]["taus"]]
+    prefetch_gibbs(run)
     gib = [gibbs_distance(run, s, window) for s in range(len(taus))]
     cold = int(np.argmin(taus))
     cvx = convex_distance(run, cold, window)
@@ -201,3 +202,47 @@ def compare_run(run, window: float = 0.5, rays_by_stage: dict | None = None) -> 
         dirs, sg, wt = rays_by_stage[cold]
         rays = match_rays(dirs, sg, wt, ref.directions, ref.signs, ref.weights)
     return {"gibbs": gib, "convex": cvx, "rays": rays}
+
+
+def prefetch_gibbs(run) -> None:
+    """Solve the Gibbs references of all positive temperatures of a run's ladder at once, by
+    continuation from hot to cold (much faster than cold temperatures from scratch), and cache
+    them for :func:`gibbs_distance`. Does nothing when ``d > 2``."""
+    if run.d > 2:
+        return
+    from solvers.gibbs import gibbs
+    lam = float(run.config["dynamics"]["lam"])
+    X = np.ascontiguousarray(run.X, float)
+    y = np.ascontiguousarray(run.y, float)
+    taus = sorted({float(t) for t in run.config["dynamics"]["taus"] if float(t) > 0},
+                  reverse=True)
+    todo = [t for t in taus if _key(X, y, lam, t) not in _CACHE]
+    if not todo:
+        return
+    for t, sol in zip(todo, gibbs(X, y, lam, todo)):
+        _CACHE[_key(X, y, lam, t)] = sol
+
+
+def report_section(run, rep: dict, window: float = 0.5, max_P: int = 20000) -> dict:
+    """The ``"references"`` section of ``meanfield analyze``: :func:`compare_run` with the rays
+    of the coldest snapshot in ``rep`` matched to the convex reference's rays.
+
+    Skipped (with the reason) when the data has more than ``max_P`` dichotomies, since the
+    convex reference enumerates them.
+    """
+    if rep.get("P") is not None and rep["P"] > max_P:
+        return {"skipped": f"P = {rep['P']} > {max_P}: the references enumerate the dichotomies"}
+    taus = [float(t) for t in run.config["dynamics"]["taus"]]
+    cold = int(np.argmin(taus))
+    rays_by_stage = None
+    snaps = [s for s in rep.get("snapshots", []) if s["tau"] == taus[cold]]
+    if snaps and snaps[-1]["rays"]:
+        rs = snaps[-1]["rays"]
+        rays_by_stage = {cold: (np.array([q["direction"] for q in rs]),
+                                np.array([q["sign"] for q in rs]),
+                                np.array([q["weight"] for q in rs]))}
+    from solvers.gibbs import GibbsConvergenceError
+    try:
+        return compare_run(run, window, rays_by_stage)
+    except (ValueError, GibbsConvergenceError) as exc:   # no observations, or no convergence
+        return {"skipped": str(exc)}

@@ -125,7 +125,7 @@ def ladder(run, snaps, reference=None, w2: bool = True, **w2_kw) -> list:
 
 
 def analyze_run(path, outdir=None, figures: bool = True, *, reference=None, w2: bool = True,
-                **ray_kw) -> dict:
+                references: bool = False, **ray_kw) -> dict:
     """Analyse every snapshot frame of a run file and its temperature ladder.
 
     Parameters
@@ -140,6 +140,11 @@ def analyze_run(path, outdir=None, figures: bool = True, *, reference=None, w2: 
         Zero-temperature reference predictor on the training inputs (see :func:`ladder`).
     w2 : bool
         Compute ``W2`` between successive temperatures.
+    references : bool
+        Compare with the exact references (THEORY §4–5): the Gibbs fixed point at each ``τ``
+        (``d ≤ 2``), the convex ``τ → 0`` limit at the coldest ``τ`` (also used as
+        ``reference`` when that is not given), and the matching of rays to its rays; adds the
+        key ``references`` (see :func:`analysis.references.report_section`).
     **ray_kw
         Passed to :func:`analysis.rays.find_rays`.
 
@@ -163,6 +168,11 @@ def analyze_run(path, outdir=None, figures: bool = True, *, reference=None, w2: 
         dc = count_dichotomies(run.X, exact=True)
     snaps = [analyze_frame(run, k, **ray_kw) for k in range(run.n_frames)]
     P = dc.P
+    cvx = None
+    if references and reference is None and P <= 20000:
+        from analysis.references import convex_reference
+        cvx = convex_reference(run.X, run.y, float(run.config["dynamics"]["lam"]))
+        reference = cvx.f_train
     rows = ladder(run, snaps, reference, w2)
     lam = float(run.config["dynamics"]["lam"])
     last = snaps[-1] if snaps else None
@@ -190,6 +200,9 @@ def analyze_run(path, outdir=None, figures: bool = True, *, reference=None, w2: 
                                  else pat.PatternTolerance().as_dict()),
            "theorem6": th6, "two_point": tp,
            "snapshots": [_public(s) for s in snaps]}
+    if references:
+        from analysis.references import report_section
+        rep["references"] = report_section(run, rep)
     if outdir is not None:
         write_report(rep, snaps, run, outdir, figures)
     return rep
@@ -316,6 +329,8 @@ def markdown(rep, figs=()) -> str:
                      f"{' (tie)' if p['ambiguous'] else ''} | "
                      f"{', '.join(f'{c:.3f}' for c in m['kinks']) or 'none'} | {m['off_axis']} | "
                      f"{p['phi']:.4f} | {m['phi']:.4f} |")
+    if rep.get("references"):
+        L += _references_markdown(rep["references"])
     for f in figs:
         L += ["", f"![{f}]({f})"]
     L += ["", "Method: particles are grouped by sign of a and activation cell on the training "
@@ -324,3 +339,30 @@ def markdown(rep, figs=()) -> str:
           "and the threshold is the middle of the widest plateau of the ray count "
           "(analysis/rays.py)."]
     return "\n".join(L) + "\n"
+
+
+def _references_markdown(refs) -> list:
+    L = ["", "## Exact references (THEORY §4–5)", ""]
+    if "skipped" in refs:
+        return L + [f"Skipped: {refs['skipped']}."]
+    L += ["Time-averaged particle predictor on the training points (last half of each stage) "
+          "against the Gibbs fixed point at the same τ:", "",
+          "| τ | max abs diff | rms diff | max std. error | reference max abs G | seconds |",
+          "|---|---|---|---|---|---|"]
+    for g in refs["gibbs"]:
+        if "skipped" in g:
+            L.append(f"| {g['tau']:.2e} | skipped: {g['skipped']} | | | | |")
+        else:
+            L.append(f"| {g['tau']:.2e} | {g['max_abs_diff']:.3e} | {g['rms_diff']:.3e} | "
+                     f"{g['max_stderr']:.1e} | {g['max_abs_G']:.6f} | {g['seconds']} |")
+    c = refs["convex"]
+    L += ["", f"Against the τ → 0 convex reference at τ = {c['tau']:.2e}: max abs diff "
+          f"{c['max_abs_diff']:.3e}, rms {c['rms_diff']:.3e} (reference: {c['n_rays']} rays, "
+          f"max |G| = {c['max_abs_G']:.6f}, duality gap {c['duality_gap']:.1e})."]
+    r = refs.get("rays")
+    if r:
+        L += ["", f"Rays at the coldest τ matched one-to-one to the convex reference's rays: "
+              f"{len(r['pairs'])} pairs, largest angle {_fmt(r['max_angle'], '.3g')} rad, largest "
+              f"weight error {_fmt(r['max_weight_error'], '.3g')}; unmatched measured rays "
+              f"{r['unmatched_measured']}, unmatched reference rays {r['unmatched_reference']}."]
+    return L
