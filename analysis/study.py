@@ -181,7 +181,7 @@ def _frame(path, k):
 def _width_distances(study_dir, records, axes, w2_kwargs):
     """``{(job id, τ): (W_2, method, N_ref)}`` against the widest run with the same other
     axis values."""
-    from analysis.wasserstein import w2
+    from analysis.transport import w2_snapshots
     if WIDTH_AXIS not in axes or len(axes[WIDTH_AXIS]) < 2:
         return {}
     n_max = max(axes[WIDTH_AXIS])
@@ -205,7 +205,8 @@ def _width_distances(study_dir, records, axes, w2_kwargs):
                 continue
             X = _frame(Path(study_dir) / entry["run_file"], k1)
             Y = _frame(Path(study_dir) / pe["run_file"], k2)
-            val, method = w2(X, Y, **w2_kwargs)
+            res = w2_snapshots(X, Y, **w2_kwargs)
+            val, method = res["w2"], res["method"]
             out[(entry["id"], tau)] = (val, method, n_max)
     return out
 
@@ -230,7 +231,7 @@ def analyze_study(study_dir, *, summarize=None, w2=True, **w2_kwargs) -> dict:
     w2 : bool
         Compute ``W_2`` between widths (needs the particles of the snapshot frames).
     **w2_kwargs
-        Passed to :func:`analysis.wasserstein.w2` (``exact_max_pairs``, ``n_projections``).
+        Passed to :func:`analysis.transport.w2_snapshots` (``max_exact``, ``n_projections``).
 
     Returns
     -------

@@ -10,7 +10,7 @@ import pytest
 from scipy.optimize import linear_sum_assignment
 
 from analysis import study as S
-from analysis import wasserstein as W
+from analysis import transport as W
 from meanfield.sweep import loads
 from meanfield.sweep import manifest as man
 
@@ -49,11 +49,12 @@ def test_translation_exact_and_sliced_closed_forms():
     # exact: translating a measure moves it by exactly |v|
     assert W.w2_exact(X, X + v, a, a) == pytest.approx(np.linalg.norm(v), rel=1e-10)
     # sliced with fixed directions P: sqrt(mean_k (p_k . v)^2)
-    P = W.fixed_projections(4, 64, seed=0)
+    import ot
+    P = ot.sliced.get_random_projections(4, 64, seed=0)
     assert np.allclose(np.linalg.norm(P, axis=0), 1.0)
-    assert np.array_equal(P, W.fixed_projections(4, 64, seed=0))
     expected = math.sqrt(np.mean((P.T @ v) ** 2))
-    assert W.w2_sliced(X, X + v, a, a, n_projections=64) == pytest.approx(expected, rel=1e-10)
+    assert W.w2_sliced(X, X + v, n_projections=64) == pytest.approx(expected, rel=1e-10)
+    assert W.w2_sliced(X, (X + v)[:30], n_projections=64) > 0     # the unequal-size route
 
 
 def test_sliced_is_a_lower_bound_and_dispatch():
@@ -61,16 +62,16 @@ def test_sliced_is_a_lower_bound_and_dispatch():
     X, Y = rng.normal(size=(30, 3)), rng.normal(size=(50, 3)) * 1.5
     ex = W.w2_exact(X, Y)
     assert W.w2_sliced(X, Y) <= ex + 1e-12
-    assert W.w2(X, Y) == (ex, "exact")
-    val, method = W.w2(X, Y, exact_max_pairs=100)
-    assert method == "sliced" and val == pytest.approx(W.w2_sliced(X, Y))
+    assert W.w2_snapshots(X, Y) == {"w2": ex, "method": "exact"}
+    out = W.w2_snapshots(X, Y, max_exact=20)
+    assert out["method"] == "sliced" and out["w2"] == pytest.approx(W.w2_sliced(X, Y))
 
 
 def test_unconverged_emd_is_an_error(monkeypatch):
     import ot
     monkeypatch.setattr(ot, "emd2", lambda *a, **k: (0.0, {"result_code": 3,
                                                             "warning": "numItermax reached"}))
-    with pytest.raises(RuntimeError, match="result_code=3"):
+    with pytest.raises(W.TransportError, match="result_code=3"):
         W.w2_exact(np.zeros((2, 2)), np.ones((2, 2)))
     with pytest.raises(ValueError):
         W.w2_exact(np.zeros((2, 2)), np.ones((2, 3)))
