@@ -47,8 +47,13 @@ from __future__ import annotations
 
 import math
 
+import llvmlite.binding as _llvm
 import numba as nb
 import numpy as np
+from llvmlite import ir as _ir
+from numba.core import cgutils as _cgutils
+from numba.core import types as _types
+from numba.extending import intrinsic as _intrinsic
 
 #: Particles per block. Fixed (never derived from the thread count) so that the floating-point
 #: summation order, hence the result, is reproducible.
@@ -82,6 +87,43 @@ _LOW52 = np.uint64(0x000FFFFFFFFFFFFF)
 _LOW8 = np.uint64(0xFF)
 _STRIDE = np.uint64(STEP_STRIDE)
 _TWO_M53 = 1.0 / 9007199254740992.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Fused multiply-add
+# ---------------------------------------------------------------------------------------------
+
+def _target_has_fma() -> bool:
+    if nb.config.CPU_FEATURES:
+        return "+fma" in nb.config.CPU_FEATURES.split(",")
+    if nb.config.CPU_NAME:     # an explicit (e.g. generic) target without a feature list
+        return False
+    return "+fma" in _llvm.get_host_cpu_features().flatten().split(",")
+
+
+_HAS_FMA = _target_has_fma()
+
+
+@_intrinsic
+def _fma(typingctx, a, b, c):
+    """``a*b + c`` rounded once (``llvm.fma``), or the plain ``a*b + c`` on targets without FMA.
+
+    Explicit, so every use rounds the same way in every compiled context (the kernels never
+    let the compiler contract or reassociate on its own).
+    """
+    sig = _types.float64(_types.float64, _types.float64, _types.float64)
+
+    def codegen(context, builder, signature, args):
+        x, y, z = args
+        if _HAS_FMA:
+            dt = _ir.DoubleType()
+            fn = _cgutils.get_or_insert_function(builder.module,
+                                                 _ir.FunctionType(dt, [dt, dt, dt]),
+                                                 "llvm.fma.f64")
+            return builder.call(fn, [x, y, z])
+        return builder.fadd(builder.fmul(x, y), z)
+
+    return sig, codegen
 
 
 # ---------------------------------------------------------------------------------------------
@@ -327,11 +369,11 @@ def scratch_shape(d: int, n: int) -> tuple[int, int]:
 
 @nb.njit(inline="always")
 def _z(T, i, XT, j, dims):
-    """Pre-activation ``z_ij = b_i + Σ_k w_ik x_jk``, summed in this order everywhere."""
+    """Pre-activation ``z_ij = b_i + Σ_k w_ik x_jk``: FMAs in this order, everywhere."""
     d = len(dims)
     z = T[d + 1, i]
     for k in range(d):
-        z += T[1 + k, i] * XT[k, j]
+        z = _fma(T[1 + k, i], XT[k, j], z)
     return z
 
 
@@ -359,17 +401,17 @@ def _forward_block(T, lo, m, XT, nb_pts, partial, blk, sc, t, zoff, kind, p, dim
             a3 = T[0, i + _U(3)]
             for j in range(nb_pts):
                 acc = partial[blk, j]
-                acc += a0 * _relu(_z(T, i, XT, j, dims))
-                acc += a1 * _relu(_z(T, i + _U(1), XT, j, dims))
-                acc += a2 * _relu(_z(T, i + _U(2), XT, j, dims))
-                acc += a3 * _relu(_z(T, i + _U(3), XT, j, dims))
+                acc = _fma(a0, _relu(_z(T, i, XT, j, dims)), acc)
+                acc = _fma(a1, _relu(_z(T, i + _U(1), XT, j, dims)), acc)
+                acc = _fma(a2, _relu(_z(T, i + _U(2), XT, j, dims)), acc)
+                acc = _fma(a3, _relu(_z(T, i + _U(3), XT, j, dims)), acc)
                 partial[blk, j] = acc
             ii += _U(4)
         while ii < m:
             i = lo + ii
             a = T[0, i]
             for j in range(nb_pts):
-                partial[blk, j] += a * _relu(_z(T, i, XT, j, dims))
+                partial[blk, j] = _fma(a, _relu(_z(T, i, XT, j, dims)), partial[blk, j])
             ii += _U(1)
     else:
         while ii < m:
@@ -379,7 +421,7 @@ def _forward_block(T, lo, m, XT, nb_pts, partial, blk, sc, t, zoff, kind, p, dim
                 sc[t, zoff + _U(j)] = _z(T, i, XT, j, dims)
             for j in range(nb_pts):
                 s, _ = _act_pair(sc[t, zoff + _U(j)], kind, p)
-                partial[blk, j] += a * s
+                partial[blk, j] = _fma(a, s, partial[blk, j])
             ii += _U(1)
 
 
@@ -409,10 +451,10 @@ def _grad_block(T, lo, m, XT, Rb, nb_pts, sc, t, kind, p, dims):
                 z2 = _z(T, i, XT, j + 2, dims)
                 z3 = _z(T, i, XT, j + 3, dims)
                 ga = sc[t, ii]
-                ga += r0 * _relu(z0)
-                ga += r1 * _relu(z1)
-                ga += r2 * _relu(z2)
-                ga += r3 * _relu(z3)
+                ga = _fma(r0, _relu(z0), ga)
+                ga = _fma(r1, _relu(z1), ga)
+                ga = _fma(r2, _relu(z2), ga)
+                ga = _fma(r3, _relu(z3), ga)
                 sc[t, ii] = ga
                 g0 = r0 if z0 > 0.0 else 0.0
                 g1 = r1 if z1 > 0.0 else 0.0
@@ -427,10 +469,10 @@ def _grad_block(T, lo, m, XT, Rb, nb_pts, sc, t, kind, p, dims):
                 for k in range(d):
                     o = _U(2 + k) * L + ii
                     gw = sc[t, o]
-                    gw += g0 * XT[k, j]
-                    gw += g1 * XT[k, j + 1]
-                    gw += g2 * XT[k, j + 2]
-                    gw += g3 * XT[k, j + 3]
+                    gw = _fma(g0, XT[k, j], gw)
+                    gw = _fma(g1, XT[k, j + 1], gw)
+                    gw = _fma(g2, XT[k, j + 2], gw)
+                    gw = _fma(g3, XT[k, j + 3], gw)
                     sc[t, o] = gw
             j += 4
     while j < nb_pts:
@@ -443,58 +485,76 @@ def _grad_block(T, lo, m, XT, Rb, nb_pts, sc, t, kind, p, dims):
             else:
                 s, ds = _act_pair(z, kind, p)
                 g = r * ds
-            sc[t, ii] += r * s
+            sc[t, ii] = _fma(r, s, sc[t, ii])
             sc[t, L + ii] += g
             for k in range(d):
-                sc[t, _U(2 + k) * L + ii] += g * XT[k, j]
+                o = _U(2 + k) * L + ii
+                sc[t, o] = _fma(g, XT[k, j], sc[t, o])
         j += 1
 
 
 @nb.njit(inline="always")
-def _update_block(T, lo, m, sc, t, lam, eta, dims):
-    """``θ ← θ − η (g + λ θ)`` for the block; ``g_u = a (Σ…)`` uses the old ``a``."""
-    d = len(dims)
-    D = d + 2
-    L = _U(BLOCK)
-    for ii in range(m):
-        i = lo + ii
-        a = T[0, i]
-        for k in range(d):
-            w = T[1 + k, i]
-            T[1 + k, i] = w - eta * (a * sc[t, _U(2 + k) * L + ii] + lam * w)
-        b = T[D - 1, i]
-        T[D - 1, i] = b - eta * (a * sc[t, L + ii] + lam * b)
-        T[0, i] = a - eta * (sc[t, ii] + lam * a)
+def _fast_normal(k, pos):
+    """The ziggurat's one-hash path for draw ``pos``: ``(x, ok)``; when ``ok`` is False the
+    draw needs :func:`_normal` (≈ 1.5 % of draws). Branch-free, so loops over it vectorise."""
+    h = _hash(k, pos)
+    idx = h & _LOW8
+    rabs = (h >> _S9) & _LOW52
+    x = np.float64(rabs) * _ZWI[idx]
+    x = -x if ((h >> _S8) & _ONE) != _ZERO else x
+    return x, rabs < _ZKI[idx]
 
 
 @nb.njit(inline="always")
-def _noise_block(T, lo, m, sd, k, step, sc, t, dims):
-    """``T[c, i] += sd ξ(step, i, c)``. The ziggurat's one-hash fast path runs vectorised
-    (adding the accepted draws and flagging the others in the scratch); then the flagged draws
-    are redone exactly and added."""
+def _add_noise(T, c, i, u, sd, k, pos, sc, t, off):
+    """``T[c, i] = u + sd ξ`` when the fast path accepts; else ``T[c, i] = u`` and a flag."""
+    x, ok = _fast_normal(k, pos)
+    T[c, i] = u + sd * x if ok else u
+    sc[t, off] = 0.0 if ok else 1.0
+
+
+@nb.njit(inline="always")
+def _update_block(T, lo, m, sc, t, lam, eta, sd, k, step, dims):
+    """``θ ← θ − η (g + λ θ) + sd ξ`` for the block (``g_u = a (Σ…)`` uses the old ``a``).
+
+    The noise ``ξ(step, i, c)`` comes from the vectorised fast path; the draws it rejects are
+    flagged in the scratch and redone exactly in a second sweep. ``sd = 0``: no noise.
+    """
     d = len(dims)
     D = d + 2
     L = _U(BLOCK)
-    p0 = _position(step, 0)
-    for c in range(D):
-        off = _U(2 + d + c) * L
+    if sd > 0.0:
+        p0 = _position(step, 0)
+        nz = _U(2 + d) * L
         for ii in range(m):
             i = lo + ii
-            h = _hash(k, p0 + i * _U(D) + _U(c))
-            idx = h & _LOW8
-            rabs = (h >> _S9) & _LOW52
-            x = np.float64(rabs) * _ZWI[idx]
-            x = -x if ((h >> _S8) & _ONE) != _ZERO else x
-            v = T[c, i]
-            ok = rabs < _ZKI[idx]
-            T[c, i] = v + sd * x if ok else v
-            sc[t, off + ii] = 0.0 if ok else 1.0
-    for c in range(D):
-        off = _U(2 + d + c) * L
+            pos = p0 + i * _U(D)
+            a = T[0, i]
+            for c in range(d):
+                w = T[1 + c, i]
+                u = w - eta * (a * sc[t, _U(2 + c) * L + ii] + lam * w)
+                _add_noise(T, 1 + c, i, u, sd, k, pos + _U(1 + c), sc, t, nz + _U(1 + c) * L + ii)
+            b = T[D - 1, i]
+            u = b - eta * (a * sc[t, L + ii] + lam * b)
+            _add_noise(T, D - 1, i, u, sd, k, pos + _U(D - 1), sc, t, nz + _U(D - 1) * L + ii)
+            u = a - eta * (sc[t, ii] + lam * a)
+            _add_noise(T, 0, i, u, sd, k, pos, sc, t, nz + ii)
+        for c in range(D):
+            off = nz + _U(c) * L
+            for ii in range(m):
+                if sc[t, off + ii] != 0.0:
+                    i = lo + ii
+                    T[c, i] += sd * _normal(k, p0 + i * _U(D) + _U(c))
+    else:
         for ii in range(m):
-            if sc[t, off + ii] != 0.0:
-                i = lo + ii
-                T[c, i] += sd * _normal(k, p0 + i * _U(D) + _U(c))
+            i = lo + ii
+            a = T[0, i]
+            for c in range(d):
+                w = T[1 + c, i]
+                T[1 + c, i] = w - eta * (a * sc[t, _U(2 + c) * L + ii] + lam * w)
+            b = T[D - 1, i]
+            T[D - 1, i] = b - eta * (a * sc[t, L + ii] + lam * b)
+            T[0, i] = a - eta * (sc[t, ii] + lam * a)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -534,9 +594,7 @@ def fused_step(T, XcT, Rc, nc, XnT, nn, partial, scratch, lam, eta, sd, k, step,
         lo = _U(blk * BLOCK)
         m = _U(min(BLOCK, N - blk * BLOCK))
         _grad_block(T, lo, m, XcT, Rc, nc, scratch, t, kind, p, dims)
-        _update_block(T, lo, m, scratch, t, lam, eta, dims)
-        if sd > 0.0:
-            _noise_block(T, lo, m, sd, k, step, scratch, t, dims)
+        _update_block(T, lo, m, scratch, t, lam, eta, sd, k, step, dims)
         _forward_block(T, lo, m, XnT, nn, partial, blk, scratch, t, zoff, kind, p, dims)
 
 
