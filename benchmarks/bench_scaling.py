@@ -44,7 +44,7 @@ def measure(N, n, d, budget):
         return st, theta
 
     (st, theta), peak = peak_traced(build)
-    k = max(2, min(50, int(4e6 / (N * n))))
+    k = max(10, min(50, int(4e6 / (N * n))))   # steps per call: per-call costs amortised
     state = {"step": 1}
 
     def chunk():

@@ -25,8 +25,10 @@ One step is one parallel pass over fixed blocks of ``BLOCK`` particles. For its 
    batch points (vectorised over points; the sum over particles is serial in particle order).
 
 The partial sums of all blocks are added serially in block order between steps. No reduction
-depends on the thread count and no fast-math reassociation is used, so runs are bitwise
-independent of the number of threads and of how a run is split into calls.
+depends on the thread count, no fast-math reassociation is used, and multiply-adds are
+explicit FMAs (:func:`_fma`) that round identically in every compiled context, so runs are
+bitwise independent of the number of threads and of how a run is split into calls. (They
+agree with the NumPy reference of ``meanfield.model`` to round-off, not bitwise.)
 
 Noise. ``ξ_ik`` is a pure function of ``(seed, step, particle i, coordinate k)``. The draw gets
 the position ``p = step·M + i (d+2) + k`` with ``M = 2**32 + 5`` (injective for
@@ -38,7 +40,7 @@ consecutive outputs; the same draw at consecutive steps is the SplitMix64 sequen
 ``M·γ``, which passes SplitMix64's own gamma-quality rule (≥ 24 bit transitions; it has 33).
 The 64 bits feed a 256-layer ziggurat (Marsaglia & Tsang, J. Stat. Softw. 5(8), 2000; the
 52-bit variant used by NumPy): 8 bits choose the layer, 1 bit the sign, 52 bits the abscissa.
-The rare (≈ 1 %) wedge and tail paths draw further uniforms by re-hashing the draw's bits, so
+The rare (≈ 1.5 %) wedge and tail paths draw further uniforms by re-hashing the draw's bits, so
 a normal is still a pure function of its key. Minibatch indices come from the same positions
 of a second SplitMix64 sequence (a second seed-derived key).
 """
@@ -355,7 +357,8 @@ def activation_values(z, kind, p, out, dout):
 # coordinates unroll and the loops over particles vectorise (one specialisation per d).
 # Indices inside a block are unsigned so that no negative-index wraparound blocks unit-stride
 # vector loads. Per-thread scratch row ``sc[t]`` (L = BLOCK):
-#     [0, L) ga   [L, 2L) gb   [(2+k)L, (3+k)L) gw_k   [(2+d+c)L, (3+d+c)L) noise of coordinate c
+#     [0, L) ga   [L, 2L) gb   [(2+k)L, (3+k)L) gw_k   [(2+d+c)L, (3+d+c)L) flags of the
+#     noise draws of coordinate c that the ziggurat's fast path rejected
 #     [(2+2d+2)L, (2+2d+2)L + n) one row of pre-activations for the forward pass
 # ---------------------------------------------------------------------------------------------
 
