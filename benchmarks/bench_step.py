@@ -166,12 +166,13 @@ class TorchAutograd:
 
 
 def implementations(with_torch=True):
+    """Our kernel and NumPy, plus the PyTorch peers when wanted and installed."""
     impls = [Ours, NumpyStep]
     if with_torch:
-        try:
-            import torch  # noqa: F401
+        import importlib.util
+        if importlib.util.find_spec("torch") is not None:
             impls += [TorchManual, TorchAutograd]
-        except ImportError:
+        else:
             print("PyTorch not installed: skipping the PyTorch peers "
                   "(pip install 'meanfield[torch]' to include them)")
     return impls
@@ -231,8 +232,8 @@ def main(argv=None):
 
     ours = rows[0][1]
     print()
-    print(f"{'implementation':44s} {'ms/step':>8s} {'median':>8s} {'ns/(particle.sample.step)':>26s}"
-          f" {'x ours':>7s}")
+    print(f"{'implementation':44s} {'ms/step':>8s} {'median':>8s} "
+          f"{'ns/(particle.sample.step)':>26s} {'x ours':>7s}")
     for name, best, med in rows:
         print(f"{name:44s} {best:8.3f} {med:8.3f} {best * 1e6 / (N * n):26.2f} {best / ours:7.1f}")
     print("(ms/step = best of repeated timed calls; median alongside)")

@@ -62,7 +62,8 @@ def header(threads):
     """Lines describing the machine and the settings (printed before every table)."""
     import numba
     load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
-    lines = [f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} logical CPUs, "
+    cpu = platform.processor() or platform.machine()
+    lines = [f"machine: {cpu}, {os.cpu_count()} logical CPUs, "
              f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}",
              f"threads: {threads}   numba {numba.__version__}   numpy {np.__version__}   "
              f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset)')}"]

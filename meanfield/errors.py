@@ -47,10 +47,43 @@ class RunFileError(InputError):
     """A run file (HDF5) that is missing, truncated, foreign or of an unsupported schema."""
 
 
+class CheckpointError(InputError):
+    """A checkpoint (``RUN.h5.ckpt``) that is unreadable, damaged, or belongs to another config."""
+
+
+class Interrupted(Exception):
+    """The run stopped on SIGINT/SIGTERM after writing a checkpoint (CLI exit code 130).
+
+    Parameters
+    ----------
+    step : int
+        Global step of the checkpoint.
+    checkpoint : str
+        Path of the checkpoint written.
+    message : str
+        The one-line message for the user.
+    """
+
+    def __init__(self, step: int, checkpoint: str, message: str):
+        self.step = step
+        self.checkpoint = checkpoint
+        super().__init__(message)
+
+
 class DivergenceError(RuntimeError):
-    """The particle dynamics produced NaN/Inf; carries the step and temperature."""
+    """The particle dynamics produced NaN/Inf (CLI exit code 1); carries the step and
+    temperature. The message is one line naming both and the likely cause."""
 
     def __init__(self, step: int, tau: float, message: str):
         self.step = step
         self.tau = tau
         super().__init__(message)
+
+
+class StudyError(InputError):
+    """A study file (TOML with a ``[sweep]`` table) or a study directory that cannot be used."""
+
+
+class MissingDependencyError(RuntimeError):
+    """An optional dependency (an extra of the package) is needed but not installed; the message
+    says how to install it."""

@@ -1,18 +1,33 @@
 """The main job: load a config, build the data set, integrate the ladder, write the run file.
 
-This is the Python API behind ``meanfield run``.
+This is the Python API behind ``meanfield run``. Files of a run with output ``RUN.h5``
+(``docs/format.md``, "File protocol")::
+
+    RUN.h5        the finished run; only ever created by an atomic rename of RUN.h5.part
+    RUN.h5.part   the run file being written (readable at any moment, committed rows only)
+    RUN.h5.ckpt   the last checkpoint (atomically replaced every output.checkpoint_every steps
+                  and on SIGINT/SIGTERM)
+
+A run killed at any moment (even by SIGKILL) leaves ``RUN.h5.part`` and usually
+``RUN.h5.ckpt``; ``resume=True`` continues from the checkpoint and ends bitwise identical to an
+uninterrupted run. An existing ``RUN.h5`` is not touched until a new run completes.
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
+import re
+import signal
+import threading
+from dataclasses import dataclass
 from pathlib import Path
 
+from meanfield import checkpoint as _ckpt
 from meanfield import config as _config
 from meanfield import data as _data
-from meanfield.errors import InputError
-from meanfield.store import RunWriter
+from meanfield.errors import (CheckpointError, DivergenceError, InputError, Interrupted,
+                              RunFileError)
+from meanfield.store import RunWriter, open_run
 
 
 def default_output(cfg) -> str:
@@ -20,15 +35,172 @@ def default_output(cfg) -> str:
     return f"run-{cfg.hash()}.h5"
 
 
+@dataclass(frozen=True)
+class RunPaths:
+    """The files of one run: ``final`` (RUN.h5), ``part`` (RUN.h5.part), ``ckpt``
+    (RUN.h5.ckpt); scratch files are ``RUN.h5.part.tmp`` and ``RUN.h5.ckpt.tmp``."""
+
+    final: Path
+    part: Path
+    ckpt: Path
+
+    @classmethod
+    def of(cls, output) -> "RunPaths":
+        out = Path(output)
+        return cls(out, out.with_name(out.name + ".part"), out.with_name(out.name + ".ckpt"))
+
+    @property
+    def creating(self) -> Path:
+        """Where the empty run file is laid out before it becomes ``part``."""
+        return self.part.with_name(self.part.name + ".tmp")
+
+
 def _check_output_dir(path: Path) -> None:
-    parent = path.resolve().parent
+    parent = path.absolute().parent
     if not parent.exists():
         raise InputError(str(path), "", f"output directory {parent} does not exist")
-    if not os.access(parent, os.W_OK):
+    if not parent.is_dir():
+        raise InputError(str(path), "", f"{parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
         raise InputError(str(path), "", f"output directory {parent} is not writable")
+    if path.is_dir():
+        raise InputError(str(path), "", "is a directory, expected a run file name")
 
 
-def run(cfg, output=None, *, overwrite=False, progress=None, threads=None):
+def _check_same_physics(cfg, other_hash: str, other: Path) -> None:
+    if other_hash != cfg.physics_hash():
+        raise InputError(cfg.source, "", f"differs from the config that wrote {other} (physics "
+                                         f"hash {cfg.physics_hash()} != {other_hash}); resume "
+                                         "with the same config, or pass --overwrite to start over")
+
+
+def _refuse_if_locked(part: Path) -> None:
+    """Refuse to touch a ``.part`` that a running writer holds open (HDF5 file lock)."""
+    try:
+        open_run(part)
+    except RunFileError as exc:
+        if exc.reason.startswith("not a readable HDF5 file (locked"):
+            raise InputError(str(part), "", "locked: another process is writing this run "
+                                            "(never run two 'meanfield run' with one output)") \
+                from None
+
+
+def _plan(paths: RunPaths, cfg, overwrite: bool, resume: bool) -> str:
+    """Decide what to do: ``"fresh"``, ``"resume"``, ``"finalize"`` or ``"done"``.
+
+    Raises
+    ------
+    InputError
+        The output is in the way, or belongs to another config.
+    """
+    if paths.part.exists():
+        _refuse_if_locked(paths.part)
+    if overwrite:
+        return "fresh"
+    if not resume:
+        if paths.final.exists():
+            raise InputError(str(paths.final), "", "output exists; pass --overwrite to replace "
+                                                   "it (or --resume to check it is complete)")
+        for p in (paths.part, paths.ckpt):
+            if p.exists():
+                raise InputError(str(p), "", "an interrupted run of this output exists; pass "
+                                             "--resume to continue it or --overwrite to start over")
+        return "fresh"
+    if paths.ckpt.exists():
+        if not paths.part.exists():
+            raise CheckpointError(str(paths.ckpt), "", f"its run file {paths.part.name} is "
+                                                       "missing; pass --overwrite to start over")
+        return "resume"
+    if paths.part.exists():
+        # no checkpoint: killed before the first one, or finished but not yet renamed
+        try:
+            part = open_run(paths.part)
+        except RunFileError:
+            return "fresh"      # killed while creating the file: nothing to keep
+        _check_same_physics(cfg, part.physics_hash, paths.part)
+        return "finalize" if part.complete else "fresh"
+    if paths.final.exists():
+        done = open_run(paths.final)
+        _check_same_physics(cfg, done.physics_hash, paths.final)
+        if not done.complete:
+            raise RunFileError(str(paths.final), "complete", "false and no checkpoint to "
+                                                             "resume from; pass --overwrite")
+        return "done"
+    return "fresh"
+
+
+class _StopRequest:
+    """SIGINT/SIGTERM handlers (main thread only) that ask the solver to stop at the next
+    observation boundary; a second signal aborts at once (``KeyboardInterrupt``)."""
+
+    def __init__(self, log):
+        self.requested = False
+        self._log = log
+        self._old = {}
+
+    def __call__(self) -> bool:
+        return self.requested
+
+    def _handler(self, signum, frame):
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        self._log(f"{signal.Signals(signum).name}: writing a checkpoint at the next observation "
+                  "boundary (signal again to abort)")
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old[sig] = signal.signal(sig, self._handler)
+        return self
+
+    def __exit__(self, *exc):
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
+        self._old = {}
+
+
+class _Writing:
+    """Turn an ``OSError`` (full disk, file-size limit, permissions) while writing ``path``
+    into an :class:`InputError` naming it."""
+
+    def __init__(self, path, hint=""):
+        self.path, self.hint = path, hint
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, typ, exc, tb):
+        if typ is None or isinstance(exc, InputError):
+            return False
+        if issubclass(typ, OSError):
+            reason = exc.strerror or str(exc).split("(")[0].strip() or typ.__name__
+        elif issubclass(typ, RuntimeError) and "write failed" in str(exc):
+            # h5py reports HDF5 I/O failures as RuntimeError("... error message = 'REASON' ...")
+            m = re.search(r"error message = '([^']*)'", str(exc))
+            reason = m.group(1) if m else "HDF5 write failed"
+        else:
+            return False
+        raise InputError(str(self.path), "", f"cannot write ({reason}){self.hint}") from None
+
+
+def _finalize(paths: RunPaths) -> None:
+    """Make the finished ``.part`` durable, drop the checkpoint, rename into place."""
+    with _Writing(paths.final):
+        _ckpt.fsync_path(paths.part)
+        if paths.ckpt.exists():
+            paths.ckpt.unlink()
+        os.replace(paths.part, paths.final)
+        _ckpt.fsync_path(paths.final.absolute().parent)
+
+
+def _resume_command(cfg, out: Path) -> str:
+    src = "" if cfg.source.startswith("<") else f"{cfg.source} "
+    return f"meanfield run {src}-o {out} --resume"
+
+
+def run(cfg, output=None, *, overwrite=False, resume=False, progress=None, threads=None,
+        log=None):
     """Integrate the temperature ladder of ``cfg`` and write the run file.
 
     Parameters
@@ -38,57 +210,125 @@ def run(cfg, output=None, *, overwrite=False, progress=None, threads=None):
     output : path-like, optional
         Run file to write (default :func:`default_output`).
     overwrite : bool
-        Replace an existing run file. The old file stays in place until the new run completes.
+        Start over even if the output or an interrupted run of it exists. An existing output
+        stays in place until the new run completes.
+    resume : bool
+        Continue an interrupted run from its checkpoint (bitwise identical to never stopping);
+        finish a run that was complete but not yet renamed; do nothing if the output is
+        already complete; start from the beginning if there is nothing to resume.
     progress : bool or None
         Progress bar (``None``: only on a terminal).
     threads : int, optional
         numba threads for the kernels.
+    log : callable(str), optional
+        Receives one-line status messages (resuming, signals).
 
     Returns
     -------
     pathlib.Path
-        The run file written.
+        The finished run file.
 
     Raises
     ------
     InputError
-        Invalid config or data, existing output without ``overwrite``, unwritable directory.
+        Invalid config or data; output in the way without ``overwrite``/``resume``; a resume
+        under another config; unwritable directory; a write failure (full disk).
+    meanfield.errors.Interrupted
+        SIGINT/SIGTERM: a checkpoint was written, the run can be resumed.
     meanfield.errors.DivergenceError
-        The dynamics produced NaN/Inf.
+        The dynamics produced NaN/Inf/overflow; ``RUN.h5.part`` (frames so far) and the last
+        good checkpoint are kept.
     """
-    from solvers.langevin import simulate
-
+    log = log or (lambda msg: None)
+    if overwrite and resume:
+        raise InputError(str(output or "<output>"), "", "--overwrite and --resume exclude "
+                                                        "each other")
     if cfg is None:
         cfg = _config.embedded_default()
     elif not isinstance(cfg, _config.RunConfig):
         cfg = _config.load(cfg)
     dataset = _data.from_config(cfg)
     out = Path(output) if output is not None else Path(default_output(cfg))
-    if out.exists() and not overwrite:
-        raise InputError(str(out), "", "output exists; pass --overwrite to replace it")
+    paths = RunPaths.of(out)
     _check_output_dir(out)
     # Idle OpenMP workers of the kernels spin by default. When cores are shared (other jobs,
     # several runs at once) a step then waits for a descheduled spinning thread: measured 7x
     # slower on a busy 2-core machine. Sleeping workers instead cost one thread wake-up per
     # parallel pass. An explicit setting in the environment wins.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    plan = _plan(paths, cfg, overwrite, resume)
+    if plan == "done":
+        log(f"{out} is already complete")
+        return out
+    if plan == "finalize":
+        _finalize(paths)
+        return out
+
+    from solvers.langevin import SolverState, row_counts, simulate
+    state = None
+    if plan == "resume":
+        state, meta = _ckpt.load(paths.ckpt, SolverState)
+        _check_same_physics(cfg, meta.get("physics_hash", ""), paths.ckpt)
+        want = (cfg.n_particles, dataset.d + 2)
+        if getattr(state.theta, "shape", None) != want:
+            raise CheckpointError(str(paths.ckpt), "theta", f"shape {state.theta.shape}, "
+                                                            f"expected {want}")
+        writer = RunWriter(paths.part, mode="a")
+        try:
+            _check_same_physics(cfg, writer.physics_hash, paths.part)
+            writer.truncate(state.n_frames, state.n_observations)
+        except BaseException:
+            writer.close()
+            raise
+        log(f"resuming {paths.part} from step {state.step}")
+    else:
+        with _Writing(paths.part):
+            for p in (paths.ckpt, paths.part, paths.creating):
+                if p.exists():
+                    p.unlink()
+        # Build the empty layout under another name: RUN.h5.part appears complete or not at all.
+        try:
+            with _Writing(paths.part):
+                writer = RunWriter(paths.creating, cfg, dataset, mode="w",
+                                   capacity=row_counts(cfg))
+                try:
+                    os.replace(paths.creating, paths.part)
+                except BaseException:
+                    writer.close()
+                    raise
+                writer.path = paths.part
+        except BaseException:
+            if paths.creating.exists():
+                paths.creating.unlink()
+            raise
     if threads:
         import numba
         numba.set_num_threads(int(threads))
-    # Write next to the target and move into place at the end: an existing good file is never
-    # replaced by a half-written one.
-    fd, tmp = tempfile.mkstemp(prefix=out.name + ".", suffix=".part", dir=out.resolve().parent)
-    os.close(fd)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)
+
+    def save_checkpoint(st):
+        with _Writing(paths.ckpt, "; the previous checkpoint is kept"):
+            _ckpt.fsync_path(paths.part)     # rows the checkpoint counts are on disk first
+            _ckpt.save(paths.ckpt, st, physics_hash=cfg.physics_hash(),
+                       config_hash=cfg.hash())
+
+    hint = "; free space and continue with --resume"
     try:
-        with RunWriter(tmp, cfg, dataset, mode="w") as w:
-            simulate(cfg, dataset, writer=w, progress=progress)
-            w.mark_complete()
-        os.replace(tmp, out)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        with _Writing(paths.part, hint), writer, _StopRequest(log) as stop:
+            state = simulate(cfg, dataset, writer=writer, state=state, progress=progress,
+                             on_checkpoint=save_checkpoint, should_stop=stop)
+            if state.stage < len(cfg.taus):
+                raise Interrupted(state.step, str(paths.ckpt),
+                                  f"interrupted at step {state.step}; checkpoint "
+                                  f"{paths.ckpt} written; continue with: "
+                                  f"{_resume_command(cfg, out)}")
+            writer.mark_complete()
+    except DivergenceError as exc:
+        kept = f"frames so far kept in {paths.part}" + (
+            f", last good checkpoint {paths.ckpt}" if paths.ckpt.exists() else "")
+        raise DivergenceError(exc.step, exc.tau, f"{exc} ({kept})") from None
+    except InputError:
+        if not paths.ckpt.exists() and paths.part.exists():
+            paths.part.unlink()      # nothing resumable was written
         raise
+    _finalize(paths)
     return out

@@ -14,11 +14,13 @@ Layout (documented in ``docs/format.md``)::
     root attrs  n_frames, n_observations (commit counters, written last), complete (bool)
 
 Readers trust only the first ``n_frames`` / ``n_observations`` rows, so a killed writer leaves a
-readable file holding every committed row.
+readable file holding every committed row. The writer allocates every row of the run (and the
+disk space for it) when it creates the file, so appends never change the file's structure.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import platform
@@ -60,28 +62,100 @@ def provenance() -> dict:
     return info
 
 
-def _time_element(group, name, value_shape, dtype=np.float64, chunk_rows=64):
+def _value_chunk_rows(value_shape, chunk_rows):
+    """Rows per chunk of a ``value`` dataset: ``chunk_rows``, capped at about 1 MiB a chunk."""
+    if not value_shape:
+        return chunk_rows
+    return max(1, min(chunk_rows, 2**20 // (8 * int(np.prod(value_shape)))))
+
+
+def _elements(N, d, n):
+    """The time-dependent elements of a run file: ``(path, value_shape, counter, chunk_rows)``."""
+    return ([("particles/neurons/position", (N, d + 2), "n_frames", 1),
+             ("particles/neurons/temperature", (), "n_frames", 64)]
+            + [(f"observables/{name}", (n,) if name == "residuals" else (), "n_observations", 64)
+               for name in OBSERVABLES])
+
+
+def estimate_size(n_particles, d, n, capacity) -> int:
+    """Upper bound, in bytes, of a new run file holding ``capacity = (n_frames,
+    n_observations)`` rows (raw data of every allocated chunk, plus 4 KiB of metadata per
+    dataset and 64 KiB for the rest)."""
+    rows = {"n_frames": int(capacity[0]), "n_observations": int(capacity[1])}
+    total = 8 * n * (d + 1) + 65536
+    for _, shape, counter, crows in _elements(n_particles, d, n):
+        r = rows[counter]
+        for shp, cr in (((), crows), ((), crows), (shape, _value_chunk_rows(shape, crows))):
+            total += -(-r // cr) * cr * 8 * int(np.prod(shp, dtype=np.int64)) + 4096
+    return int(total)
+
+
+def _reserve(path, nbytes) -> None:
+    """Fail early and cleanly (``OSError``: ENOSPC, EFBIG) if ``nbytes`` cannot be written at
+    ``path``; HDF5 itself does not recover from a failed write. Leaves an empty file."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    try:
+        _fallocate(fd, nbytes)
+        os.ftruncate(fd, 0)
+    finally:
+        os.close(fd)
+
+
+def _fallocate(fd, nbytes) -> None:
+    """Allocate disk blocks for the first ``nbytes`` of ``fd`` (no-op where unsupported)."""
+    if nbytes <= 0 or not hasattr(os, "posix_fallocate"):
+        return
+    try:
+        os.posix_fallocate(fd, 0, nbytes)
+    except OSError as exc:
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            raise
+
+
+def _time_element(group, name, value_shape, rows=0, dtype=np.float64, chunk_rows=64):
+    """Create an H5MD time-dependent element ``{step, time, value}`` with ``rows`` rows
+    allocated up front (early allocation, no fill): appends then only write raw data into space
+    that already exists, so a crash never leaves half-updated chunk indices or dataset shapes."""
+    h5py = _h5py()
     g = group.create_group(name)
-    g.create_dataset("step", shape=(0,), maxshape=(None,), dtype=np.int64, chunks=(chunk_rows,))
-    g.create_dataset("time", shape=(0,), maxshape=(None,), dtype=np.float64, chunks=(chunk_rows,))
-    g.create_dataset("value", shape=(0,) + tuple(value_shape), maxshape=(None,) + tuple(value_shape),
-                     dtype=dtype, chunks=(chunk_rows if not value_shape else
-                                          max(1, min(chunk_rows, 2**20 // (8 * int(np.prod(value_shape))))),)
-                     + tuple(value_shape))
+    value_shape = tuple(value_shape)
+    for key, shape, dt, crows in (("step", (), np.int64, chunk_rows),
+                                  ("time", (), np.float64, chunk_rows),
+                                  ("value", value_shape, dtype,
+                                   _value_chunk_rows(value_shape, chunk_rows))):
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+        dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)
+        g.create_dataset(key, shape=(rows,) + shape, maxshape=(None,) + shape, dtype=dt,
+                         chunks=(crows,) + shape, dcpl=dcpl)
     return g
 
 
-def _append(g, steps, times, values):
+def _write_rows(g, start, steps, times, values):
+    """Write rows ``start:start+k`` of an element, growing it only if the preallocated rows
+    are exhausted."""
     k = len(steps)
-    m = g["step"].shape[0]
     for name, arr in (("step", steps), ("time", times), ("value", values)):
         ds = g[name]
-        ds.resize(m + k, axis=0)
-        ds[m:m + k] = arr
+        if ds.shape[0] < start + k:
+            ds.resize(start + k, axis=0)
+        ds[start:start + k] = arr
+
+
+def _shrink(g, rows):
+    for name in ("step", "time", "value"):
+        if g[name].shape[0] != rows:
+            g[name].resize(rows, axis=0)
 
 
 class RunWriter:
     """Writes one run file; flushes after every append and bumps the commit counters last.
+
+    The datasets are allocated for ``capacity`` rows when the file is created; row ``k`` of a
+    time-dependent element is valid only if ``k < n_frames`` (particles) or
+    ``k < n_observations`` (observables), the root attributes written after the rows.
+    :meth:`mark_complete` trims the datasets to the committed rows, so a complete file is a
+    plain H5MD file.
 
     Parameters
     ----------
@@ -91,23 +165,56 @@ class RunWriter:
         Needed when creating.
     dataset : meanfield.data.Dataset
         Needed when creating.
+    capacity : tuple (n_frames, n_observations), optional
+        Rows to allocate when creating (see :func:`solvers.langevin.row_counts`); appends
+        beyond it grow the datasets.
+
+    Raises
+    ------
+    RunFileError
+        ``mode="a"`` on a file that is not a run file of a supported schema.
+    OSError
+        The file cannot be created or written (permissions, full disk, file-size limit).
     """
 
-    def __init__(self, path, cfg=None, dataset=None, mode="w"):
+    def __init__(self, path, cfg=None, dataset=None, mode="w", capacity=(0, 0)):
         h5py = _h5py()
         self.path = Path(path)
+        self.f = None
         if mode == "w":
+            # Reserve the space first: a full disk or a file-size limit then fails here with a
+            # plain OSError, before HDF5 writes anything (HDF5 does not survive failed writes).
+            need = estimate_size(cfg.n_particles, dataset.d, dataset.n, capacity)
+            try:
+                _reserve(self.path, need)
+            except OSError as exc:
+                raise OSError(exc.errno, f"{exc.strerror}; the run file needs about "
+                                         f"{need / 1e6:.3g} MB", str(self.path)) from None
             self.f = h5py.File(self.path, "w", libver=("earliest", "v110"))
-            self._create(cfg, dataset)
+            self._create(cfg, dataset, capacity)
+            # The preallocated rows are holes in a sparse file: give them blocks now, so that
+            # appends never meet a full disk.
+            fd = os.open(self.path, os.O_WRONLY)
+            try:
+                _fallocate(fd, os.fstat(fd).st_size)
+            finally:
+                os.close(fd)
         elif mode == "a":
-            self.f = h5py.File(self.path, "a")
+            try:
+                self.f = h5py.File(self.path, "a")
+            except OSError as exc:
+                raise RunFileError(str(self.path), "",
+                                   f"not a readable HDF5 file ({_h5_reason(exc)})") from None
             check_schema(self.f, str(self.path))
         else:  # pragma: no cover
             raise ValueError(mode)
+        self.n_frames = int(self.f.attrs.get("n_frames", 0))
+        self.n_observations = int(self.f.attrs.get("n_observations", 0))
 
-    def _create(self, cfg, dataset):
+    def _create(self, cfg, dataset, capacity):
         f = self.f
         d, n, N = dataset.d, dataset.n, cfg.n_particles
+        cap_frames, cap_obs = (int(c) for c in capacity)
         h = f.create_group("h5md")
         h.attrs["version"] = np.array([1, 1], dtype=np.int32)
         h.create_group("author").attrs["name"] = os.environ.get("USER", "unknown")
@@ -139,12 +246,13 @@ class RunWriter:
         box = neu.create_group("box")
         box.attrs["dimension"] = d + 2
         box.attrs["boundary"] = np.array(["none"] * (d + 2), dtype="S4")
-        pos = _time_element(neu, "position", (N, d + 2), chunk_rows=1)
-        pos["value"].attrs["columns"] = "a," + ",".join(f"w{k + 1}" for k in range(d)) + ",b"
-        _time_element(neu, "temperature", ())
-        obs = f.create_group("observables")
-        for name in OBSERVABLES:
-            _time_element(obs, name, (n,) if name == "residuals" else ())
+        f.create_group("observables")
+        rows = {"n_frames": cap_frames, "n_observations": cap_obs}
+        for path, shape, counter, crows in _elements(N, d, n):
+            parent, name = path.rsplit("/", 1)
+            _time_element(f[parent], name, shape, rows=rows[counter], chunk_rows=crows)
+        f["particles/neurons/position/value"].attrs["columns"] = (
+            "a," + ",".join(f"w{k + 1}" for k in range(d)) + ",b")
         f.attrs["n_frames"] = 0
         f.attrs["n_observations"] = 0
         f.attrs["complete"] = False
@@ -153,10 +261,12 @@ class RunWriter:
     def append_frame(self, theta, step, time, tau):
         """Append one snapshot frame ``theta`` (N, d+2) at ``step``/``time`` and temperature ``tau``."""
         neu = self.f["particles/neurons"]
-        _append(neu["position"], [step], [time], np.asarray(theta)[None])
-        _append(neu["temperature"], [step], [time], [tau])
+        k = self.n_frames
+        _write_rows(neu["position"], k, [step], [time], np.asarray(theta)[None])
+        _write_rows(neu["temperature"], k, [step], [time], [tau])
         self.f.flush()
-        self.f.attrs["n_frames"] = neu["position/step"].shape[0]
+        self.n_frames = k + 1
+        self.f.attrs["n_frames"] = self.n_frames
         self.f.flush()
 
     def append_observations(self, rows):
@@ -167,29 +277,51 @@ class RunWriter:
         obs = self.f["observables"]
         steps = [r["step"] for r in rows]
         times = [r["time"] for r in rows]
+        k = self.n_observations
         for name in OBSERVABLES:
-            _append(obs[name], steps, times, np.asarray([r[name] for r in rows]))
+            _write_rows(obs[name], k, steps, times, np.asarray([r[name] for r in rows]))
         self.f.flush()
-        self.f.attrs["n_observations"] = obs["risk/step"].shape[0]
+        self.n_observations = k + len(rows)
+        self.f.attrs["n_observations"] = self.n_observations
         self.f.flush()
 
     def truncate(self, n_frames, n_observations):
-        """Drop rows beyond the given counts (used when resuming from a checkpoint)."""
-        neu = self.f["particles/neurons"]
-        for g in (neu["position"], neu["temperature"]):
-            for k in ("step", "time", "value"):
-                g[k].resize(n_frames, axis=0)
-        for name in OBSERVABLES:
-            for k in ("step", "time", "value"):
-                self.f["observables"][name][k].resize(n_observations, axis=0)
-        self.f.attrs["n_frames"] = n_frames
-        self.f.attrs["n_observations"] = n_observations
+        """Forget rows beyond the given counts (used when resuming from a checkpoint).
+
+        Only the commit counters move back; the rows behind them are overwritten by the next
+        appends.
+
+        Raises
+        ------
+        RunFileError
+            The file holds fewer committed rows than requested.
+        """
+        if n_frames > self.n_frames or n_observations > self.n_observations:
+            raise RunFileError(str(self.path), "n_frames",
+                               f"holds {self.n_frames} frames and {self.n_observations} "
+                               f"observations, fewer than the checkpoint's {n_frames} and "
+                               f"{n_observations}; the run file does not belong to it")
+        self.n_frames, self.n_observations = int(n_frames), int(n_observations)
+        self.f.attrs["n_frames"] = self.n_frames
+        self.f.attrs["n_observations"] = self.n_observations
         self.f.attrs["complete"] = False
         self.f.flush()
 
     def mark_complete(self):
+        """Trim the datasets to the committed rows and set ``complete``."""
+        neu = self.f["particles/neurons"]
+        for g in (neu["position"], neu["temperature"]):
+            _shrink(g, self.n_frames)
+        for name in OBSERVABLES:
+            _shrink(self.f["observables"][name], self.n_observations)
+        self.f.flush()
         self.f.attrs["complete"] = True
         self.f.flush()
+
+    @property
+    def physics_hash(self) -> str:
+        """The ``physics_hash`` of the config that created the file."""
+        return str(self.f["parameters"].attrs.get("physics_hash", ""))
 
     def close(self):
         if getattr(self, "f", None) is not None:
@@ -203,19 +335,44 @@ class RunWriter:
         self.close()
 
 
+def _h5_reason(exc) -> str:
+    """The first clause of an HDF5 error message, e.g. ``unable to open file``, or what a
+    failure to lock the file means."""
+    msg = str(exc)
+    if "unable to lock file" in msg:
+        if "errno = 11" in msg:
+            return ("locked: another process has it open for writing, e.g. a running "
+                    "'meanfield run'")
+        return ("file locking failed; on a network file system set "
+                "HDF5_USE_FILE_LOCKING=FALSE (docs/format.md)")
+    msg = msg.split("(")[0]
+    return (msg[msg.index("]") + 1:] if msg.startswith("[Errno") else msg).strip() \
+        or type(exc).__name__
+
+
 def check_schema(f, source):
-    """Raise :class:`RunFileError` unless ``f`` is a meanfield run file of a supported schema."""
+    """Raise :class:`RunFileError` unless ``f`` is a meanfield run file of a supported schema.
+
+    A file written by a newer meanfield (``schema_version`` > :data:`SCHEMA_VERSION`) is
+    refused rather than misread.
+    """
     if "h5md" not in f or "parameters" not in f:
         raise RunFileError(source, "", "not a meanfield run file (no /h5md or /parameters group)")
     v = f["parameters"].attrs.get("schema_version")
     if v is None:
-        raise RunFileError(source, "parameters.schema_version", "missing")
-    if int(v) > SCHEMA_VERSION:
         raise RunFileError(source, "parameters.schema_version",
-                           f"version {int(v)} is newer than this meanfield supports "
+                           "missing; not a meanfield run file")
+    try:
+        v = int(np.asarray(v).item())
+    except (TypeError, ValueError):
+        raise RunFileError(source, "parameters.schema_version",
+                           f"not an integer ({v!r})") from None
+    if v > SCHEMA_VERSION:
+        raise RunFileError(source, "parameters.schema_version",
+                           f"version {v} is newer than this meanfield supports "
                            f"({SCHEMA_VERSION}); upgrade meanfield")
-    if int(v) < 1:
-        raise RunFileError(source, "parameters.schema_version", f"unknown version {int(v)}")
+    if v < 1:
+        raise RunFileError(source, "parameters.schema_version", f"unknown version {v}")
 
 
 @dataclass
@@ -230,6 +387,7 @@ class Run:
     frame_step : ndarray (F,) int; frame_time : ndarray (F,); frame_tau : ndarray (F,)
     observables : dict of name -> dict(step, time, value)
     complete : bool            the run reached the end of its ladder
+    physics_hash : str         ``RunConfig.physics_hash()`` of the config that wrote it
     """
 
     path: str
@@ -244,6 +402,7 @@ class Run:
     complete: bool
     provenance: dict
     schema_version: int
+    physics_hash: str = ""
 
     @property
     def n(self):
@@ -274,19 +433,26 @@ class Run:
 def open_run(path) -> Run:
     """Read a run file's metadata, data, frame index and observables.
 
+    Works on a partial file (``RUN.h5.part`` of a killed or running writer) as well: only the
+    committed rows are read.
+
     Raises
     ------
     RunFileError
-        Missing, unreadable, truncated or foreign file, or a newer schema version.
+        Missing, unreadable, truncated or foreign file, inconsistent commit counters, or a newer
+        schema version.
     """
     h5py = _h5py()
     src = str(path)
-    if not Path(path).exists():
+    p = Path(path)
+    if not p.exists():
         raise RunFileError(src, "", "no such file")
+    if p.is_dir():
+        raise RunFileError(src, "", "is a directory, expected a run file (.h5)")
     try:
         f = h5py.File(path, "r")
     except OSError as exc:
-        raise RunFileError(src, "", f"not a readable HDF5 file ({str(exc).split('(')[0].strip()})") from None
+        raise RunFileError(src, "", f"not a readable HDF5 file ({_h5_reason(exc)})") from None
     try:
         with f:
             check_schema(f, src)
@@ -295,6 +461,14 @@ def open_run(path) -> Run:
             nf = int(f.attrs.get("n_frames", 0))
             no = int(f.attrs.get("n_observations", 0))
             pos = f["particles/neurons/position"]
+            temp = f["particles/neurons/temperature"]
+            for g, rows, counter in ((pos, nf, "n_frames"), (temp, nf, "n_frames")) + tuple(
+                    (f["observables"][name], no, "n_observations") for name in OBSERVABLES):
+                for k in ("step", "time", "value"):
+                    if not 0 <= rows <= g[k].shape[0]:
+                        raise RunFileError(src, counter,
+                                           f"damaged run file: {counter}={rows} but "
+                                           f"{g.name}/{k} holds {g[k].shape[0]} rows")
             obs = {}
             for name in OBSERVABLES:
                 g = f["observables"][name]
@@ -303,11 +477,12 @@ def open_run(path) -> Run:
                        X=np.asarray(f["data/X"]), y=np.asarray(f["data/y"]),
                        frame_step=np.asarray(pos["step"][:nf]),
                        frame_time=np.asarray(pos["time"][:nf]),
-                       frame_tau=np.asarray(f["particles/neurons/temperature/value"][:nf]),
+                       frame_tau=np.asarray(temp["value"][:nf]),
                        observables=obs, complete=bool(f.attrs.get("complete", False)),
                        provenance=json.loads(str(p.attrs.get("provenance", "{}"))),
-                       schema_version=int(p.attrs["schema_version"]))
+                       schema_version=int(p.attrs["schema_version"]),
+                       physics_hash=str(p.attrs.get("physics_hash", "")))
     except RunFileError:
         raise
-    except (KeyError, OSError, ValueError) as exc:
-        raise RunFileError(src, "", f"damaged or incomplete run file ({exc})") from None
+    except (KeyError, OSError, ValueError, TypeError) as exc:
+        raise RunFileError(src, "", f"damaged or incomplete run file ({_h5_reason(exc)})") from None

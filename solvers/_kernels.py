@@ -20,7 +20,7 @@ One step is one parallel pass over fixed blocks of ``BLOCK`` particles. For its 
 
 1. accumulates the data gradient over the current batch points (vectorised over particles;
    the sum over ``j`` is serial per particle, in batch order),
-2. applies weight decay, drift and noise to the block (``a`` last, since ``∇_u`` uses the old ``a``),
+2. applies weight decay, drift and noise to the block (``a`` last: ``∇_u`` uses the old ``a``),
 3. computes the block's partial predictor sums ``Σ_{i∈block} a_i σ(z_ij)`` on the *next* step's
    batch points (vectorised over points; the sum over particles is serial in particle order).
 
@@ -391,7 +391,6 @@ def _forward_block(T, lo, m, XT, nb_pts, partial, blk, sc, t, zoff, kind, p, dim
     """``partial[blk, j] = Σ_{i<m} a σ(z)`` for particles ``lo..lo+m-1`` and the points
     ``XT[:, j]``, ``j < nb_pts``: serial over particles (four per sweep, added in order),
     vectorised over points."""
-    d = len(dims)
     for j in range(nb_pts):
         partial[blk, j] = 0.0
     ii = _U(0)

@@ -66,6 +66,21 @@ def snapshot_steps(steps_per_tau: int, snapshots_per_tau: int) -> list[int]:
     return sorted({half + int(round((steps_per_tau - half) * (s + 1) / S)) for s in range(S)})
 
 
+def row_counts(cfg) -> tuple[int, int]:
+    """Rows :func:`simulate` writes for ``cfg``: ``(n_frames, n_observations)``.
+
+    Per temperature an observation is written at every multiple of ``observe_every``, at every
+    snapshot step and at the end of the stage; frames at the snapshot steps. The run file
+    allocates exactly these rows up front (``meanfield.store.RunWriter``).
+    """
+    T = int(cfg.dynamics["steps_per_tau"])
+    every = int(cfg.output["observe_every"])
+    snaps = snapshot_steps(T, int(cfg.output["snapshots_per_tau"]))
+    extra = len({s for s in snaps + [T] if s % every})
+    n_taus = len(cfg.taus)
+    return len(snaps) * n_taus, (T // every + extra) * n_taus
+
+
 def stationarity(resid_history: list) -> float:
     """Drift of the time-averaged residuals over the last window, in units of ``f``.
 
@@ -150,15 +165,16 @@ def simulate(cfg, dataset, writer=None, state: SolverState | None = None, progre
             code = stepper.advance(theta, tau, state.step, nsteps)
             state.step += nsteps
             state.step_in_stage = target
-            if code != 0 or not np.all(np.isfinite(theta[:: max(1, N // 1024)])):
+            msq = float(np.mean(np.einsum("ij,ij->i", theta, theta))) if code == 0 else math.nan
+            if not (math.isfinite(msq) and np.all(np.isfinite(theta))):  # NaN, Inf or overflow
                 raise DivergenceError(
                     state.step, tau,
-                    f"dynamics diverged (NaN/Inf) by step {state.step} at tau={tau:g}; "
-                    f"the step size eta={eta:g} is likely too large for this data scale "
-                    f"(try eta/2) or init_scale too big")
+                    f"dynamics diverged (NaN/Inf/overflow) between steps "
+                    f"{state.step - nsteps} and {state.step} at tau={tau:g}; the step size "
+                    f"eta={eta:g} is likely too large for this data scale (try eta/2) "
+                    f"or init_scale too big")
             R = stepper.R.copy()
             state.stage_residuals.append(R)
-            msq = float(np.mean(np.einsum("ij,ij->i", theta, theta)))
             row = {"step": state.step, "time": state.step * eta, "tau": tau,
                    "risk": float(np.sum((n * R) ** 2) / n), "regulariser": 0.5 * lam * msq,
                    "mean_sq_norm": msq, "stationarity": stationarity(state.stage_residuals),

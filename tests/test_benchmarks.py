@@ -3,7 +3,6 @@ like): drift against meanfield.model, and noise of standard deviation sqrt(2 η 
 
 import math
 
-import numpy as np
 import pytest
 
 from benchmarks import bench_step as bs
@@ -11,11 +10,7 @@ from benchmarks.common import ETA, TAU, problem
 
 
 def impls():
-    try:
-        import torch  # noqa: F401
-        return bs.implementations(with_torch=True)
-    except ImportError:
-        return bs.implementations(with_torch=False)
+    return bs.implementations(with_torch=True)   # without torch: ours and NumPy only
 
 
 def test_peers_take_the_reference_drift_step():

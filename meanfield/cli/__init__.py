@@ -14,10 +14,10 @@ import argparse
 import importlib
 import sys
 
-from meanfield.errors import InputError
+from meanfield.errors import DivergenceError, InputError, Interrupted
 
 #: Modules (under ``meanfield.cli``) that each register one command, in ``--help`` order.
-COMMANDS = ["run", "inspect", "analyze"]
+COMMANDS = ["run", "inspect", "analyze", "dichotomies", "reference", "sweep", "highdim"]
 
 EPILOG = """\
 examples:
@@ -25,16 +25,20 @@ examples:
   meanfield run data/skm22_d7.toml -o d7.h5
   meanfield inspect d7.h5
   meanfield analyze d7.h5 -o d7-report
+  meanfield dichotomies data/skm22_d12.csv --json   # exact P, Cover, general position
+  meanfield reference gibbs data/skm22_d7.toml --json   # exact stationary measure, each tau
+  meanfield reference convex data/skm22_d7.toml         # the tau -> 0 convex limit
+  meanfield sweep lowtemp.toml --workers 2   # a grid of runs on a local Dask cluster
+  meanfield highdim --neurons 2 --n 20 --d 200,800,3200 --json -o out/
 
-exit codes: 0 ok, 2 bad input, 130 interrupted (checkpoint kept), 1 other errors.
+exit codes: 0 ok, 2 bad input, 130 interrupted (checkpoint kept), 1 diverged or other errors.
 Run 'meanfield COMMAND --help' for the options of each command; docs/cli.md has the details.
 """
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # usage errors are bad input: exit 2 with one line
-        self.print_usage(sys.stderr)
-        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        sys.stderr.write(f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
         raise SystemExit(2)
 
 
@@ -64,9 +68,15 @@ def main(argv=None) -> int:
     except InputError as exc:
         sys.stderr.write(f"meanfield: error: {exc.line()}\n")
         return 2
+    except Interrupted as exc:
+        sys.stderr.write(f"meanfield: {exc}\n")
+        return 130
     except KeyboardInterrupt:
         sys.stderr.write("meanfield: interrupted\n")
         return 130
+    except DivergenceError as exc:
+        sys.stderr.write(f"meanfield: error: {exc}\n")
+        return 1
     except BrokenPipeError:  # e.g. `meanfield inspect x.h5 --json | head`
         return 0
 

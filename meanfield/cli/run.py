@@ -11,12 +11,24 @@ def register(sub):
         "run", help="integrate the mean-field Langevin particles over a temperature ladder",
         description="Integrate N interacting particles (a, w, b) by Euler-Maruyama over the "
                     "temperatures dynamics.taus (hot to cold, each warm-started from the "
-                    "previous), writing snapshot frames and observables to an HDF5 run file.",
+                    "previous), writing snapshot frames and observables to an HDF5 run file. "
+                    "While running, the file is RUN.h5.part with a checkpoint RUN.h5.ckpt "
+                    "(every output.checkpoint_every steps and on SIGINT/SIGTERM, exit code "
+                    "130); it becomes RUN.h5 when complete.",
         epilog="Without CONFIG the embedded default runs: eight points in the plane "
-               "(data/plane8.csv), N=4000, lam=0.05, eta=0.05, taus=[1e-2, 1e-3, 1e-4].")
+               "(data/plane8.csv), N=4000, lam=0.05, eta=0.05, taus=[1e-2, 1e-3, 1e-4]. "
+               "Exit codes: 0 done, 2 bad input (nothing written), 130 interrupted "
+               "(checkpoint kept, continue with --resume), 1 diverged (NaN/Inf; frames and "
+               "the last good checkpoint kept) or other errors.")
     p.add_argument("config", nargs="?", help="TOML config (see docs/cli.md); default: embedded")
     p.add_argument("-o", "--output", help="run file to write (default: run-<config hash>.h5)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing run file")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--overwrite", action="store_true",
+                      help="start over even if the output or an interrupted run of it exists "
+                           "(the old output stays until the new run completes)")
+    mode.add_argument("--resume", action="store_true",
+                      help="continue an interrupted run from its checkpoint (bitwise identical "
+                           "to an uninterrupted run; the config must be the same)")
     p.add_argument("--threads", type=int, default=None, help="numba threads (default: all cores)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=main)
@@ -24,9 +36,14 @@ def register(sub):
 
 def main(args) -> int:
     from meanfield import runner
+
+    def log(msg):
+        sys.stderr.write(f"meanfield: {msg}\n")
+        sys.stderr.flush()
+
     t0 = time.time()
-    out = runner.run(args.config, args.output, overwrite=args.overwrite,
-                     progress=False if args.quiet else None, threads=args.threads)
-    sys.stderr.write(f"meanfield: wrote {out} in {time.time() - t0:.1f} s\n")
+    out = runner.run(args.config, args.output, overwrite=args.overwrite, resume=args.resume,
+                     progress=False if args.quiet else None, threads=args.threads, log=log)
+    log(f"wrote {out} in {time.time() - t0:.1f} s")
     print(out)
     return 0

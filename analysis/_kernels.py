@@ -1,0 +1,232 @@
+"""Private numba kernels of the analysis package (the only numba code in ``analysis``).
+
+``region_count`` counts the regions of a central hyperplane arrangement in ``R^D`` by the
+incremental deletion–restriction recursion (THEORY §6, engineering notes §5)::
+
+    r({H_1..H_m}) = 1 + Σ_k r({H_1..H_{k-1}} restricted to H_k)
+
+with the hyperplanes of every restriction merged when they coincide. Base cases: no hyperplane
+gives 1 region; in ``R^2`` ``m`` distinct lines give ``2m``; in ``R^1`` one point gives 2.
+
+Numerics: every normal is a unit vector. The restriction to ``H_k`` is computed in an
+orthonormal basis of ``H_k`` (a Householder reflection), so angles are preserved. Two hyperplanes
+coincide when the chord distance of their unit normals up to sign, ``min(|p − q|, |p + q|)``, is at
+most ``tol`` (computed from the differences, never from ``1 − |p·q|``, which loses all digits
+below 1e-8); in ``R^2`` the same test is done on the sorted line angles modulo π. The kernel
+records the largest distance it merged and the smallest distance it kept apart, so a caller can
+see how far the decisions are from the tolerance.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+_PI = np.pi
+
+
+@nb.njit(cache=True)
+def _restrict(buf, depth, k, D, out, tol, stats):
+    """Restrict hyperplanes ``buf[depth, :k, :D]`` to ``H = buf[depth, k]``; write the distinct
+    unit normals (in an orthonormal basis of ``H``, dimension ``D − 1``) to ``out`` and return
+    their number."""
+    h = buf[depth, k]
+    last = D - 1
+    s = 1.0 if h[last] >= 0.0 else -1.0
+    ww = 0.0
+    for c in range(last):
+        ww += h[c] * h[c]
+    wl = h[last] + s
+    ww += wl * wl
+    cnt = 0
+    p = np.empty(last)
+    for i in range(k):
+        a = buf[depth, i]
+        dot = 0.0
+        for c in range(last):
+            dot += h[c] * a[c]
+        dot += wl * a[last]
+        coef = 2.0 * dot / ww
+        nrm = 0.0
+        for c in range(last):
+            p[c] = a[c] - coef * h[c]
+            nrm += p[c] * p[c]
+        nrm = np.sqrt(nrm)
+        if nrm <= tol:                      # H_i coincides with H: not a hyperplane of H
+            if nrm > stats[0]:
+                stats[0] = nrm
+            continue
+        if nrm < stats[1]:
+            stats[1] = nrm
+        for c in range(last):
+            p[c] /= nrm
+        best = 4.0
+        for j in range(cnt):
+            q = out[j]
+            sdot = 0.0
+            for c in range(last):
+                sdot += p[c] * q[c]
+            sg = 1.0 if sdot >= 0.0 else -1.0
+            d2 = 0.0
+            for c in range(last):
+                e = p[c] - sg * q[c]
+                d2 += e * e
+            if d2 < best:
+                best = d2
+        best = np.sqrt(best)
+        if cnt > 0 and best <= tol:
+            if best > stats[0]:
+                stats[0] = best
+            continue
+        if cnt > 0 and best < stats[1]:
+            stats[1] = best
+        for c in range(last):
+            out[cnt, c] = p[c]
+        cnt += 1
+    return cnt
+
+
+@nb.njit(cache=True)
+def _lines_in_plane(buf, depth, k, ang, tol, stats):
+    """Number of distinct lines of ``buf[depth, :k]`` restricted to ``H = buf[depth, k]``, for
+    ``D = 3`` (the restriction lives in ``R^2``); lines are compared by angle modulo π."""
+    h = buf[depth, k]
+    s = 1.0 if h[2] >= 0.0 else -1.0
+    wl = h[2] + s
+    ww = h[0] * h[0] + h[1] * h[1] + wl * wl
+    m = 0
+    for i in range(k):
+        a = buf[depth, i]
+        coef = 2.0 * (h[0] * a[0] + h[1] * a[1] + wl * a[2]) / ww
+        p0 = a[0] - coef * h[0]
+        p1 = a[1] - coef * h[1]
+        nrm = np.sqrt(p0 * p0 + p1 * p1)
+        if nrm <= tol:
+            if nrm > stats[0]:
+                stats[0] = nrm
+            continue
+        if nrm < stats[1]:
+            stats[1] = nrm
+        t = np.arctan2(p1, p0)
+        if t < 0.0:
+            t += _PI
+        if t >= _PI:
+            t -= _PI
+        ang[m] = t
+        m += 1
+    if m <= 1:
+        return m
+    srt = np.sort(ang[:m])
+    lines = 1
+    for j in range(1, m):
+        g = srt[j] - srt[j - 1]
+        if g <= tol:
+            if g > stats[0]:
+                stats[0] = g
+        else:
+            if g < stats[1]:
+                stats[1] = g
+            lines += 1
+    g = srt[0] + _PI - srt[m - 1]           # the first and last angles are neighbours mod π
+    if g <= tol:
+        if g > stats[0]:
+            stats[0] = g
+        lines -= 1
+    elif g < stats[1]:
+        stats[1] = g
+    return max(lines, 1)
+
+
+@nb.njit(cache=True)
+def _regions(buf, m0, D0, ang, tol, stats):
+    """Regions of the central arrangement of the ``m0`` distinct unit normals
+    ``buf[0, :m0, :D0]`` in ``R^D0``.
+
+    The recursion ``r = 1 + Σ_k r(restriction to H_k)`` is run as a depth-first traversal with
+    an explicit stack (numba's cache cannot hold recursive functions): level ``l`` holds its
+    normals in ``buf[l]`` and lives in ``R^(D0 − l)``; every level with hyperplanes adds its
+    ``1``, and a level in ``R^3`` adds the ``2 × lines`` (or 1) of each restriction directly.
+    """
+    if m0 == 0:
+        return np.int64(1)
+    if D0 == 1:
+        return np.int64(2)
+    if D0 == 2:
+        return np.int64(2 * m0)
+    mm = np.zeros(D0, dtype=np.int64)
+    kk = np.zeros(D0, dtype=np.int64)
+    mm[0] = m0
+    total = np.int64(1)
+    depth = 0
+    while depth >= 0:
+        if kk[depth] == mm[depth]:
+            depth -= 1
+            continue
+        k = kk[depth]
+        kk[depth] += 1
+        D = D0 - depth
+        if D == 3:
+            lines = _lines_in_plane(buf, depth, k, ang, tol, stats)
+            total += 2 * lines if lines > 0 else 1
+        else:
+            cnt = _restrict(buf, depth, k, D, buf[depth + 1], tol, stats)
+            total += 1
+            if cnt > 0:
+                mm[depth + 1] = cnt
+                kk[depth + 1] = 0
+                depth += 1
+    return total
+
+
+@nb.njit(cache=True)
+def region_count(normals, tol):
+    """Regions of the central arrangement ``{u : normals[j]·u = 0}``.
+
+    Parameters
+    ----------
+    normals : ndarray of shape (n, D), float64
+        Non-zero normals (not necessarily unit, duplicates allowed).
+    tol : float
+        Chord tolerance on unit normals up to sign (see the module docstring).
+
+    Returns
+    -------
+    count : int
+    stats : ndarray of shape (2,)
+        ``[largest merged distance, smallest kept distance]`` (0 and 4 when no decision).
+    n_distinct : int
+        Number of distinct hyperplanes.
+    """
+    n, D = normals.shape
+    buf = np.zeros((D + 1, n + 1, D))
+    ang = np.empty(n + 1)
+    stats = np.array([0.0, 4.0])
+    cnt = 0
+    for i in range(n):
+        nrm = 0.0
+        for c in range(D):
+            nrm += normals[i, c] * normals[i, c]
+        nrm = np.sqrt(nrm)
+        best = 4.0
+        for j in range(cnt):
+            sdot = 0.0
+            for c in range(D):
+                sdot += normals[i, c] * buf[0, j, c]
+            sg = 1.0 if sdot >= 0.0 else -1.0
+            d2 = 0.0
+            for c in range(D):
+                e = normals[i, c] / nrm - sg * buf[0, j, c]
+                d2 += e * e
+            if d2 < best:
+                best = d2
+        best = np.sqrt(best)
+        if cnt > 0 and best <= tol:
+            if best > stats[0]:
+                stats[0] = best
+            continue
+        if cnt > 0 and best < stats[1]:
+            stats[1] = best
+        for c in range(D):
+            buf[0, cnt, c] = normals[i, c] / nrm
+        cnt += 1
+    return _regions(buf, cnt, D, ang, tol, stats), stats, cnt

@@ -1,0 +1,201 @@
+"""Ternary activation patterns of rays and the checks of [LJM26] Theorem 6 (THEORY §7).
+
+The pattern of a direction ``v = (w, b)`` on the training inputs is
+``t(v)_j = sign(v·x̃_j) ∈ {−1, 0, +1}``, 0 when the kink of ``v`` passes through ``x_j``. The
+degeneration order is ``t ⪯ t'`` iff ``t_j ∈ {0, t'_j}`` for every ``j``. Theorem 6 (as
+summarised in THEORY §7) claims, for the learned rays: the patterns are pairwise distinct; they
+form an antichain under ``⪯``; for every binary pattern ``s ∈ {±1}^n`` at most two learned
+patterns satisfy ``t ⪯ s``. The count of rays is compared with ``2P − 1`` and with ``P − 1``
+(the convention of [LJM26] is not confirmed, THEORY §6).
+
+Deciding a 0 needs a tolerance. For a ray (a cloud of particles at finite temperature) entry
+``j`` is 0 when
+
+* the kink of the mean direction passes within ``angle_tol`` radians of ``x̃_j``, i.e.
+  ``|v·x̃_j| ≤ sin(angle_tol)·|x̃_j|`` (``v`` a unit vector), or
+* the ray's particles straddle the hyperplane ``{u : u·x̃_j = 0}``: the lighter side holds at
+  least ``mass_tol`` of the ray's mass ``Σ|a||u|``.
+
+Both tolerances are reported with the patterns, with per-ray margins.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from analysis.dichotomies import lifted
+
+#: Default angular tolerance (radians) of a 0 entry.
+ANGLE_TOL = 1e-3
+#: Default straddling-mass tolerance of a 0 entry.
+MASS_TOL = 0.1
+
+
+@dataclass
+class PatternTolerance:
+    """Tolerances of the 0 entries (module docstring)."""
+
+    angle_tol: float = ANGLE_TOL
+    mass_tol: float = MASS_TOL
+
+    def as_dict(self) -> dict:
+        return {"angle_tol": float(self.angle_tol), "mass_tol": float(self.mass_tol)}
+
+
+def ternary_pattern(v, X, angle_tol: float = ANGLE_TOL):
+    """Pattern ``sign(v·x̃_j)`` of one direction, with 0 within ``angle_tol`` of ``x̃_j``.
+
+    Parameters
+    ----------
+    v : array-like of shape (d+1,)
+        Direction ``(w, b)`` (normalised inside).
+    X : ndarray of shape (n, d)
+    angle_tol : float
+
+    Returns
+    -------
+    pattern : ndarray of shape (n,) int8
+    margin : float
+        Smallest ``|v·x̃_j|/|x̃_j|`` over the non-zero entries (``inf`` if none): how far the
+        nearest data point not on the kink is, as the sine of an angle.
+    """
+    v = np.asarray(v, dtype=float)
+    v = v / np.linalg.norm(v)
+    L = lifted(X)
+    z = (L @ v) / np.linalg.norm(L, axis=1)
+    t = np.sign(z).astype(np.int8)
+    t[np.abs(z) <= np.sin(angle_tol)] = 0
+    nz = np.abs(z[t != 0])
+    return t, float(nz.min()) if nz.size else float("inf")
+
+
+def ray_pattern(v, V_members, mass_members, X, tol: PatternTolerance = PatternTolerance()):
+    """Pattern of a ray: :func:`ternary_pattern` of its direction ``v``, with 0 also where its
+    particles straddle the hyperplane of ``x̃_j`` (module docstring).
+
+    Parameters
+    ----------
+    v : ndarray of shape (d+1,)
+        Mass-weighted mean direction of the ray.
+    V_members : ndarray of shape (m, d+1)
+        Unit directions of its particles.
+    mass_members : ndarray of shape (m,)
+        Their masses ``|a||u|``.
+    X : ndarray of shape (n, d)
+    tol : PatternTolerance
+
+    Returns
+    -------
+    pattern : ndarray of shape (n,) int8
+    info : dict
+        ``angle_margin`` (smallest ``|v·x̃_j|/|x̃_j|`` over non-zero entries),
+        ``straddle`` (lighter-side mass fraction per entry, list of n floats).
+    """
+    t, margin = ternary_pattern(v, X, tol.angle_tol)
+    L = lifted(X)
+    mm = np.asarray(mass_members, dtype=float)
+    tot = mm.sum()
+    if tot > 0 and len(mm):
+        pos = (np.asarray(V_members) @ L.T > 0)            # (m, n)
+        up = mm @ pos / tot
+        straddle = np.minimum(up, 1.0 - up)
+    else:
+        straddle = np.zeros(L.shape[0])
+    t[straddle >= tol.mass_tol] = 0
+    z = np.abs(L @ (v / np.linalg.norm(v))) / np.linalg.norm(L, axis=1)
+    nz = z[t != 0]
+    return t, {"angle_margin": float(nz.min()) if nz.size else float("inf"),
+               "straddle": [float(s) for s in straddle]}
+
+
+def precedes(t, s) -> bool:
+    """``t ⪯ s``: ``t_j ∈ {0, s_j}`` for every ``j`` (THEORY §7)."""
+    t = np.asarray(t)
+    s = np.asarray(s)
+    return bool(np.all((t == 0) | (t == s)))
+
+
+def _compatible(t, s) -> bool:
+    """Some binary pattern is above both: no ``j`` with ``t_j = −s_j ≠ 0``."""
+    t = np.asarray(t)
+    s = np.asarray(s)
+    return not bool(np.any(t * s < 0))
+
+
+def _max_clique(adj: list) -> list:
+    """A maximum clique of the graph with adjacency sets ``adj`` (Bron–Kerbosch with pivot)."""
+    best: list = []
+
+    def bk(Rset, Pset, Xset):
+        nonlocal best
+        if not Pset and not Xset:
+            if len(Rset) > len(best):
+                best = list(Rset)
+            return
+        if len(Rset) + len(Pset) <= len(best):
+            return
+        u = max(Pset | Xset, key=lambda w: len(adj[w] & Pset))
+        for v in list(Pset - adj[u]):
+            bk(Rset | {v}, Pset & adj[v], Xset & adj[v])
+            Pset = Pset - {v}
+            Xset = Xset | {v}
+
+    bk(set(), set(range(len(adj))), set())
+    return sorted(best)
+
+
+def theorem6(patterns) -> dict:
+    """Check the claims of [LJM26] Theorem 6 on a list of ray patterns (THEORY §7).
+
+    Parameters
+    ----------
+    patterns : sequence of array-like of shape (n,), entries in {−1, 0, +1}
+        One pattern per ray, ray ``k`` at position ``k``.
+
+    Returns
+    -------
+    dict
+        ``distinct`` (bool) and ``duplicates`` (pairs ``[k, l]`` with equal patterns);
+        ``antichain`` (bool) and ``comparable`` (pairs ``[k, l]``, ``k ≠ l``, with
+        ``t_k ⪯ t_l``; equal patterns are comparable both ways, so a duplicate also breaks the
+        antichain); ``max_per_binary`` (the largest number of patterns below one binary
+        ``s ∈ {±1}^n``: a maximum clique of the "no opposite non-zero entry" graph),
+        ``at_most_two_per_binary`` (bool), ``max_per_binary_rays`` (the rays of one largest set)
+        and ``binary_witness`` (an ``s`` above all of them; free entries set to +1).
+    """
+    T = [np.asarray(t, dtype=np.int8) for t in patterns]
+    J = len(T)
+    dups, comp = [], []
+    for k, l in itertools.combinations(range(J), 2):
+        if np.array_equal(T[k], T[l]):
+            dups.append([k, l])
+        if precedes(T[k], T[l]):
+            comp.append([k, l])
+        if precedes(T[l], T[k]):
+            comp.append([l, k])
+    adj = [set() for _ in range(J)]
+    for k, l in itertools.combinations(range(J), 2):
+        if _compatible(T[k], T[l]):
+            adj[k].add(l)
+            adj[l].add(k)
+    clique = _max_clique(adj) if J else []
+    witness = None
+    if clique:
+        s = np.ones(len(T[0]), dtype=np.int8)
+        for k in clique:
+            s[T[k] != 0] = T[k][T[k] != 0]
+        witness = [int(x) for x in s]
+    return {"distinct": not dups, "duplicates": dups,
+            "antichain": not comp, "comparable": comp,
+            "max_per_binary": len(clique), "at_most_two_per_binary": len(clique) <= 2,
+            "max_per_binary_rays": clique, "binary_witness": witness}
+
+
+def bounds(P: int, J: int) -> dict:
+    """The ray count ``J`` against ``2P − 1`` and ``P − 1`` (THEORY §6)."""
+    return {"J": int(J), "bound_2P_minus_1": 2 * int(P) - 1, "bound_P_minus_1": int(P) - 1,
+            "within_2P_minus_1": int(J) <= 2 * int(P) - 1,
+            "within_P_minus_1": int(J) <= int(P) - 1}

@@ -1,0 +1,203 @@
+"""Particle runs against the exact references (THEORY §4–5).
+
+- :func:`gibbs_distance`: time-averaged particle predictor on the training inputs against the
+  Gibbs fixed point at the stage's temperature (``d ≤ 2``);
+- :func:`convex_distance`: the same against the ``τ → 0`` convex reference (meaningful at the
+  lowest temperature of a ladder);
+- :func:`match_rays`: one-to-one matching of measured rays to reference rays by angle, within a
+  sign, on plain arrays (directions, signs, weights) so it works with any ray finder.
+
+References are cached per (data, ``lam``, ``tau``) for the life of the process.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+
+_CACHE: dict = {}
+
+
+def _key(X, y, lam, tau):
+    return (X.tobytes(), y.tobytes(), float(lam), None if tau is None else float(tau))
+
+
+def gibbs_reference(X, y, lam, tau):
+    """Cached :class:`solvers.gibbs.GibbsSolution` at one temperature."""
+    from solvers.gibbs import gibbs
+    k = _key(np.ascontiguousarray(X, float), np.ascontiguousarray(y, float), lam, tau)
+    if k not in _CACHE:
+        _CACHE[k] = gibbs(X, y, lam, float(tau))
+    return _CACHE[k]
+
+
+def convex_reference(X, y, lam):
+    """Cached :class:`solvers.convex.ConvexSolution`."""
+    from solvers.convex import convex
+    k = _key(np.ascontiguousarray(X, float), np.ascontiguousarray(y, float), lam, None)
+    if k not in _CACHE:
+        _CACHE[k] = convex(X, y, lam)
+    return _CACHE[k]
+
+
+def stage_of_frame(run, k: int) -> int:
+    """Ladder stage of snapshot frame ``k`` of a :class:`meanfield.store.Run` (by its step)."""
+    T = int(run.config["dynamics"]["steps_per_tau"])
+    return int((int(run.frame_step[k]) - 1) // T)
+
+
+def _particles(run, stage, window):
+    from solvers.langevin import time_average_predictor
+    return time_average_predictor(run, stage, window)
+
+
+def _distances(f, se, ref):
+    diff = np.asarray(f) - np.asarray(ref)
+    return {"max_abs_diff": float(np.max(np.abs(diff))),
+            "rms_diff": float(np.sqrt(np.mean(diff ** 2))),
+            "max_stderr": float(np.max(se)),
+            "f_particles": [float(v) for v in f], "f_reference": [float(v) for v in ref]}
+
+
+def gibbs_distance(run, stage: int, window: float = 0.5) -> dict:
+    """Distance of the time-averaged particle predictor to the Gibbs reference.
+
+    Parameters
+    ----------
+    run : meanfield.store.Run
+    stage : int
+        Ladder index (temperature ``taus[stage]``, which must be > 0).
+    window : float
+        Fraction of the stage (its end) averaged over.
+
+    Returns
+    -------
+    dict
+        ``tau, max_abs_diff, rms_diff, max_stderr, f_particles, f_reference, max_abs_G,
+        residual, seconds`` (``seconds``: wall time of the reference, 0 when cached), or
+        ``{"tau", "skipped": reason}`` when ``d > 2`` or ``tau = 0``.
+
+    Raises
+    ------
+    solvers.gibbs.GibbsConvergenceError
+        The reference did not converge.
+    """
+    import time
+    lam = float(run.config["dynamics"]["lam"])
+    tau = float(run.config["dynamics"]["taus"][stage])
+    if run.d > 2:
+        return {"tau": tau, "skipped": f"Gibbs reference needs d <= 2 (d = {run.d})"}
+    if tau <= 0:
+        return {"tau": tau, "skipped": "tau = 0 (see the convex reference)"}
+    f, se = _particles(run, stage, window)
+    t0 = time.time()
+    ref = gibbs_reference(run.X, run.y, lam, tau)
+    out = {"tau": tau, **_distances(f, se, ref.f_train), "max_abs_G": float(ref.max_abs_G),
+           "residual": float(ref.residual), "seconds": round(time.time() - t0, 3)}
+    return out
+
+
+def convex_distance(run, stage: int | None = None, window: float = 0.5) -> dict:
+    """Distance of the time-averaged particle predictor of ``stage`` (default: the coldest) to
+    the ``τ → 0`` convex reference.
+
+    Returns
+    -------
+    dict
+        ``tau, max_abs_diff, rms_diff, max_stderr, f_particles, f_reference, max_abs_G,
+        duality_gap, n_rays``.
+    """
+    lam = float(run.config["dynamics"]["lam"])
+    taus = [float(t) for t in run.config["dynamics"]["taus"]]
+    if stage is None:
+        stage = int(np.argmin(taus))
+    f, se = _particles(run, stage, window)
+    ref = convex_reference(run.X, run.y, lam)
+    return {"tau": taus[stage], **_distances(f, se, ref.f_train),
+            "max_abs_G": float(ref.max_abs_G), "duality_gap": float(ref.duality_gap),
+            "n_rays": int(len(ref.weights))}
+
+
+def match_rays(directions, signs, weights, ref_directions, ref_signs, ref_weights,
+               max_angle: float = 0.2) -> dict:
+    """Match measured rays to reference rays one to one.
+
+    Rays are paired only within one sign, by minimum total angle (Hungarian method,
+    ``scipy.optimize.linear_sum_assignment``); a pair further apart than ``max_angle`` radians
+    is left unmatched.
+
+    Parameters
+    ----------
+    directions : array-like of shape (K, d+1)
+        Measured unit directions ``v = (w, b)/|(w, b)|``.
+    signs : array-like of shape (K,)
+        Signs of ``a`` (±1).
+    weights : array-like of shape (K,)
+        Measured weights ``c_k`` (signed or magnitudes: compared as magnitudes).
+    ref_directions, ref_signs, ref_weights
+        The same for the reference (shape (L, d+1), (L,), (L,)).
+    max_angle : float
+        Largest angle (radians) for a match.
+
+    Returns
+    -------
+    dict
+        ``pairs``: list of ``{"measured", "reference", "angle", "weight", "ref_weight",
+        "weight_error"}`` (indices into the inputs, weights as magnitudes);
+        ``unmatched_measured``, ``unmatched_reference``: index lists;
+        ``max_angle``: the largest matched angle (nan when none);
+        ``max_weight_error``: largest ``|weight − ref_weight|`` over pairs (nan when none).
+    """
+    A = np.asarray(directions, dtype=float).reshape(len(signs), -1) if len(signs) else \
+        np.zeros((0, 1))
+    B = np.asarray(ref_directions, dtype=float).reshape(len(ref_signs), -1) if len(ref_signs) \
+        else np.zeros((0, 1))
+    sa, sb = np.sign(np.asarray(signs, float)), np.sign(np.asarray(ref_signs, float))
+    wa, wb = np.abs(np.asarray(weights, float)), np.abs(np.asarray(ref_weights, float))
+    pairs = []
+    if len(sa) and len(sb):
+        A = A / np.linalg.norm(A, axis=1, keepdims=True)
+        B = B / np.linalg.norm(B, axis=1, keepdims=True)
+        ang = np.arccos(np.clip(A @ B.T, -1.0, 1.0))
+        big = 1e6
+        cost = np.where(sa[:, None] == sb[None, :], ang, big)
+        cost = np.where(cost <= max_angle, cost, big)
+        ri, ci = linear_sum_assignment(cost)
+        for i, j in zip(ri, ci):
+            if cost[i, j] < big:
+                pairs.append({"measured": int(i), "reference": int(j),
+                              "angle": float(ang[i, j]), "weight": float(wa[i]),
+                              "ref_weight": float(wb[j]),
+                              "weight_error": float(abs(wa[i] - wb[j]))})
+    mi = {p["measured"] for p in pairs}
+    rj = {p["reference"] for p in pairs}
+    return {"pairs": pairs,
+            "unmatched_measured": [i for i in range(len(sa)) if i not in mi],
+            "unmatched_reference": [j for j in range(len(sb)) if j not in rj],
+            "max_angle": max((p["angle"] for p in pairs), default=math.nan),
+            "max_weight_error": max((p["weight_error"] for p in pairs), default=math.nan)}
+
+
+def compare_run(run, window: float = 0.5, rays_by_stage: dict | None = None) -> dict:
+    """All reference comparisons of a run: per stage the Gibbs distance (``d ≤ 2``, ``τ > 0``),
+    the convex distance at the coldest stage, and, when ``rays_by_stage[stage]`` gives
+    ``(directions, signs, weights)`` measured at the coldest stage, their matching to the
+    convex reference's rays.
+
+    Returns
+    -------
+    dict
+        ``{"gibbs": [per stage], "convex": {...}, "rays": {...} or None}``.
+    """
+    taus = [float(t) for t in run.config["dynamics"]["taus"]]
+    gib = [gibbs_distance(run, s, window) for s in range(len(taus))]
+    cold = int(np.argmin(taus))
+    cvx = convex_distance(run, cold, window)
+    rays = None
+    if rays_by_stage and cold in rays_by_stage:
+        ref = convex_reference(run.X, run.y, float(run.config["dynamics"]["lam"]))
+        dirs, sg, wt = rays_by_stage[cold]
+        rays = match_rays(dirs, sg, wt, ref.directions, ref.signs, ref.weights)
+    return {"gibbs": gib, "convex": cvx, "rays": rays}

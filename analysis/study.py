@@ -1,0 +1,530 @@
+"""Aggregated analysis of a study directory (``meanfield analyze STUDY_DIR``).
+
+For every finished job, a per-run summary (:func:`run_summary`) gives, per temperature of the
+ladder, the risk, the number of rays ``J`` and of kink hyperplanes ``K`` (THEORY §6). The study
+analysis groups the runs by their axis values, treats ``dynamics.seed`` as repetitions (mean and
+spread over seeds) and ``model.n_particles`` as the width:
+
+* ``table``: per parameter point (all axes but the seed) and ``τ``: number of seeds, mean and
+  sample standard deviation of the risk, ``J``, ``K`` and ``W_2`` to the widest run;
+* ``width``: ``W_2`` between the last particles at ``τ`` of width ``N`` and of the widest run
+  of the study with the same other axis values (same seed), and the slope of
+  ``log W_2`` against ``log N`` per parameter point and ``τ``.
+
+For i.i.d. samples of a fixed law in ``D`` dimensions, ``E W_2 ~ N^{-1/4}`` for ``D < 4``
+and ``N^{-1/D}`` for ``D > 4`` (Fournier & Guillin, PTRF 162, 2015), while measures
+concentrated on few rays approach the ``N^{-1/2}`` of propagation of chaos. The fitted slope is
+reported as measured; it is not forced to ``-1/2``.
+
+Only run files are read; nothing is written into them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+SEED_AXIS = "dynamics.seed"
+WIDTH_AXIS = "model.n_particles"
+#: Fraction of a stage over which the risk is time-averaged (its last half).
+RISK_WINDOW = 0.5
+
+
+# --- per-run summaries: the single coupling to the per-run analysis -------------------------
+
+def _per_run_analysis():
+    """``analysis.report.analyze_run`` when the per-run report module provides it, else None."""
+    try:
+        from analysis import report
+    except ImportError:
+        return None
+    return getattr(report, "analyze_run", None)
+
+
+def _stage_bounds(run, stage):
+    T = int(run.config["dynamics"]["steps_per_tau"])
+    return stage * T, (stage + 1) * T
+
+
+def _observable_summary(run) -> dict:
+    """Per-stage risk (time average over the last :data:`RISK_WINDOW` of the stage) and the
+    index of the stage's last snapshot frame, from the run file alone."""
+    taus = [float(t) for t in run.config["dynamics"]["taus"]]
+    steps = run.observables["risk"]["step"]
+    risk_v = run.observables["risk"]["value"]
+    risk, frames = [], []
+    for s in range(len(taus)):
+        lo, hi = _stage_bounds(run, s)
+        cut = lo + int(math.floor((1 - RISK_WINDOW) * (hi - lo)))
+        sel = (steps > cut) & (steps <= hi)
+        risk.append(float(np.mean(risk_v[sel])) if np.any(sel) else float("nan"))
+        fr = np.nonzero((run.frame_step > lo) & (run.frame_step <= hi))[0]
+        frames.append(int(fr[-1]) if fr.size else -1)
+    n = len(taus)
+    return {"taus": taus, "risk": risk, "n_rays": [float("nan")] * n,
+            "n_hyperplanes": [float("nan")] * n, "frames": frames, "bound_2P_minus_1": None,
+            "source": "observables"}
+
+
+def _jk_from_report(rep: dict, bounds) -> tuple[list, list]:
+    """``J`` and ``K`` per stage from a per-run report: its last snapshot inside each stage's
+    steps ``(lo, hi]`` (``rep["snapshots"] = [{"step", "tau", "n_rays", "n_hyperplanes"}]``)."""
+    J = [float("nan")] * len(bounds)
+    K = [float("nan")] * len(bounds)
+    for snap in sorted(rep.get("snapshots", []) or [], key=lambda sn: sn.get("step", 0)):
+        step = snap.get("step")
+        if step is None:
+            continue
+        for i, (lo, hi) in enumerate(bounds):
+            if lo < step <= hi:
+                if snap.get("n_rays") is not None:
+                    J[i] = float(snap["n_rays"])
+                if snap.get("n_hyperplanes") is not None:
+                    K[i] = float(snap["n_hyperplanes"])
+    return J, K
+
+
+def run_summary(path) -> dict:
+    """Per-run summary used by the study analysis.
+
+    This is the one place that couples the study analysis to the per-run analysis: the risk
+    and the snapshot frames come from the run file's observables; ``J`` (rays) and ``K`` (kink
+    hyperplanes) come from ``analysis.report.analyze_run(path)`` when that function exists and
+    are ``nan`` otherwise.
+
+    Parameters
+    ----------
+    path : path-like
+        A complete run file.
+
+    Returns
+    -------
+    dict
+        ``{"taus": [τ per stage], "risk": [...], "n_rays": [...], "n_hyperplanes": [...],
+        "frames": [last frame index per stage or -1], "bound_2P_minus_1": int or None,
+        "source": "observables" | "analysis.report"}``; the lists are aligned with the ladder.
+
+    Raises
+    ------
+    meanfield.errors.RunFileError
+        Unreadable run file.
+    """
+    from meanfield.store import open_run
+    run = open_run(path)
+    out = _observable_summary(run)
+    analyze_run = _per_run_analysis()
+    if analyze_run is not None:
+        rep = analyze_run(str(path))
+        bounds = [_stage_bounds(run, s) for s in range(len(out["taus"]))]
+        out["n_rays"], out["n_hyperplanes"] = _jk_from_report(rep, bounds)
+        out["bound_2P_minus_1"] = rep.get("bound_2P_minus_1")
+        out["source"] = "analysis.report"
+    return out
+
+
+# --- study directory ------------------------------------------------------------------------
+
+def is_study_dir(path) -> bool:
+    """Whether ``path`` is a study directory (holds a meanfield study ``manifest.json``)."""
+    from meanfield.errors import StudyError
+    from meanfield.sweep import manifest
+    p = Path(path)
+    if not (p.is_dir() and manifest.manifest_path(p).is_file()):
+        return False
+    try:
+        manifest.read(p)
+    except StudyError:
+        return False
+    return True
+
+
+def _collect(study_dir, summarize):
+    """Manifest and ``[(job entry, summary or None)]`` for every job of the study."""
+    from meanfield.errors import RunFileError
+    from meanfield.sweep import manifest
+    doc = manifest.read(study_dir)
+    records = []
+    for entry in sorted(doc["jobs"], key=lambda j: j["index"]):
+        summ = None
+        path = Path(study_dir) / entry["run_file"]
+        if entry.get("status") == "done" and path.exists():
+            try:
+                summ = summarize(path)
+            except RunFileError:
+                summ = None
+        records.append((entry, summ))
+    return doc, records
+
+
+def _key(values: dict, drop) -> tuple:
+    return tuple((k, json.dumps(v, sort_keys=True)) for k, v in values.items() if k not in drop)
+
+
+def _stats(xs) -> dict:
+    x = np.asarray([v for v in xs if v is not None and np.isfinite(v)], dtype=float)
+    if x.size == 0:
+        return {"mean": float("nan"), "std": float("nan"), "n": 0}
+    return {"mean": float(x.mean()), "std": float(x.std(ddof=1)) if x.size > 1 else float("nan"),
+            "n": int(x.size)}
+
+
+def _frame(path, k):
+    from meanfield.store import open_run
+    return open_run(path).frame(k)
+
+
+def _width_distances(study_dir, records, axes, w2_kwargs):
+    """``{(job id, τ): (W_2, method, N_ref)}`` against the widest run with the same other
+    axis values."""
+    from analysis.wasserstein import w2
+    if WIDTH_AXIS not in axes or len(axes[WIDTH_AXIS]) < 2:
+        return {}
+    n_max = max(axes[WIDTH_AXIS])
+    ref = {}
+    for entry, summ in records:
+        if summ is not None and entry["axis_values"][WIDTH_AXIS] == n_max:
+            ref[_key(entry["axis_values"], {WIDTH_AXIS})] = (entry, summ)
+    out = {}
+    for entry, summ in records:
+        if summ is None or entry["axis_values"][WIDTH_AXIS] == n_max:
+            continue
+        partner = ref.get(_key(entry["axis_values"], {WIDTH_AXIS}))
+        if partner is None:
+            continue
+        pe, ps = partner
+        for i, tau in enumerate(summ["taus"]):
+            if i >= len(ps["taus"]) or ps["taus"][i] != tau:
+                continue
+            k1, k2 = summ["frames"][i], ps["frames"][i]
+            if k1 < 0 or k2 < 0:
+                continue
+            X = _frame(Path(study_dir) / entry["run_file"], k1)
+            Y = _frame(Path(study_dir) / pe["run_file"], k2)
+            val, method = w2(X, Y, **w2_kwargs)
+            out[(entry["id"], tau)] = (val, method, n_max)
+    return out
+
+
+def _slope(ns, ys) -> float:
+    ns, ys = np.asarray(ns, float), np.asarray(ys, float)
+    ok = np.isfinite(ys) & (ys > 0)
+    if ok.sum() < 2 or len(set(ns[ok])) < 2:
+        return float("nan")
+    return float(np.polyfit(np.log(ns[ok]), np.log(ys[ok]), 1)[0])
+
+
+def analyze_study(study_dir, *, summarize=None, w2=True, **w2_kwargs) -> dict:
+    """Aggregate a study's runs into per-axis tables.
+
+    Parameters
+    ----------
+    study_dir : path-like
+        A study directory (see :func:`is_study_dir`).
+    summarize : callable(path) -> dict, optional
+        Per-run summary (default :func:`run_summary`).
+    w2 : bool
+        Compute ``W_2`` between widths (needs the particles of the snapshot frames).
+    **w2_kwargs
+        Passed to :func:`analysis.wasserstein.w2` (``exact_max_pairs``, ``n_projections``).
+
+    Returns
+    -------
+    dict
+        ``{"study_dir", "axes", "seed_axis", "width_axis", "jobs": {status: count},
+        "runs": [{"id", "axis_values", "taus", "risk", "n_rays", "n_hyperplanes",
+        "source"}], "table": [{<axis values but the seed>, "tau", "n_seeds",
+        "risk_mean", "risk_std", "J_mean", "J_std", "K_mean", "K_std", "w2_mean", "w2_std",
+        "bound_2P_minus_1"}],
+        "width": [{<axis values but seed and width>, "tau", "n_particles": [...],
+        "w2_mean": [...], "w2_std": [...], "reference_n_particles", "method", "slope"}]}``;
+        ``nan`` marks what is unknown (``J``/``K`` without a per-run analysis).
+
+    Raises
+    ------
+    meanfield.errors.StudyError
+        Not a study directory.
+    """
+    summarize = summarize or run_summary
+    doc, records = _collect(study_dir, summarize)
+    axes = doc.get("axes", {})
+    counts = {s: 0 for s in ("pending", "running", "done", "failed")}
+    for entry, _ in records:
+        counts[entry.get("status", "pending")] = counts.get(entry.get("status", "pending"), 0) + 1
+    dists = _width_distances(study_dir, records, axes, w2_kwargs) if w2 else {}
+
+    runs = []
+    groups: "OrderedDict[tuple, dict]" = OrderedDict()
+    for entry, summ in records:
+        if summ is None:
+            continue
+        runs.append({"id": entry["id"], "axis_values": entry["axis_values"],
+                     **{k: summ.get(k) for k in ("taus", "risk", "n_rays", "n_hyperplanes",
+                                                 "bound_2P_minus_1", "source")}})
+        params = {k: v for k, v in entry["axis_values"].items() if k != SEED_AXIS}
+        for i, tau in enumerate(summ["taus"]):
+            g = groups.setdefault((_key(params, ()), tau), {"params": params, "tau": tau,
+                                                             "risk": [], "J": [], "K": [],
+                                                             "w2": [], "bound": None})
+            g["risk"].append(summ["risk"][i])
+            g["J"].append(summ["n_rays"][i])
+            g["K"].append(summ["n_hyperplanes"][i])
+            if summ.get("bound_2P_minus_1") is not None:
+                g["bound"] = summ["bound_2P_minus_1"]
+            if (entry["id"], tau) in dists:
+                g["w2"].append(dists[(entry["id"], tau)][0])
+    table = []
+    for g in groups.values():
+        row = dict(g["params"])
+        row["tau"] = g["tau"]
+        rs = _stats(g["risk"])
+        row["n_seeds"] = rs["n"]
+        for name in ("risk", "J", "K", "w2"):
+            st = _stats(g[name])
+            row[f"{name}_mean"], row[f"{name}_std"] = st["mean"], st["std"]
+        row["bound_2P_minus_1"] = g["bound"]
+        table.append(row)
+
+    width = []
+    if dists:
+        n_ref = max(axes[WIDTH_AXIS])
+        methods = sorted({m for _, m, _ in dists.values()})
+        wgroups: "OrderedDict[tuple, dict]" = OrderedDict()
+        for row in table:
+            if WIDTH_AXIS not in row or row[WIDTH_AXIS] == n_ref:
+                continue
+            params = {k: v for k, v in row.items()
+                      if k in axes and k not in (SEED_AXIS, WIDTH_AXIS)}
+            g = wgroups.setdefault((_key(params, ()), row["tau"]),
+                                   {**params, "tau": row["tau"], "n_particles": [],
+                                    "w2_mean": [], "w2_std": []})
+            g["n_particles"].append(row[WIDTH_AXIS])
+            g["w2_mean"].append(row["w2_mean"])
+            g["w2_std"].append(row["w2_std"])
+        for g in wgroups.values():
+            g["reference_n_particles"] = n_ref
+            g["method"] = "/".join(methods)
+            g["slope"] = _slope(g["n_particles"], g["w2_mean"])
+            width.append(g)
+
+    return {"study_dir": str(study_dir), "axes": axes,
+            "seed_axis": SEED_AXIS if SEED_AXIS in axes else None,
+            "width_axis": WIDTH_AXIS if WIDTH_AXIS in axes else None,
+            "jobs": counts, "runs": runs, "table": table, "width": width}
+
+
+# --- arrays for scripting -------------------------------------------------------------------
+
+@dataclass
+class StudyArrays:
+    """Per-run results laid out on the study grid.
+
+    Attributes
+    ----------
+    axes : dict
+        Axis name -> list of values (the grid coordinates, in order).
+    shape : tuple of int
+        Grid shape, one entry per axis.
+    taus : ndarray of shape (T,)
+        Union of the ladders' temperatures, descending.
+    status : ndarray of str, shape ``shape``
+    run_files : ndarray of str, shape ``shape``
+    risk, n_rays, n_hyperplanes : ndarray of shape ``shape + (T,)``
+        ``nan`` where a run is not done, lacks that ``τ`` or the quantity is unknown.
+    """
+
+    axes: dict
+    shape: tuple
+    taus: np.ndarray
+    status: np.ndarray
+    run_files: np.ndarray
+    risk: np.ndarray
+    n_rays: np.ndarray
+    n_hyperplanes: np.ndarray
+
+
+def study_arrays(study_dir, *, summarize=None) -> StudyArrays:
+    """Load a study's per-run summaries as arrays over its grid (see :class:`StudyArrays`)."""
+    summarize = summarize or run_summary
+    doc, records = _collect(study_dir, summarize)
+    axes = doc.get("axes", {})
+    shape = tuple(len(v) for v in axes.values())
+    taus = sorted({t for _, s in records if s for t in s["taus"]}, reverse=True)
+    T = len(taus)
+    pos = {t: i for i, t in enumerate(taus)}
+    n = len(records)
+    status = np.empty(n, dtype=object)
+    files = np.empty(n, dtype=object)
+    arrs = {k: np.full((n, T), np.nan) for k in ("risk", "n_rays", "n_hyperplanes")}
+    for entry, summ in records:
+        i = int(entry["index"])
+        status[i] = entry.get("status")
+        files[i] = str(Path(study_dir) / entry["run_file"])
+        if summ is None:
+            continue
+        for s, tau in enumerate(summ["taus"]):
+            for k in arrs:
+                arrs[k][i, pos[tau]] = summ[k][s]
+    return StudyArrays(axes=axes, shape=shape, taus=np.asarray(taus, dtype=float),
+                       status=status.astype(str).reshape(shape),
+                       run_files=files.astype(str).reshape(shape),
+                       **{k: v.reshape(shape + (T,)) for k, v in arrs.items()})
+
+
+# --- output: JSON, Markdown, figures --------------------------------------------------------
+
+def _jsonable(obj):
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.generic):
+        return _jsonable(obj.item())
+    return obj
+
+
+def to_json(result: dict) -> str:
+    """The analysis as JSON (``nan`` -> ``null``)."""
+    return json.dumps(_jsonable(result), indent=1)
+
+
+def _fmt(m, s=float("nan")) -> str:
+    if m is None or not np.isfinite(m):
+        return "—"
+    txt = f"{m:.4g}"
+    return txt + (f" ± {s:.2g}" if s is not None and np.isfinite(s) else "")
+
+
+def format_markdown(result: dict) -> str:
+    """Markdown tables: jobs, the per-axis table and the width dependence of ``W_2``."""
+    axes = [a for a in result["axes"] if a != SEED_AXIS]
+    c = result["jobs"]
+    lines = [f"# Study {result['study_dir']}", "",
+             f"Jobs: {c.get('done', 0)} done, {c.get('failed', 0)} failed, "
+             f"{c.get('pending', 0) + c.get('running', 0)} not finished. "
+             + (f"Mean ± sample std over `{SEED_AXIS}`." if result["seed_axis"] else
+                "One seed per point (no spread)."), ""]
+    head = axes + ["tau", "seeds", "risk", "J (rays)", "K (hyperplanes)"]
+    has_w2 = any(np.isfinite(r.get("w2_mean", float("nan"))) for r in result["table"])
+    has_bound = any(r.get("bound_2P_minus_1") is not None for r in result["table"])
+    if has_bound:
+        head.append("2P-1")
+    if has_w2:
+        head.append("W2 to widest")
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in result["table"]:
+        cells = [json.dumps(r[a]) for a in axes] + [f"{r['tau']:.3g}", str(r["n_seeds"]),
+                                                     _fmt(r["risk_mean"], r["risk_std"]),
+                                                     _fmt(r["J_mean"], r["J_std"]),
+                                                     _fmt(r["K_mean"], r["K_std"])]
+        if has_bound:
+            b = r.get("bound_2P_minus_1")
+            cells.append("—" if b is None else str(b))
+        if has_w2:
+            cells.append(_fmt(r["w2_mean"], r["w2_std"]))
+        lines.append("| " + " | ".join(cells) + " |")
+    if result["width"]:
+        lines += ["", f"W2 between width N and the widest run (N = "
+                      f"{result['width'][0]['reference_n_particles']}), same seed; slope of "
+                      f"log W2 against log N (mean-field: shrinks with N):", ""]
+        other = [a for a in axes if a != WIDTH_AXIS]
+        head = other + ["tau", "N", "W2", "slope", "method"]
+        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for g in result["width"]:
+            cells = [json.dumps(g[a]) for a in other] + [
+                f"{g['tau']:.3g}", ", ".join(str(n) for n in g["n_particles"]),
+                ", ".join(_fmt(m) for m in g["w2_mean"]), _fmt(g["slope"]), g["method"]]
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _label(params: dict) -> str:
+    return ", ".join(f"{k.split('.')[-1]}={v}" for k, v in params.items()) or "all"
+
+
+def _tau_axis(ax, taus):
+    pos = [t for t in taus if t > 0]
+    if pos and len(pos) < len(taus):
+        ax.set_xscale("symlog", linthresh=min(pos))
+    elif pos:
+        ax.set_xscale("log")
+    ax.set_xlabel("τ")
+    ax.invert_xaxis()
+
+
+def write_figures(result: dict, outdir) -> list:
+    """Write ``J_tau.png``, ``K_tau.png``, ``risk_tau.png`` (mean ± std over seeds, one line
+    per parameter point) and ``w2_width.png`` (``W_2`` to the widest run against ``N``, log-log,
+    with an ``N^{-1/2}`` guide). Figures with no finite data are skipped. Returns the paths."""
+    import matplotlib
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    lines: "OrderedDict[str, list]" = OrderedDict()
+    axes = [a for a in result["axes"] if a != SEED_AXIS]
+    for r in result["table"]:
+        lines.setdefault(_label({a: r[a] for a in axes}), []).append(r)
+    written = []
+    for name, ylabel, fname in (("J", "rays J", "J_tau.png"), ("K", "kink hyperplanes K",
+                                                               "K_tau.png"),
+                                ("risk", "risk (time average)", "risk_tau.png")):
+        if not any(np.isfinite(r[f"{name}_mean"]) for r in result["table"]):
+            continue
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for lab, rows in lines.items():
+            t = np.array([r["tau"] for r in rows])
+            m = np.array([r[f"{name}_mean"] for r in rows])
+            s = np.nan_to_num(np.array([r[f"{name}_std"] for r in rows]))
+            ax.errorbar(t, m, yerr=s, marker="o", capsize=3, label=lab)
+        _tau_axis(ax, sorted({r["tau"] for r in result["table"]}))
+        if name == "risk":
+            ax.set_yscale("log")
+        ax.set_ylabel(ylabel)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(outdir / fname, dpi=120)
+        plt.close(fig)
+        written.append(outdir / fname)
+    if result["width"]:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        other = [a for a in axes if a != WIDTH_AXIS]
+        for g in result["width"]:
+            n = np.asarray(g["n_particles"], float)
+            m = np.asarray(g["w2_mean"], float)
+            lab = _label({**{a: g[a] for a in other}, "tau": g["tau"]})
+            ax.errorbar(n, m, yerr=np.nan_to_num(np.asarray(g["w2_std"], float)),
+                        marker="o", capsize=3, label=f"{lab} (slope {g['slope']:.2f})")
+        ok = [(np.asarray(g["n_particles"], float), np.asarray(g["w2_mean"], float))
+              for g in result["width"]]
+        n0, m0 = ok[0][0][0], ok[0][1][0]
+        if np.isfinite(m0) and m0 > 0:
+            nn = np.array([min(o[0].min() for o in ok), max(o[0].max() for o in ok)])
+            ax.plot(nn, m0 * (nn / n0) ** -0.5, "k--", lw=1, label="N^-1/2")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("width N")
+        ax.set_ylabel(f"W2 to N = {result['width'][0]['reference_n_particles']}")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(outdir / "w2_width.png", dpi=120)
+        plt.close(fig)
+        written.append(outdir / "w2_width.png")
+    return written
+
+
+def write_report(result: dict, outdir, figures: bool = True) -> list:
+    """Write ``study.json``, ``study.md`` and (``figures``) the PNG figures into ``outdir``;
+    returns the paths."""
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    (outdir / "study.json").write_text(to_json(result) + "\n", encoding="utf-8")
+    (outdir / "study.md").write_text(format_markdown(result), encoding="utf-8")
+    files = [outdir / "study.json", outdir / "study.md"]
+    return files + (write_figures(result, outdir) if figures else [])

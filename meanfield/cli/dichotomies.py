@@ -1,0 +1,69 @@
+"""``meanfield dichotomies``: the exact number ``P`` of affine dichotomies of a data set."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def register(sub):
+    p = sub.add_parser(
+        "dichotomies", help="count the affine dichotomies P of a data set (exact, any d)",
+        description="Count P, the number of affine dichotomies of the training inputs (regions "
+                    "of the central arrangement of the lifted points (x, 1)), by "
+                    "deletion-restriction; exact on degenerate data (duplicates, collinear "
+                    "points, grids). Also prints Cover's general-position value.")
+    p.add_argument("data", help="a data file (.csv, .npy, .npz), a config (.toml) whose [data] "
+                                "table is used, or a run file (.h5)")
+    p.add_argument("--json", action="store_true",
+                   help='print {"P", "cover", "general_position", "n", "d", "n_distinct", '
+                        '"exact", "tol", "tol_range"}')
+    p.add_argument("--exact", action="store_true",
+                   help="exact integer arithmetic (decimals read as written); slower")
+    p.add_argument("--tol", type=float, default=None,
+                   help="chord tolerance of the float mode (default 1e-12)")
+    p.set_defaults(func=main)
+
+
+def load_inputs(path: str):
+    """Training inputs ``X`` (n, d) of a data file, a config (``.toml``) or a run file (``.h5``).
+
+    Raises
+    ------
+    meanfield.errors.InputError
+        The file cannot be used.
+    """
+    suffix = Path(path).suffix.lower()
+    if suffix == ".toml":
+        from meanfield import config, data
+        return data.from_config(config.load(path)).X
+    if suffix in (".h5", ".hdf5"):
+        from meanfield.store import open_run
+        return open_run(path).X
+    from meanfield.data import load_file
+    return load_file(path).X
+
+
+def main(args) -> int:
+    from analysis.dichotomies import DEFAULT_TOL, count_dichotomies
+    from meanfield.errors import InputError
+    tol = DEFAULT_TOL if args.tol is None else args.tol
+    if not 0 < tol < 1:
+        raise InputError("--tol", "", f"must be in (0, 1), got {tol}")
+    X = load_inputs(args.data)
+    res = count_dichotomies(X, tol, exact=args.exact)
+    if args.json:
+        print(json.dumps(res.as_dict()))
+    else:
+        print(f"P = {res.P}  (n = {res.n} points, {res.n_distinct} distinct, d = {res.d}; "
+              f"{res.method} count)")
+        print(f"Cover's general-position value {res.cover}; general position: "
+              f"{res.general_position}")
+        print(f"bounds: 2P-1 = {2 * res.P - 1}, P-1 = {res.P - 1}")
+        if res.tol_range is not None:
+            print(f"same P for any tolerance in [{res.tol_range[0]:.3g}, {res.tol_range[1]:.3g})")
+    if res.ambiguous:
+        sys.stderr.write("meanfield: warning: the float count is close to its tolerance "
+                         "(near-degenerate data); rerun with --exact\n")
+    return 0

@@ -1,0 +1,129 @@
+"""``meanfield reference``: the exact references of a config's problem (THEORY §4–5).
+
+``gibbs``: the stationary measure at finite temperature by quadrature (``d ≤ 2``);
+``convex``: the ``τ → 0`` limit, a convex programme over activation patterns (any ``d``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+
+def register(sub):
+    p = sub.add_parser(
+        "reference", help="exact references: Gibbs measure at tau > 0 (d <= 2), convex limit",
+        description="Exact references for the problem of a run config (same files as "
+                    "'meanfield run'): 'gibbs' solves the finite-temperature fixed point of "
+                    "THEORY section 5 by quadrature over the sphere of directions (d = 1, 2); "
+                    "'convex' solves the zero-temperature convex problem of section 4.")
+    rs = p.add_subparsers(dest="which", metavar="{gibbs,convex}", parser_class=type(p))
+    g = rs.add_parser("gibbs", help="stationary measure at finite tau (d <= 2)",
+                      description="Fixed point R = (f_R(X) - y)/n of the Gibbs measure at each "
+                                  "temperature (continuation from hot to cold).")
+    g.add_argument("config", help="TOML config (as for 'meanfield run')")
+    g.add_argument("--tau", type=float, default=None,
+                   help="one temperature (default: every tau > 0 of dynamics.taus)")
+    g.add_argument("--json", action="store_true",
+                   help='print {"tau", "R", "f_train", "max_abs_G", "residual", ...} '
+                        "(a list without --tau)")
+    g.set_defaults(func=main_gibbs)
+    c = rs.add_parser("convex", help="zero-temperature convex limit (any d)",
+                      description="Signed measure on the sphere minimising "
+                                  "(1/2n) sum_j (f(x_j) - y_j)^2 + lam |mu|_TV.")
+    c.add_argument("config", help="TOML config (as for 'meanfield run')")
+    c.add_argument("--json", action="store_true",
+                   help='print {"f_train", "rays": [{"direction", "sign", "weight"}], '
+                        '"kinks": [{"normal", "offset"}], "max_abs_G", "duality_gap", ...}')
+    c.set_defaults(func=main_convex)
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+
+
+def _problem(path):
+    """Config, data set and weight decay; relu only."""
+    from meanfield import config as _config
+    from meanfield import data as _data
+    from meanfield.errors import ConfigError
+    cfg = _config.load(path)
+    if cfg.model["activation"] != "relu":
+        raise ConfigError(cfg.source, "model.activation",
+                          f"the exact references are for relu, got {cfg.model['activation']!r}")
+    return cfg, _data.from_config(cfg)
+
+
+def _reraise(exc, cfg):
+    """Re-issue a solver's input error under the config's name."""
+    from meanfield.errors import InputError
+    field = {"X": "data", "lam": "dynamics.lam", "tau": "dynamics.taus"}.get(exc.field, exc.field)
+    raise InputError(cfg.source, field, exc.reason) from None
+
+
+def main_gibbs(args) -> int:
+    from meanfield.errors import InputError
+    from solvers.gibbs import GibbsConvergenceError, GibbsInputError, GibbsReference
+    cfg, ds = _problem(args.config)
+    if args.tau is not None:
+        taus = [args.tau]
+    else:
+        taus = [t for t in cfg.taus if t > 0]
+        if len(taus) < len(cfg.taus):
+            sys.stderr.write("meanfield: tau = 0 skipped (its reference is "
+                             "'meanfield reference convex')\n")
+        if not taus:
+            raise InputError(cfg.source, "dynamics.taus", "no temperature > 0")
+    t0 = time.time()
+    try:
+        ref = GibbsReference(ds.X, ds.y, cfg.dynamics["lam"])
+        sols = ref.solve(taus)
+    except GibbsInputError as exc:
+        _reraise(exc, cfg)
+    except GibbsConvergenceError as exc:
+        sys.stderr.write(f"meanfield: error: {cfg.source}: {exc}\n")
+        return 1
+    secs = time.time() - t0
+    docs = [s.as_dict() for s in sols]
+    for dct in docs:
+        dct["seconds_total"] = round(secs, 3)
+    if args.json:
+        print(json.dumps(docs[0] if args.tau is not None else docs))
+        return 0
+    print(f"Gibbs reference  {cfg.source}  n={ds.n} d={ds.d} lam={cfg.dynamics['lam']:g}  "
+          f"({secs:.1f} s)")
+    for s in sols:
+        print(f"tau={s.tau:.3e}  max|G|={s.max_abs_G:.12f}  residual={s.residual:.1e}  "
+              f"quadrature error={s.quad_error:.1e}  Newton steps={s.iterations}")
+        print("  f_train = " + " ".join(f"{v:.8f}" for v in s.f_train))
+    return 0
+
+
+def main_convex(args) -> int:
+    from solvers.convex import ConvexInputError, ConvexSolverError, convex
+    cfg, ds = _problem(args.config)
+    t0 = time.time()
+    try:
+        sol = convex(ds.X, ds.y, cfg.dynamics["lam"])
+    except ConvexInputError as exc:
+        _reraise(exc, cfg)
+    except ConvexSolverError as exc:
+        sys.stderr.write(f"meanfield: error: {cfg.source}: {exc}\n")
+        return 1
+    secs = time.time() - t0
+    doc = sol.as_dict()
+    doc["seconds"] = round(secs, 3)
+    if args.json:
+        print(json.dumps(doc))
+        return 0
+    print(f"convex (tau -> 0) reference  {cfg.source}  n={ds.n} d={ds.d} "
+          f"lam={cfg.dynamics['lam']:g}  patterns P={sol.n_patterns}  ({secs:.1f} s)")
+    print(f"max|G| = {sol.max_abs_G:.10f}   certificate error = {sol.certificate_error():.1e}   "
+          f"duality gap = {sol.duality_gap:.1e}")
+    print("  f_train = " + " ".join(f"{v:.8f}" for v in sol.f_train))
+    print(f"rays ({len(sol.weights)}):")
+    for v, c, g in zip(sol.directions, sol.weights, sol.G_rays):
+        print(f"  weight {c:+.8f}  direction ({', '.join(f'{t:+.8f}' for t in v)})  G={g:+.8f}")
+    ks = sol.kinks()
+    print(f"kink hyperplanes normal·x = offset ({len(ks)}):")
+    for nrm, off in ks:
+        print(f"  normal ({', '.join(f'{t:+.8f}' for t in nrm)})  offset {off:+.8f}")
+    return 0

@@ -1,0 +1,367 @@
+"""Driving a study: skip finished jobs, execute the rest on Dask (or serially), keep the
+manifest and a progress bar up to date, and summarise.
+
+Execution backends:
+
+* **local cluster** (default): a :class:`distributed.LocalCluster` of ``workers`` worker
+  processes, started with ``spawn`` (never ``fork``: numba's OpenMP layer aborts forked
+  children, notes/engineering.md §4), one task slot each, listening on 127.0.0.1 only, no
+  dashboard. Each job gets ``cores // workers`` numba threads; BLAS/OpenMP threads are 1.
+* **existing cluster**: ``scheduler="tcp://host:port"`` (``dask scheduler``, dask-jobqueue's
+  ``SLURMCluster``, ...), or a ready ``distributed.Client``.
+* **serial**: the jobs one after another in this process (no Dask needed).
+
+The driver alone writes the manifest; workers only write their job's run file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from meanfield.errors import MissingDependencyError, StudyError
+from meanfield.sweep import manifest as _manifest
+from meanfield.sweep.job import _usable_cores, run_file_complete, run_job
+
+INSTALL_HINT = ("Dask distributed is not installed; install it with "
+                "pip install 'meanfield[distributed]' (or run the study serially)")
+
+
+def require_distributed():
+    """Import and return :mod:`distributed`.
+
+    Raises
+    ------
+    MissingDependencyError
+        When the ``distributed`` extra is not installed (the message says how to install it).
+    """
+    try:
+        import distributed
+    except ImportError:
+        raise MissingDependencyError(INSTALL_HINT) from None
+    return distributed
+
+
+@dataclass
+class Summary:
+    """Outcome of :func:`run_study`.
+
+    Attributes
+    ----------
+    directory : pathlib.Path
+    n_jobs : int
+    done : int                 jobs whose run file is complete now
+    ran : list of str          ids of jobs executed by this call and finished
+    skipped : list of str      ids of jobs already complete before this call
+    failed : dict              id -> error line, for jobs that failed in this call
+    wall_s : float
+    interrupted : bool
+    """
+
+    directory: Path
+    n_jobs: int
+    done: int = 0
+    ran: list = field(default_factory=list)
+    skipped: list = field(default_factory=list)
+    failed: dict = field(default_factory=dict)
+    wall_s: float = 0.0
+    interrupted: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """All jobs complete."""
+        return self.done == self.n_jobs
+
+    def __str__(self) -> str:
+        head = (f"study {self.directory}: {self.done}/{self.n_jobs} jobs done "
+                f"({len(self.ran)} run now, {len(self.skipped)} already done), "
+                f"{len(self.failed)} failed, {self.wall_s:.1f} s"
+                + (" (interrupted)" if self.interrupted else ""))
+        lines = [head]
+        for jid, err in self.failed.items():
+            lines.append(f"  failed {jid}: {err}")
+        if self.failed or self.interrupted:
+            lines.append("  rerun the same command to retry the unfinished jobs")
+        return "\n".join(lines)
+
+
+class _Lock:
+    """An exclusive, non-blocking lock on the study directory (one driver at a time)."""
+
+    def __init__(self, directory: Path):
+        self.path = directory / ".sweep.lock"
+        self.fh = None
+
+    def __enter__(self):
+        self.fh = open(self.path, "a+")
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover (not POSIX)
+            return self
+        try:
+            fcntl.flock(self.fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self.fh.close()
+            raise StudyError(str(self.path.parent), "", "another sweep is driving this study "
+                                                        "directory (lock held)") from None
+        return self
+
+    def __exit__(self, *exc):
+        self.fh.close()  # closing releases the lock
+
+
+class _Tracker:
+    """Keeps the manifest, the progress bar and the summary in step with job events."""
+
+    def __init__(self, man: _manifest.Manifest, summary: Summary, progress):
+        from tqdm.auto import tqdm
+        self.man = man
+        self.summary = summary
+        c = man.counts()
+        disable = {True: False, False: True, None: None}[progress]
+        self.finished: set = set()  # jobs with a result in this call
+        self.bar = tqdm(total=summary.n_jobs, initial=c["done"], unit="job", desc="study",
+                        disable=disable, dynamic_ncols=True, file=sys.stderr)
+        self._post()
+
+    def _post(self):
+        c = self.man.counts()
+        self.bar.set_postfix({"done": c["done"], "running": c["running"],
+                              "failed": c["failed"]}, refresh=True)
+
+    def start(self, jid, host=None, pid=None, t=None):
+        entry = self.man.job(jid)
+        if jid in self.finished:
+            return  # the start event arrived after the result
+        self.man.set(jid, status="running", worker={"host": host, "pid": pid},
+                     started=t or time.time(), attempts=int(entry.get("attempts") or 0) + 1)
+        self.man.save()
+        self._post()
+
+    def finish(self, jid, result: dict):
+        entry = self.man.job(jid)
+        if entry["status"] != "running":  # no start event seen (e.g. serial or lost event)
+            self.man.set(jid, attempts=int(entry.get("attempts") or 0) + 1,
+                         worker={"host": result.get("host"), "pid": result.get("pid")})
+        if result.get("status") == "done":
+            self.man.set(jid, status="done", error=None, finished=time.time(),
+                         wall_s=result.get("wall_s"), threads=result.get("threads"))
+            (self.summary.skipped if result.get("skipped") else self.summary.ran).append(jid)
+            self.bar.update(1)
+        else:
+            self.fail(jid, result.get("error") or "unknown error", result.get("wall_s"))
+            return
+        self.finished.add(jid)
+        self.man.save()
+        self._post()
+
+    def fail(self, jid, error: str, wall_s=None):
+        self.man.set(jid, status="failed", error=error, finished=time.time(), wall_s=wall_s)
+        self.finished.add(jid)
+        self.summary.failed[jid] = error
+        self.man.save()
+        self._post()
+
+    def close(self):
+        for j in self.man.doc["jobs"]:
+            if j["status"] == "running":  # interrupted: a rerun picks it up
+                self.man.set(j["id"], status="pending")
+        self.man.save(force=True)
+        self.bar.close()
+
+
+def _reconcile(spec, directory: Path, man: _manifest.Manifest):
+    """Set each job's status from its run file: complete -> done, otherwise pending (a job
+    that failed before keeps the error of its last attempt until it runs again). Returns the
+    jobs to run."""
+    todo = []
+    for job in spec.jobs:
+        if run_file_complete(directory / job.run_file):
+            man.set(job.id, status="done", error=None)
+        else:
+            man.set(job.id, status="pending")
+            todo.append(job)
+    return todo
+
+
+def _serial(todo, directory, tracker, threads):
+    for job in todo:
+        tracker.start(job.id, os.uname().nodename, os.getpid())
+        tracker.man.save(force=True)  # no polling loop here flushes a throttled save later
+        res = run_job(job.config.canonical_json(), str(directory / job.run_file),
+                      job_id=job.id, threads=threads)
+        tracker.finish(job.id, res)
+
+
+def _worker_env(threads: int) -> dict:
+    return {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+            "NUMBA_NUM_THREADS": str(threads)}
+
+
+@contextlib.contextmanager
+def _client(workers, scheduler, client, n_todo, threads=None):
+    """Yield ``(client, threads per job)``; creates and closes what it started. On a local
+    cluster the numba pool of each worker is sized to ``threads`` (default ``cores // K``)."""
+    distributed = require_distributed()
+    if client is not None:
+        yield client, None
+        return
+    if scheduler:
+        try:
+            c = distributed.Client(scheduler, timeout="20s")
+        except (OSError, TimeoutError, ValueError) as exc:
+            raise StudyError("--scheduler", scheduler, f"cannot connect ({exc})") from None
+        try:
+            yield c, None
+        finally:
+            c.close()
+        return
+    import dask
+    cores = _usable_cores()
+    k = int(workers) if workers else max(1, min(cores, n_todo))
+    threads = int(threads) if threads else max(1, cores // k)
+    env = _worker_env(threads)
+    pre = dict(dask.config.get("distributed.nanny.pre-spawn-environ", {}) or {})
+    pre.update({k_: v for k_, v in env.items() if k_ != "NUMBA_NUM_THREADS"})
+    # spawn: never fork a process whose numba OpenMP pool may have started; saturation 1.0:
+    # a worker holds only the job it runs, the rest wait on the scheduler (a killed worker
+    # takes no queued job down with it, and idle workers pick up the next job).
+    with dask.config.set({"distributed.worker.multiprocessing-method": "spawn",
+                          "distributed.nanny.pre-spawn-environ": pre,
+                          "distributed.scheduler.worker-saturation": 1.0}):
+        cluster = distributed.LocalCluster(n_workers=k, threads_per_worker=1, processes=True,
+                                           host="127.0.0.1", dashboard_address=None, env=env)
+        try:
+            c = distributed.Client(cluster)
+            try:
+                yield c, threads
+            finally:
+                c.close()
+        finally:
+            cluster.close()
+
+
+def _dask(todo, directory, tracker, workers, scheduler, client, threads):
+    distributed = require_distributed()
+    with _client(workers, scheduler, client, len(todo), threads) as (c, budget):
+        threads = threads or budget
+        topic = f"meanfield-sweep-{uuid.uuid4().hex[:8]}"
+        events: queue.SimpleQueue = queue.SimpleQueue()
+        c.subscribe_topic(topic, events.put)
+        futures = {}
+        try:
+            for job in todo:
+                f = c.submit(run_job, job.config.canonical_json(), str(directory / job.run_file),
+                             job_id=job.id, threads=threads, topic=topic, pure=False,
+                             key=f"meanfield-job-{job.id}-{topic[-8:]}", priority=-job.index)
+                futures[f] = job.id
+            pending = set(futures)
+            while pending:
+                try:
+                    res = distributed.wait(pending, timeout=0.1, return_when="FIRST_COMPLETED")
+                    finished, pending = res.done, res.not_done
+                except (TimeoutError, distributed.TimeoutError):
+                    finished = set()
+                while True:
+                    try:
+                        _, msg = events.get_nowait()
+                    except queue.Empty:
+                        break
+                    if isinstance(msg, dict) and msg.get("event") == "start":
+                        tracker.start(msg["id"], msg.get("host"), msg.get("pid"), msg.get("time"))
+                for f in finished:
+                    jid = futures[f]
+                    if f.status == "finished":
+                        tracker.finish(jid, f.result())
+                    else:
+                        exc = f.exception()
+                        name = type(exc).__name__
+                        why = ("a worker died while running this job"
+                               if name == "KilledWorker" else "the job did not complete")
+                        tracker.fail(jid, f"{name}: {why} ({exc})")
+                tracker.man.save()
+        finally:
+            for f in futures:
+                if not f.done():
+                    f.cancel()
+            with contextlib.suppress(Exception):
+                c.unsubscribe_topic(topic)
+
+
+def run_study(spec, directory, *, workers=None, scheduler=None, client=None, serial=False,
+              threads=None, progress=None) -> Summary:
+    """Run the jobs of a study that are not complete yet.
+
+    Parameters
+    ----------
+    spec : meanfield.sweep.spec.StudySpec
+        The expanded study.
+    directory : path-like
+        Study directory (created if missing): run files ``run-<hash>.h5`` and ``manifest.json``.
+    workers : int, optional
+        Worker processes of the local cluster (default: ``min(cores, jobs to run)``).
+    scheduler : str, optional
+        Address of an existing Dask scheduler to use instead of a local cluster.
+    client : distributed.Client, optional
+        A ready client to use instead of a local cluster.
+    serial : bool
+        Run the jobs one after another in this process (no Dask).
+    threads : int, optional
+        numba threads per job (default: ``cores // workers`` on a local cluster; see
+        :func:`meanfield.sweep.job.thread_budget` otherwise).
+    progress : bool or None
+        Progress bar over jobs (``None``: only on a terminal).
+
+    Returns
+    -------
+    Summary
+
+    Raises
+    ------
+    StudyError
+        Another driver holds the study directory, or the scheduler cannot be reached.
+    MissingDependencyError
+        Dask distributed is needed (not ``serial``) but not installed.
+    KeyboardInterrupt
+        After marking running jobs pending again and saving the manifest.
+    """
+    t0 = time.time()
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    directory = directory.resolve()
+    if not serial:
+        require_distributed()
+    with _Lock(directory):
+        previous = None
+        if _manifest.manifest_path(directory).exists():
+            with contextlib.suppress(StudyError):
+                previous = _manifest.read(directory)
+        man = _manifest.Manifest.for_study(spec, directory, previous)
+        todo = _reconcile(spec, directory, man)
+        summary = Summary(directory=directory, n_jobs=len(spec.jobs))
+        todo_ids = {j.id for j in todo}
+        summary.skipped = [j.id for j in spec.jobs if j.id not in todo_ids]
+        man.save(force=True)
+        if todo:
+            tracker = _Tracker(man, summary, progress)
+            try:
+                if serial:
+                    _serial(todo, directory, tracker, threads)
+                else:
+                    _dask(todo, directory, tracker, workers, scheduler, client, threads)
+            except KeyboardInterrupt:
+                summary.interrupted = True
+                raise
+            finally:
+                tracker.close()
+                summary.done = man.counts()["done"]
+                summary.wall_s = time.time() - t0
+        summary.done = man.counts()["done"]
+        summary.wall_s = time.time() - t0
+    return summary

@@ -1,0 +1,140 @@
+"""One study job, as executed on a worker (or in-process for serial studies).
+
+:func:`run_job` never raises for a failing job: it returns a plain dict with the error, so that
+nothing but builtins crosses process boundaries and one bad job cannot stop the others.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+import traceback
+from pathlib import Path
+
+
+def run_file_complete(path) -> bool:
+    """Whether ``path`` is a readable run file that reached the end of its ladder."""
+    from meanfield.errors import RunFileError
+    from meanfield.store import open_run
+    if not Path(path).exists():
+        return False
+    try:
+        return bool(open_run(path).complete)
+    except RunFileError:
+        return False
+
+
+def run_resumable(cfg, output, threads=None):
+    """Run ``cfg`` into ``output``, continuing from the checkpoint a killed attempt left behind
+    (``meanfield.runner.run(..., resume=True)``: starts fresh when there is nothing to resume,
+    does nothing when ``output`` is already complete).
+
+    Parameters
+    ----------
+    cfg : meanfield.config.RunConfig
+    output : path-like
+        The run file to produce.
+    threads : int, optional
+        numba threads for the kernels.
+
+    Returns
+    -------
+    pathlib.Path
+        The run file written.
+    """
+    from meanfield import runner
+    return runner.run(cfg, output, resume=True, progress=False, threads=threads)
+
+
+def _is_stop_request(exc) -> bool:
+    """Whether ``exc`` is the main job's answer to SIGINT/SIGTERM (checkpoint written, then
+    :class:`meanfield.errors.Interrupted`): it must stop the study, not count as a failed job."""
+    from meanfield import errors
+    return isinstance(exc, errors.Interrupted)
+
+
+def _usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover (not Linux)
+        return os.cpu_count() or 1
+
+
+def thread_budget(threads=None):
+    """numba threads for a job: ``threads`` if given; ``None`` (numba's default, which honours
+    ``NUMBA_NUM_THREADS``) when that variable is set; inside a Dask worker, the cores this
+    process may use divided by the worker's task slots; otherwise ``None``."""
+    if threads:
+        return int(threads)
+    if os.environ.get("NUMBA_NUM_THREADS"):
+        return None
+    try:
+        from distributed import get_worker
+        slots = int(get_worker().state.nthreads)
+    except (ImportError, ValueError, AttributeError):
+        return None
+    return max(1, _usable_cores() // max(1, slots))
+
+
+def _announce(topic, msg) -> None:
+    """Tell the driver (through the scheduler's event log) that the job started."""
+    if not topic:
+        return
+    try:
+        from distributed import get_worker
+        get_worker().log_event(topic, msg)
+    except (ImportError, ValueError):
+        pass
+
+
+def run_job(config_json: str, output: str, *, job_id: str = "", threads=None,
+            topic: str | None = None) -> dict:
+    """Run one job of a study.
+
+    Every exception of the job is caught and returned as a failure, except an interruption
+    (SIGINT/SIGTERM in the main thread, see :func:`_is_stop_request`), which propagates.
+
+    Parameters
+    ----------
+    config_json : str
+        The job's canonical config (:meth:`meanfield.config.RunConfig.canonical_json`).
+    output : str
+        The run file to produce (absolute path).
+    job_id : str
+        The job's id (its config hash), echoed in the result and in the start event.
+    threads : int, optional
+        numba threads; see :func:`thread_budget`.
+    topic : str, optional
+        Dask event topic on which to announce the start (``{"id", "event": "start", "host",
+        "pid", "time"}``).
+
+    Returns
+    -------
+    dict
+        ``{"id", "status": "done" | "failed", "skipped", "error", "traceback", "host", "pid",
+        "threads", "wall_s"}``; ``skipped`` is true when the run file was already complete;
+        ``threads`` is numba's thread count in the worker after the job.
+    """
+    t0 = time.time()
+    info = {"id": job_id, "host": socket.gethostname(), "pid": os.getpid()}
+    _announce(topic, {**info, "event": "start", "time": t0})
+    result = {**info, "status": "done", "skipped": False, "error": None, "traceback": None}
+    try:
+        if run_file_complete(output):
+            result["skipped"] = True
+        else:
+            from meanfield import config as _config
+            cfg = _config.from_canonical_json(config_json, source=f"<job {job_id}>")
+            run_resumable(cfg, output, threads=thread_budget(threads))
+    except Exception as exc:  # noqa: BLE001 - every failure is recorded, none stops the study
+        if _is_stop_request(exc):
+            raise
+        line = exc.line() if hasattr(exc, "line") else str(exc)
+        result.update(status="failed", error=f"{type(exc).__name__}: {line}",
+                      traceback=traceback.format_exc())
+    numba = sys.modules.get("numba")
+    result["threads"] = int(numba.get_num_threads()) if numba is not None else None
+    result["wall_s"] = time.time() - t0
+    return result

@@ -1,0 +1,86 @@
+"""End to end through the command line: run -> inspect -> analyze on a tiny config."""
+
+import json
+
+import numpy as np
+import pytest
+
+from meanfield.cli import main
+
+TINY = """
+[data]
+kind = "file"
+path = "{csv}"
+[model]
+n_particles = 300
+[dynamics]
+lam = 0.05
+eta = 0.05
+taus = [1e-2, 1e-4]
+steps_per_tau = 1500
+[output]
+observe_every = 100
+snapshots_per_tau = 2
+"""
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    import os
+    d = tmp_path_factory.mktemp("run")
+    cfg = d / "tiny.toml"
+    cfg.write_text(TINY.format(csv=os.path.abspath("data/plane8.csv")))
+    out = d / "tiny.h5"
+    assert main(["run", str(cfg), "-o", str(out), "--quiet"]) == 0
+    return cfg, out
+
+
+def test_inspect_json(tiny_run, capsys):
+    cfg, out = tiny_run
+    capsys.readouterr()
+    assert main(["inspect", str(out), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert set(doc) >= {"schema_version", "n_particles", "d", "n", "complete", "frames", "config"}
+    assert doc["complete"] is True and doc["n_particles"] == 300 and (doc["n"], doc["d"]) == (8, 2)
+    assert [f["tau"] for f in doc["frames"]] == [1e-2, 1e-2, 1e-4, 1e-4]
+    assert [f["step"] for f in doc["frames"]] == [1125, 1500, 2625, 3000]
+    np.testing.assert_allclose([f["time"] for f in doc["frames"]],
+                               [0.05 * s for s in (1125, 1500, 2625, 3000)])
+
+
+def test_analyze_json(tiny_run, capsys, tmp_path):
+    cfg, out = tiny_run
+    capsys.readouterr()
+    assert main(["analyze", str(out), "-o", str(tmp_path / "rep"), "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert set(rep) >= {"d", "n", "P", "bound_2P_minus_1", "bound_P_minus_1",
+                        "general_position", "snapshots"}
+    assert rep["P"] == 58 and rep["general_position"] is True      # Cover: 2(1 + 7 + 21)
+    assert rep["bound_2P_minus_1"] == 115 and rep["bound_P_minus_1"] == 57
+    s = rep["snapshots"][-1]
+    assert set(s) >= {"tau", "step", "risk", "n_rays", "n_hyperplanes", "rays", "kinks", "f_train"}
+    assert 1 <= s["n_rays"] <= rep["bound_2P_minus_1"]
+    assert s["n_hyperplanes"] <= s["n_rays"]
+    for q in s["rays"]:
+        assert set(q) >= {"direction", "sign", "weight", "mass_fraction"}
+        assert np.sign(q["weight"]) == q["sign"]
+    for f in ("report.md", "report.json", "predictor.png", "directions.png"):
+        assert (tmp_path / "rep" / f).stat().st_size > 0
+
+
+def test_existing_output_refused(tiny_run, capsys):
+    cfg, out = tiny_run
+    before = out.read_bytes()
+    assert main(["run", str(cfg), "-o", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(out) in err[0] and "exists" in err[0]
+    assert out.read_bytes() == before
+
+
+def test_bad_config_exit_2(tmp_path, capsys):
+    p = tmp_path / "bad.toml"
+    p.write_text(TINY.format(csv="x.csv").replace("lam = 0.05", "lam = -0.05"))
+    assert main(["run", str(p), "-o", str(tmp_path / "o.h5")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "bad.toml" in err[0] and "dynamics.lam" in err[0]
+    assert not (tmp_path / "o.h5").exists()

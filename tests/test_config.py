@@ -1,0 +1,127 @@
+"""Config validation: every rejection names the file, the field and the reason."""
+
+import numpy as np
+import pytest
+
+from meanfield import config, data
+from meanfield.errors import ConfigError, DataError
+
+BASE = """
+[data]
+kind = "gaussian"
+n = 5
+d = 2
+[model]
+n_particles = 10
+[dynamics]
+lam = 0.05
+eta = 0.05
+taus = [1e-2, 1e-3]
+steps_per_tau = 10
+"""
+
+
+def _cfg(text, tmp_path, name="c.toml"):
+    p = tmp_path / name
+    p.write_text(text)
+    return config.load(p)
+
+
+def test_valid_config_fills_defaults(tmp_path):
+    cfg = _cfg(BASE, tmp_path)
+    assert cfg.dynamics["batch_size"] == 0
+    assert cfg.output["observe_every"] == 100
+    assert cfg.taus == [1e-2, 1e-3]
+    assert cfg.hash() == config.loads(BASE, "other", tmp_path).hash()
+
+
+@pytest.mark.parametrize("old,new,field,words", [
+    ("lam = 0.05", "lam = 0.0", "dynamics.lam", "> 0"),
+    ("lam = 0.05", "lam = -1", "dynamics.lam", "> 0"),
+    ("eta = 0.05", "eta = 0", "dynamics.eta", "> 0"),
+    ("taus = [1e-2, 1e-3]", "taus = [1e-2, -1e-3]", "dynamics.taus[1]", ">= 0"),
+    ("taus = [1e-2, 1e-3]", "taus = []", "dynamics.taus", "non-empty"),
+    ("n_particles = 10", "n_particles = 0", "model.n_particles", ">= 1"),
+    ("n_particles = 10", "n_particles = 2.5", "model.n_particles", "integer"),
+    ("n_particles = 10", 'n_particles = "ten"', "model.n_particles", "integer"),
+    ("lam = 0.05", 'lam = "big"', "dynamics.lam", "number"),
+    ("lam = 0.05", "lam = nan", "dynamics.lam", "finite"),
+    ("lam = 0.05", "lamda = 0.05", "dynamics.lamda", "did you mean 'lam'"),
+    ('kind = "gaussian"', 'kind = "gausian"', "data.kind", "did you mean 'gaussian'"),
+    ("[model]", "[modle]", "modle", "did you mean 'model'"),
+    ("steps_per_tau = 10", "steps_per_tau = 0", "dynamics.steps_per_tau", ">= 1"),
+    ("eta = 0.05", "eta = 50.0", "dynamics.eta", "unstable"),
+])
+def test_rejections_name_file_field_reason(tmp_path, old, new, field, words):
+    assert old in BASE
+    with pytest.raises(ConfigError) as ei:
+        _cfg(BASE.replace(old, new), tmp_path)
+    line = ei.value.line()
+    assert str(tmp_path / "c.toml") in line
+    assert ei.value.field == field
+    assert words in line
+    assert "\n" not in line
+
+
+def test_malformed_toml(tmp_path):
+    with pytest.raises(ConfigError, match="malformed TOML"):
+        _cfg(BASE + "\n[dynamics\n", tmp_path)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ConfigError, match="no such file"):
+        config.load(tmp_path / "nope.toml")
+
+
+def test_data_file_errors(tmp_path):
+    (tmp_path / "empty.csv").write_text("# nothing\nx,y\n")
+    (tmp_path / "nan.csv").write_text("1,2\nnan,3\n")
+    (tmp_path / "ragged.csv").write_text("1,2,3\n4,5\n")
+    np.save(tmp_path / "obj.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    np.savez(tmp_path / "mismatch.npz", X=np.zeros((3, 2)), y=np.zeros(4))
+    cases = {"empty.csv": "empty", "nan.csv": "NaN", "ragged.csv": "columns",
+             "obj.npy": "pickled", "mismatch.npz": "inconsistent dimensions",
+             "missing.csv": "no such file"}
+    for name, words in cases.items():
+        text = BASE.replace('kind = "gaussian"\nn = 5\nd = 2', f'kind = "file"\npath = "{name}"')
+        cfg = _cfg(text, tmp_path)
+        with pytest.raises(DataError) as ei:
+            data.from_config(cfg)
+        assert name in ei.value.line() and words in ei.value.line(), ei.value.line()
+
+
+def test_loaders_agree(tmp_path):
+    ds = data.load_file("data/plane8.csv")
+    np.save(tmp_path / "p.npy", np.c_[ds.X, ds.y])
+    np.savez(tmp_path / "p.npz", X=ds.X, y=ds.y)
+    for f in ("p.npy", "p.npz"):
+        other = data.load_file(tmp_path / f)
+        np.testing.assert_array_equal(other.X, ds.X)
+        np.testing.assert_array_equal(other.y, ds.y)
+
+
+def test_embedded_default_is_plane8():
+    cfg = config.embedded_default()
+    ds = data.from_config(cfg)
+    ref = data.load_file("data/plane8.csv")
+    np.testing.assert_array_equal(ds.X, ref.X)
+    np.testing.assert_array_equal(ds.y, ref.y)
+    shipped = config.load("data/plane8.toml")
+    assert shipped.model == cfg.model and shipped.dynamics == cfg.dynamics
+    assert shipped.output == cfg.output
+
+
+def test_shipped_configs_load():
+    import glob
+    paths = sorted(glob.glob("data/*.toml"))
+    assert len(paths) >= 6
+    for p in paths:
+        cfg = config.load(p)
+        ds = data.from_config(cfg)
+        assert ds.n >= 2
+
+
+def test_two_point_generator():
+    ds = data.two_point(d=3, norm=2.0, labels="odd", y=1.5)
+    np.testing.assert_array_equal(ds.X, [[2, 0, 0], [-2, 0, 0]])
+    np.testing.assert_array_equal(ds.y, [1.5, -1.5])

@@ -1,0 +1,96 @@
+"""Oracles for the particle dynamics (THEORY §2): Ornstein–Uhlenbeck variance, drift as the
+N-scaled gradient of the N-particle objective, numba step vs NumPy reference, two-point kinks."""
+
+import numpy as np
+import pytest
+
+from meanfield import config, data, model
+from solvers.langevin import initial_particles, simulate
+from solvers.stepper import Stepper
+
+
+def _objective(theta, X, y, lam):
+    """½ R(θ_1..θ_N) + (λ/2N) Σ_i |θ_i|² (THEORY §1–2)."""
+    return 0.5 * model.risk(theta, X, y) + 0.5 * lam * np.sum(theta ** 2) / theta.shape[0]
+
+
+def test_drift_is_N_times_gradient_of_objective():
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((5, 2))
+    y = rng.standard_normal(5)
+    theta = rng.standard_normal((7, 4))
+    lam = 0.3
+    g = model.drift(theta, X, y, lam)
+    h = 1e-6
+    fd = np.zeros_like(theta)
+    for i in range(theta.shape[0]):
+        for k in range(theta.shape[1]):
+            tp, tm = theta.copy(), theta.copy()
+            tp[i, k] += h
+            tm[i, k] -= h
+            fd[i, k] = (_objective(tp, X, y, lam) - _objective(tm, X, y, lam)) / (2 * h)
+    np.testing.assert_allclose(g, theta.shape[0] * fd, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("tau", [0.0, 0.02])
+def test_numba_step_equals_numpy_reference(tau):
+    rng = np.random.default_rng(2)
+    X = rng.standard_normal((9, 3))
+    y = rng.standard_normal(9)
+    N = 1300                           # several reduction blocks, one partial
+    theta = initial_particles(N, 3, 1.0, 5)
+    lam, eta, seed, step = 0.07, 0.03, 11, 42
+    st = Stepper(X, y, N, lam=lam, eta=eta, seed=seed)
+    th = theta.copy()
+    assert st.advance(th, tau, step, 1) == 0
+    ref = model.euler_maruyama_step(theta, X, y, lam, eta, tau, st.noise(step))
+    np.testing.assert_allclose(th, ref, rtol=0, atol=1e-13)
+    # and the residuals returned after the step are those of the new particles
+    np.testing.assert_allclose(st.R, model.residuals(th, X, y), atol=1e-15)
+
+
+@pytest.mark.parametrize("lam,eta", [(0.05, 0.05), (1.0, 0.5)])
+def test_ornstein_uhlenbeck_stationary_variance(lam, eta):
+    """Data term off (R = 0): θ ← (1−ηλ)θ + sqrt(2ητ)ξ has variance τ/(λ(1−ηλ/2)).
+
+    With (λ, η) = (1, 0.5) the Euler–Maruyama factor 1/(1 − ηλ/2) = 4/3 is far outside the
+    sampling error, so the test also rejects the continuous-time value τ/λ.
+    """
+    N, d, tau = 20000, 2, 0.01
+    X = np.zeros((1, d))
+    theta = initial_particles(N, d, 0.1, 3)
+    nsteps = int(12 / (eta * lam)) + 1          # 12 relaxation times: memory e^-24
+    st = Stepper(X, np.zeros(1), N, lam=lam, eta=eta, seed=7)
+    assert st.advance(theta, tau, 0, nsteps, data_term=False) == 0
+    want = model.ou_stationary_variance(lam, eta, tau)
+    var = theta.var(axis=0)
+    # sample variance of N Gaussians: relative standard error sqrt(2/N) = 1 %; allow 4 sigma
+    np.testing.assert_allclose(var, want, rtol=4 * np.sqrt(2 / N))
+    if eta * lam > 0.1:
+        assert np.all(np.abs(var / (tau / lam) - 1) > 0.2)
+    np.testing.assert_allclose(theta.mean(axis=0), 0, atol=4 * np.sqrt(want / N))
+
+
+def test_two_point_even_kinks_at_plus_minus_one():
+    """THEORY §8: d = 2, even labels, |x̄| = 2.5 > sqrt 3, λ = 0.05: kinks at ⟨x̄, x⟩ = ±1 and
+    fitted value φ = ȳ − 2λ/κ with κ = sqrt(1 + s²)."""
+    from analysis.kinks import kink_hyperplanes
+    from analysis.rays import find_rays
+    cfg = config.from_dict({
+        "data": {"kind": "two_point", "d": 2, "norm": 2.5, "labels": "even", "y": 1.0},
+        "model": {"n_particles": 1000},
+        "dynamics": {"lam": 0.05, "eta": 0.05, "taus": [1e-3, 1e-4], "steps_per_tau": 20000},
+        "output": {"observe_every": 1000}})
+    ds = data.from_config(cfg)
+    st = simulate(cfg, ds, progress=False)
+    res = find_rays(st.theta, ds.X)
+    kinks = kink_hyperplanes([r.direction for r in res.rays])
+    s = 2.5
+    xbar = ds.X[0] / s
+    positions = sorted(k.offset * s * float(k.normal @ xbar) for k in kinks)
+    assert len(positions) == 2
+    np.testing.assert_allclose(positions, [-1.0, 1.0], atol=0.05)
+    for k in kinks:
+        assert abs(abs(float(k.normal @ xbar)) - 1) < 1e-3
+    phi = 1.0 - 2 * 0.05 / np.sqrt(1 + s * s)
+    np.testing.assert_allclose(model.predict(st.theta, ds.X), [phi, phi], atol=0.01)

@@ -1,0 +1,188 @@
+"""Ray clustering on planted rays (known directions, weights, angular noise, thermal halo),
+certificate filtering, boundary rays, and kink hyperplanes."""
+
+import numpy as np
+import pytest
+
+from analysis.certificate import certificate
+from analysis.kinks import kink_hyperplanes
+from analysis.rays import cells, directions, find_rays
+from analysis.synthetic import planted_rays
+
+X = np.array([[-1.5, -1.0], [-0.5, 1.2], [0.8, -1.3], [1.6, 0.4], [-1.1, 0.3], [0.2, 0.1],
+              [1.0, 1.5], [-0.3, -1.8]])
+XL = np.c_[X, np.ones(len(X))]
+
+
+def _separated_directions(k, D, min_angle, seed):
+    rng = np.random.default_rng(seed)
+    out = []
+    while len(out) < k:
+        v = rng.standard_normal(D)
+        v /= np.linalg.norm(v)
+        if all(np.arccos(np.clip(v @ u, -1, 1)) >= min_angle for u in out):
+            out.append(v)
+    return np.array(out)
+
+
+DIRS = _separated_directions(7, 3, 0.4, seed=11)
+WEIGHTS = np.array([0.5, -0.3, 0.2, -0.15, 0.1, 0.4, -0.25])
+
+
+def _match(res, dirs, weights):
+    """Planted ray k -> found ray index, by direction and sign."""
+    out = []
+    for v, c in zip(dirs, weights):
+        cand = [(np.arccos(np.clip(q.direction @ v, -1, 1)), j) for j, q in enumerate(res.rays)
+                if q.sign == np.sign(c)]
+        out.append(min(cand) if cand else (np.inf, -1))
+    return out
+
+
+@pytest.mark.parametrize("noise", [0.003, 0.01, 0.03, 0.06])
+def test_recovers_planted_rays_at_several_noise_levels(noise):
+    theta, _ = planted_rays(DIRS, WEIGHTS, 8000, noise=noise, halo_particles=0.3,
+                            halo_mass=0.03, seed=1)
+    res = find_rays(theta, X)
+    assert len(res.rays) == 7
+    m = _match(res, DIRS, WEIGHTS)
+    assert sorted(j for _, j in m) == list(range(7))
+    for (ang, j), c in zip(m, WEIGHTS):
+        q = res.rays[j]
+        assert ang < 0.2 * noise + 0.005           # mean of ~10³ directions of spread `noise`
+        assert q.weight == pytest.approx(c, rel=0.03)
+        # RMS angle of a 2-D tangent Gaussian of std `noise` is sqrt(2) noise
+        assert q.spread == pytest.approx(np.sqrt(2) * noise, rel=0.15)
+    assert res.halo_mass_fraction == pytest.approx(0.03, abs=0.01)
+    lo, hi = res.plateau
+    assert lo <= res.threshold <= hi and hi / lo > 5
+
+
+def test_plateau_choice_is_stable_across_seeds_and_subsamples():
+    picks = []
+    for seed in (1, 2, 3):
+        theta, _ = planted_rays(DIRS, WEIGHTS, 8000, noise=0.02, seed=seed)
+        for sub in (theta, theta[::2]):
+            res = find_rays(theta=sub, X=X)
+            assert len(res.rays) == 7
+            picks.append(res)
+    # every chosen threshold lies inside every other run's plateau
+    for a in picks:
+        for b in picks:
+            assert b.plateau[0] <= a.threshold <= b.plateau[1]
+    # and the count is the same over the whole plateau
+    for r in picks:
+        inside = (r.thresholds >= r.plateau[0]) & (r.thresholds <= r.plateau[1])
+        assert np.all(r.counts[inside] == 7)
+
+
+def test_ray_across_a_cell_boundary_is_one_ray_with_a_zero_in_its_pattern():
+    # a direction whose kink passes through x_3, with particles on both sides
+    w = np.array([0.6, -0.8])
+    v0 = np.r_[w, -w @ X[3]]
+    dirs = np.vstack([v0, DIRS[:3]])
+    weights = np.r_[0.3, WEIGHTS[:3]]
+    theta, _ = planted_rays(dirs, weights, 6000, noise=0.02, seed=4)
+    res = find_rays(theta, X)
+    assert len(res.rays) == 4
+    (ang, j), = _match(res, dirs[:1], weights[:1])
+    q = res.rays[j]
+    assert ang < 0.01
+    assert q.n_cells >= 2 and q.pattern[3] == 0
+    z = XL @ (v0 / np.linalg.norm(v0))
+    assert np.array_equal(np.delete(q.pattern, 3), np.sign(np.delete(z, 3)))
+
+
+def _certificate_case(seed=5):
+    """Residuals R with G(v_k) = −sign(c_k) at three planted rays (min-norm solution of the
+    three linear equations), and a heavy decoy cluster at a direction where |G| < 0.2.
+    (|G| may exceed 1 away from the planted directions, so the snapshots carry no uniform halo:
+    the decoy is the halo under test.)"""
+    rng = np.random.default_rng(seed)
+    dirs = _separated_directions(3, 3, 0.5, seed=seed)
+    weights = np.array([0.4, -0.3, 0.2])
+    A = np.maximum(dirs @ XL.T, 0.0)                      # (3, n): G(v_k) = A[k]·R / λ
+    R = np.linalg.lstsq(A, -np.sign(weights), rcond=None)[0]
+    cand = rng.standard_normal((4000, 3))
+    cand /= np.linalg.norm(cand, axis=1, keepdims=True)
+    G = certificate(cand, X, R, 1.0)
+    far = np.min(np.arccos(np.clip(cand @ dirs.T, -1, 1)), axis=1) > 0.5
+    decoy = cand[np.nonzero(far & (np.abs(G) < 0.2))[0][0]]
+    return R, np.vstack([dirs, decoy]), np.r_[weights, 0.2]
+
+
+def test_certificate_filter_removes_a_heavy_decoy():
+    R, dirs, weights = _certificate_case()
+    theta, _ = planted_rays(dirs, weights, 6000, noise=0.01, halo_particles=0.0, seed=6)
+    f = np.maximum(theta[:, 1:] @ XL.T, 0).T @ theta[:, 0] / len(theta)
+    lam = 0.05
+    y = f - len(X) * R * lam                        # snapshot residuals R·lam: G = R-case G
+    without = find_rays(theta, X)
+    assert len(without.rays) == 4                   # the decoy looks like a ray by mass alone
+    res = find_rays(theta, X, y=y, lam=lam)
+    assert len(res.rays) == 3
+    m = _match(res, dirs[:3], weights[:3])
+    assert sorted(j for _, j in m) == [0, 1, 2]
+    for q in res.rays:
+        assert -q.sign * q.G >= 0.9 * res.G_max       # learned directions: |G| near max
+    # the decoy's particles fail the particle filter: they are halo
+    assert res.halo_mass_fraction == pytest.approx(0.2 / 1.1, abs=0.02)
+    used = res.thresholds_used()
+    assert used["g_particle"] == 0.5 and used["g_ray"] == 0.9
+
+
+def test_ray_level_certificate_rejection_is_listed():
+    R, dirs, weights = _certificate_case()
+    theta, _ = planted_rays(dirs, weights, 6000, noise=0.01, halo_particles=0.0, seed=6)
+    f = np.maximum(theta[:, 1:] @ XL.T, 0).T @ theta[:, 0] / len(theta)
+    y = f - len(X) * R
+    # no particle filter: the decoy survives to the ray level, where its |G| < 0.2 fails
+    res = find_rays(theta, X, y=y, lam=1.0, g_particle=-np.inf)
+    assert len(res.rays) == 3
+    assert len(res.rejected) == 1
+    rej = res.rejected[0]
+    assert rej["mass_fraction"] == pytest.approx(0.2 / 1.1, abs=0.02)
+    assert abs(rej["G"]) < 0.25 * res.G_max
+    assert np.arccos(np.clip(np.array(rej["direction"]) @ dirs[3], -1, 1)) < 0.01
+
+
+def test_two_rays_in_one_cell_are_reported():
+    # two same-sign rays 0.3 rad apart inside one activation cell (no data hyperplane between)
+    v = np.array([0.0, 0.0, 1.0])                   # pure bias: every point active
+    u = np.array([0.3, 0.0, 1.0])
+    assert np.array_equal(XL @ v > 0, XL @ (u / np.linalg.norm(u)) > 0)
+    theta, _ = planted_rays(np.vstack([v, u]), [0.5, 0.5], 4000, noise=0.005, seed=2)
+    res = find_rays(theta, X)
+    assert len(res.rays) == 2
+    assert res.cell_conflicts == [[0, 1]]
+
+
+def test_cells_are_sign_and_binary_pattern():
+    theta, _ = planted_rays(DIRS, WEIGHTS, 2000, noise=0.3, seed=3)
+    V, _, _ = directions(theta)
+    sgn = np.sign(theta[:, 0])
+    ids = cells(sgn, V, X)
+    key = [tuple(np.r_[s > 0, XL @ v > 0]) for s, v in zip(sgn, V)]
+    for i in range(0, 2000, 37):
+        for j in range(0, 2000, 41):
+            assert (ids[i] == ids[j]) == (key[i] == key[j])
+
+
+def test_empty_and_bad_input():
+    res = find_rays(np.zeros((10, 4)), X)
+    assert res.rays == [] and res.labels.tolist() == [-1] * 10
+    with pytest.raises(ValueError):
+        find_rays(np.zeros((10, 3)), X)
+    with pytest.raises(ValueError):
+        find_rays(np.ones((10, 4)), X, y=np.zeros(8))
+
+
+def test_kinks_merge_v_and_minus_v_and_skip_pure_bias():
+    v = np.array([0.6, -0.8, 0.3])
+    dirs = np.array([v, -v, [0.0, 0.0, 1.0], [0.0, 0.0, -1.0], [1.0, 0.0, 0.0]])
+    kinks = kink_hyperplanes(dirs)
+    assert len(kinks) == 2
+    assert sorted(kinks[0].rays) == [0, 1] and kinks[1].rays == [4]
+    n, off = kinks[0].normal, kinks[0].offset
+    x = n * off                                      # a point on the hyperplane
+    assert abs(v[:2] @ x + v[2]) < 1e-12
