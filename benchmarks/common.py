@@ -13,6 +13,10 @@ import time
 
 import numpy as np
 
+# Like `meanfield run` (meanfield.runner): idle OpenMP workers sleep unless the environment says
+# otherwise. Set before numba or torch start their thread pools (both are imported lazily).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 LAM, ETA, TAU = 0.05, 0.01, 0.01
 
 
@@ -69,7 +73,7 @@ def header(threads):
              f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset)')}"]
     if load[0] > 0.5 * (os.cpu_count() or 1):
         lines.append("WARNING: the machine is busy; timings are upper bounds. Rerun on an idle "
-                     "machine (and consider OMP_WAIT_POLICY=PASSIVE when cores are shared).")
+                     "machine.")
     return lines
 
 
