@@ -3,7 +3,8 @@
 A config has four tables (the public interface, documented in ``docs/cli.md``)::
 
     [data]      kind = "file" | "two_point" | "gaussian" | "grid" | "inline"
-    [model]     activation = "relu"; n_particles = 4000; init_scale = 1.0
+    [model]     activation = "relu" | "softplus" | "capped"; n_particles = 4000;
+                init_scale = 1.0; sharpness = 10.0; cap = 3.0
     [dynamics]  lam = 0.05; eta = 0.05; taus = [1e-2, 1e-3, 1e-4]; steps_per_tau = 40000
                 batch_size = 0; seed = 0
     [output]    observe_every = 100; snapshots_per_tau = 1; checkpoint_every = 10000
@@ -33,7 +34,7 @@ else:  # pragma: no cover
 from meanfield.errors import ConfigError
 
 #: Activations the kernels implement (THEORY §3).
-ACTIVATIONS = ("relu", "softplus")
+ACTIVATIONS = ("relu", "softplus", "capped")
 
 # Per data kind: allowed keys and their defaults (None = required).
 DATA_KINDS: dict[str, dict[str, Any]] = {

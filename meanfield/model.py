@@ -30,12 +30,48 @@ def softplus_grad(z, sharpness: float = 10.0):
     return 0.5 * (1.0 + np.tanh(0.5 * sharpness * z))
 
 
+def cap_junction(sharpness: float = 10.0, cap: float = 3.0):
+    """Junction of :func:`capped`: ``(z_m, s_m)`` with ``softplus_t(z_m) = m²`` and
+    ``s_m = softplus_t'(z_m) = 1 − exp(−t m²)``."""
+    t, m2 = float(sharpness), float(cap) ** 2
+    return m2 + np.log(-np.expm1(-t * m2)) / t, -np.expm1(-t * m2)
+
+
+def capped(z, sharpness: float = 10.0, cap: float = 3.0):
+    """Smoothed bounded activation ``σ_{m,t}`` (THEORY §3, after [SKM22] §3.2).
+
+    ``σ(z) = softplus_t(z)`` for ``z ≤ z_m`` (where ``softplus_t(z_m) = m²``), continued by the
+    concave exponential cap ``φ(z) = m² (2 − exp(−s_m (z − z_m) / m²))`` with ``s_m`` the
+    softplus slope at ``z_m``. So ``σ`` is C¹ (value and slope match at ``z_m``), increasing,
+    ``0 < σ < 2 m²`` (saturating at ``2m²``), and ``|φ''| ≤ s_m² / m² < 1/m²``; the second
+    derivative jumps at ``z_m`` from ``t s_m (1 − s_m) ≈ t e^{−t m²}`` to ``−s_m²/m²``. As
+    ``t, m → ∞`` it tends to relu. The parameters ``a`` and ``w`` are not truncated.
+    """
+    z = np.asarray(z, dtype=np.float64)
+    zm, sm = cap_junction(sharpness, cap)
+    m2 = float(cap) ** 2
+    over = np.maximum(z - zm, 0.0)
+    return np.where(z <= zm, softplus(z, sharpness), m2 * (2.0 - np.exp(-sm * over / m2)))
+
+
+def capped_grad(z, sharpness: float = 10.0, cap: float = 3.0):
+    """Derivative of :func:`capped`."""
+    z = np.asarray(z, dtype=np.float64)
+    zm, sm = cap_junction(sharpness, cap)
+    m2 = float(cap) ** 2
+    over = np.maximum(z - zm, 0.0)
+    return np.where(z <= zm, softplus_grad(z, sharpness), sm * np.exp(-sm * over / m2))
+
+
 def activation(name: str, sharpness: float = 10.0, cap: float = 3.0):
-    """Return ``(sigma, sigma_prime)`` for an activation name of the config."""
+    """Return ``(sigma, sigma_prime)`` for an activation name of the config
+    (``"relu"``, ``"softplus"`` or ``"capped"``)."""
     if name == "relu":
         return relu, relu_grad
     if name == "softplus":
         return (lambda z: softplus(z, sharpness)), (lambda z: softplus_grad(z, sharpness))
+    if name == "capped":
+        return (lambda z: capped(z, sharpness, cap)), (lambda z: capped_grad(z, sharpness, cap))
     raise ValueError(f"unknown activation {name!r}")
 
 
@@ -83,14 +119,21 @@ def regulariser(theta, lam):
     return 0.5 * lam * float(np.mean(np.sum(np.asarray(theta) ** 2, axis=1)))
 
 
-def drift(theta, X, y, lam, sigma=relu, sigma_prime=relu_grad):
+def drift(theta, X, y, lam, sigma=relu, sigma_prime=relu_grad, batch=None):
     """Per-particle gradient of the potential, ``∇_θ Ψ(θ_i; ρ_N)`` (THEORY §2), shape (N, d+2).
 
     ``∇_a Ψ = Σ_j R_j σ(u·x̃_j) + lam a`` and ``∇_u Ψ = a Σ_j R_j σ'(u·x̃_j) x̃_j + lam u``.
     Equals ``N`` times the gradient of ``½ R + (lam / 2N) Σ_i |θ_i|²`` with respect to ``θ_i``.
+
+    With ``batch`` (integer array of ``B`` indices), the data term is the unbiased minibatch
+    estimate ``(n/B) Σ_{j∈batch}``, i.e. ``R_j = (f_N(x_j) − y_j) / B`` summed over the batch;
+    ``f_N`` is still the average over all particles.
     """
     theta = np.asarray(theta)
     X = np.asarray(X)
+    y = np.asarray(y)
+    if batch is not None:
+        X, y = X[batch], y[batch]
     a = theta[:, 0]
     Z = preactivations(theta, X)
     R = (sigma(Z).T @ a / theta.shape[0] - y) / len(y)
@@ -101,9 +144,12 @@ def drift(theta, X, y, lam, sigma=relu, sigma_prime=relu_grad):
     return g + lam * theta
 
 
-def euler_maruyama_step(theta, X, y, lam, eta, tau, xi, sigma=relu, sigma_prime=relu_grad):
-    """One Euler–Maruyama step ``θ − η ∇Ψ + sqrt(2ητ) ξ`` given the noise ``xi`` (N, d+2)."""
-    return theta - eta * drift(theta, X, y, lam, sigma, sigma_prime) + np.sqrt(2 * eta * tau) * xi
+def euler_maruyama_step(theta, X, y, lam, eta, tau, xi, sigma=relu, sigma_prime=relu_grad,
+                        batch=None):
+    """One Euler–Maruyama step ``θ − η ∇Ψ + sqrt(2ητ) ξ`` given the noise ``xi`` (N, d+2);
+    ``batch`` as in :func:`drift` (noisy minibatch SGD)."""
+    g = drift(theta, X, y, lam, sigma, sigma_prime, batch)
+    return theta - eta * g + np.sqrt(2 * eta * tau) * xi
 
 
 def ou_stationary_variance(lam, eta, tau):

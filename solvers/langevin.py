@@ -16,10 +16,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from meanfield.errors import DivergenceError
-from solvers import _kernels as K
-
-_ACT_CODES = {"relu": K.ACT_RELU, "softplus": K.ACT_SOFTPLUS, "capped": K.ACT_CAPPED}
+from meanfield.errors import ConfigError, DivergenceError
+from solvers.stepper import from_config as _stepper_from_config
 
 
 @dataclass
@@ -99,17 +97,6 @@ def stationarity(resid_history: list) -> float:
     return float(n * np.max(np.abs(H[-k:].mean(axis=0) - H[:k].mean(axis=0))))
 
 
-class Workspace:
-    """Scratch arrays for the kernels, allocated once per run: ``Z`` (N, n), ``partial``
-    (n_blocks, n), ``f`` (n,), ``R`` (n,)."""
-
-    def __init__(self, N, n):
-        self.Z = np.empty((N, n))
-        self.partial = np.empty(((N + K.BLOCK - 1) // K.BLOCK, n))
-        self.f = np.empty(n)
-        self.R = np.empty(n)
-
-
 def simulate(cfg, dataset, writer=None, state: SolverState | None = None, progress=None,
              on_checkpoint=None, should_stop=None) -> SolverState:
     """Run the temperature ladder of ``cfg`` on ``dataset``.
@@ -152,15 +139,16 @@ def simulate(cfg, dataset, writer=None, state: SolverState | None = None, progre
     T = int(dyn["steps_per_tau"])
     obs_every = int(out["observe_every"])
     ckpt_every = int(out.get("checkpoint_every", 0)) or None
-    act = _ACT_CODES[mod["activation"]]
-    sharp, cap = float(mod.get("sharpness", 10.0)), float(mod.get("cap", 3.0))
+    if int(dyn.get("batch_size", 0)) > n:
+        raise ConfigError(cfg.source, "dynamics.batch_size",
+                          f"must be <= the number of samples n={n}, got {dyn['batch_size']}")
     snaps = snapshot_steps(T, int(out["snapshots_per_tau"]))
 
     if state is None:
         state = SolverState(theta=initial_particles(N, d, mod["init_scale"], seed))
     theta = np.ascontiguousarray(state.theta, dtype=np.float64)
     state.theta = theta
-    ws = Workspace(N, n)
+    stepper = _stepper_from_config(cfg, X, y)
     total = T * len(taus)
     disable = {True: False, False: True, None: None}[progress]
     bar = tqdm(total=total, initial=state.step, unit="step", disable=disable,
@@ -174,8 +162,7 @@ def simulate(cfg, dataset, writer=None, state: SolverState | None = None, progre
             nxt_snap = min((s for s in snaps if s > state.step_in_stage), default=T)
             target = min(nxt_obs, nxt_snap, T)
             nsteps = target - state.step_in_stage
-            code = K.run_steps(theta, X, y, ws.Z, ws.partial, ws.f, ws.R, lam, eta, tau, seed,
-                               state.step, nsteps, act, sharp, cap)
+            code = stepper.advance(theta, tau, state.step, nsteps)
             state.step += nsteps
             state.step_in_stage = target
             msq = float(np.mean(np.einsum("ij,ij->i", theta, theta))) if code == 0 else math.nan
@@ -186,7 +173,7 @@ def simulate(cfg, dataset, writer=None, state: SolverState | None = None, progre
                     f"{state.step - nsteps} and {state.step} at tau={tau:g}; the step size "
                     f"eta={eta:g} is likely too large for this data scale (try eta/2) "
                     f"or init_scale too big")
-            R = ws.R.copy()
+            R = stepper.R.copy()
             state.stage_residuals.append(R)
             row = {"step": state.step, "time": state.step * eta, "tau": tau,
                    "risk": float(np.sum((n * R) ** 2) / n), "regulariser": 0.5 * lam * msq,

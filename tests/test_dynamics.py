@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from meanfield import config, data, model
-from solvers import _kernels as K
-from solvers.langevin import Workspace, initial_particles, simulate
+from solvers.langevin import initial_particles, simulate
+from solvers.stepper import Stepper
 
 
 def _objective(theta, X, y, lam):
@@ -40,16 +40,13 @@ def test_numba_step_equals_numpy_reference(tau):
     N = 1300                           # several reduction blocks, one partial
     theta = initial_particles(N, 3, 1.0, 5)
     lam, eta, seed, step = 0.07, 0.03, 11, 42
-    ws = Workspace(N, 9)
+    st = Stepper(X, y, N, lam=lam, eta=eta, seed=seed)
     th = theta.copy()
-    K.run_steps(th, X, y, ws.Z, ws.partial, ws.f, ws.R, lam, eta, tau, seed, step, 1,
-                K.ACT_RELU, 1.0, 1.0)
-    xi = np.empty_like(theta)
-    K.gaussian_block(seed, step, N, 5, xi)
-    ref = model.euler_maruyama_step(theta, X, y, lam, eta, tau, xi)
+    assert st.advance(th, tau, step, 1) == 0
+    ref = model.euler_maruyama_step(theta, X, y, lam, eta, tau, st.noise(step))
     np.testing.assert_allclose(th, ref, rtol=0, atol=1e-13)
     # and the residuals returned after the step are those of the new particles
-    np.testing.assert_allclose(ws.R, model.residuals(th, X, y), atol=1e-15)
+    np.testing.assert_allclose(st.R, model.residuals(th, X, y), atol=1e-15)
 
 
 @pytest.mark.parametrize("lam,eta", [(0.05, 0.05), (1.0, 0.5)])
@@ -62,11 +59,9 @@ def test_ornstein_uhlenbeck_stationary_variance(lam, eta):
     N, d, tau = 20000, 2, 0.01
     X = np.zeros((1, d))
     theta = initial_particles(N, d, 0.1, 3)
-    Z = np.zeros((N, 1))
-    R = np.zeros(1)
     nsteps = int(12 / (eta * lam)) + 1          # 12 relaxation times: memory e^-24
-    for s in range(nsteps):
-        K.update(theta, X, Z, R, lam, eta, tau, 7, s, K.ACT_RELU, 1.0, 1.0)
+    st = Stepper(X, np.zeros(1), N, lam=lam, eta=eta, seed=7)
+    assert st.advance(theta, tau, 0, nsteps, data_term=False) == 0
     want = model.ou_stationary_variance(lam, eta, tau)
     var = theta.var(axis=0)
     # sample variance of N Gaussians: relative standard error sqrt(2/N) = 1 %; allow 4 sigma

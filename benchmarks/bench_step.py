@@ -1,0 +1,263 @@
+"""One full-batch Langevin step: our numba kernel against the usual peers, side by side.
+
+Every implementation does the identical update (THEORY §2, relu, noise included)::
+
+    θ_i ← θ_i − η (∇_θ Ψ(θ_i; ρ̂_N)) + sqrt(2 η τ) ξ_i
+
+and is checked against the NumPy reference of ``meanfield.model`` (noise off) before it is
+timed. Peers:
+
+- vectorised NumPy (what most theory code does), noise from ``numpy.random.Generator``;
+- PyTorch CPU with hand-written gradients (float64);
+- PyTorch CPU with autograd + ``torch.optim.SGD(lr=η, weight_decay=λ)`` on the loss
+  ``(N/2)·mean((f − y)²)`` plus added noise (what paper scripts do).
+
+PyTorch is optional (``pip install .[torch]``); without it those rows are skipped.
+
+Usage::
+
+    python benchmarks/bench_step.py                 # N=10^4, n=20, d=2, 2 threads
+    python benchmarks/bench_step.py --quick         # shorter timing budget
+    python benchmarks/bench_step.py --N 100000 --threads 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.common import (ETA, LAM, TAU, header, peak_traced, problem,  # noqa: E402
+                               set_threads, time_per_step)
+
+FLOOR_MS = (0.15, 0.2)   # 2.4 MFLOP + 4·10^4 normals per step at N=10^4, n=20, d=2, 2 cores
+
+
+# ---------------------------------------------------------------------------------------------
+# Implementations: each has .run(k) (k steps with noise) and .theta() (N, d+2)
+# ---------------------------------------------------------------------------------------------
+
+class Ours:
+    name = "meanfield numba kernel"
+
+    def __init__(self, X, y, theta, seed=0):
+        from solvers.stepper import Stepper
+        self.th = theta.copy()
+        self.st = Stepper(X, y, len(theta), lam=LAM, eta=ETA, seed=seed)
+        self.step = 0
+
+    def run(self, k, tau=TAU):
+        code = self.st.advance(self.th, tau, self.step, k)
+        assert code == 0
+        self.step += k
+
+    def theta(self):
+        return self.th
+
+
+class NumpyStep:
+    name = "vectorised NumPy"
+
+    def __init__(self, X, y, theta, seed=0):
+        self.X, self.y, self.th = X, y, theta.copy()
+        self.Xt = np.ascontiguousarray(X.T)
+        self.rng = np.random.default_rng(seed)
+
+    def run(self, k, tau=TAU):
+        X, y, th = self.X, self.y, self.th
+        N, n = th.shape[0], len(y)
+        sd = math.sqrt(2 * ETA * tau)
+        for _ in range(k):
+            a, W, b = th[:, 0], th[:, 1:-1], th[:, -1]
+            Z = W @ self.Xt
+            Z += b[:, None]
+            S = np.maximum(Z, 0.0)
+            R = (S.T @ a / N - y) / n
+            G = (Z > 0.0) * R
+            ga = S @ R
+            gw = G @ X
+            gb = G.sum(axis=1)
+            th[:, 1:-1] -= ETA * (a[:, None] * gw + LAM * W)
+            th[:, -1] -= ETA * (a * gb + LAM * b)
+            th[:, 0] -= ETA * (ga + LAM * a)
+            if sd > 0:
+                th += sd * self.rng.standard_normal(th.shape)
+
+    def theta(self):
+        return self.th
+
+
+class TorchManual:
+    name = "PyTorch CPU, hand-written gradients"
+
+    def __init__(self, X, y, theta, seed=0):
+        import torch
+        self.torch = torch
+        self.X = torch.tensor(X)
+        self.Xt = self.X.T.contiguous()
+        self.y = torch.tensor(y)
+        self.th = torch.tensor(theta)
+        self.g = torch.Generator().manual_seed(seed)
+
+    def run(self, k, tau=TAU):
+        torch = self.torch
+        th = self.th
+        N, n = th.shape[0], self.y.shape[0]
+        sd = math.sqrt(2 * ETA * tau)
+        with torch.no_grad():
+            for _ in range(k):
+                a, W, b = th[:, 0], th[:, 1:-1], th[:, -1]
+                Z = torch.addmm(b[:, None], W, self.Xt)
+                S = torch.relu(Z)
+                R = (S.T @ a / N - self.y) / n
+                G = (Z > 0) * R
+                ga = S @ R
+                gw = G @ self.X
+                gb = G.sum(dim=1)
+                W.sub_(ETA * (a[:, None] * gw + LAM * W))
+                b.sub_(ETA * (a * gb + LAM * b))
+                a.sub_(ETA * (ga + LAM * a))
+                if sd > 0:
+                    th.add_(torch.randn(th.shape, generator=self.g, dtype=th.dtype), alpha=sd)
+
+    def theta(self):
+        return self.th.numpy()
+
+
+class TorchAutograd:
+    name = "PyTorch CPU, autograd + optim.SGD + noise"
+
+    def __init__(self, X, y, theta, seed=0):
+        import torch
+        self.torch = torch
+        self.X = torch.tensor(X)
+        self.y = torch.tensor(y)
+        t = torch.tensor(theta)
+        self.a = torch.nn.Parameter(t[:, 0].clone())
+        self.W = torch.nn.Parameter(t[:, 1:-1].clone())
+        self.b = torch.nn.Parameter(t[:, -1].clone())
+        # SGD with weight decay: p ← p − η (∂L/∂p + λ p); L = (N/2) mean((f − y)²)
+        self.opt = torch.optim.SGD([self.a, self.W, self.b], lr=ETA, weight_decay=LAM)
+        self.g = torch.Generator().manual_seed(seed)
+
+    def run(self, k, tau=TAU):
+        torch = self.torch
+        N = self.a.shape[0]
+        sd = math.sqrt(2 * ETA * tau)
+        for _ in range(k):
+            self.opt.zero_grad(set_to_none=True)
+            f = torch.relu(self.X @ self.W.T + self.b) @ self.a / N
+            loss = 0.5 * N * ((f - self.y) ** 2).mean()
+            loss.backward()
+            self.opt.step()
+            if sd > 0:
+                with torch.no_grad():
+                    for p in (self.a, self.W, self.b):
+                        p.add_(torch.randn(p.shape, generator=self.g, dtype=p.dtype), alpha=sd)
+
+    def theta(self):
+        return np.column_stack([self.a.detach().numpy(), self.W.detach().numpy(),
+                                self.b.detach().numpy()])
+
+
+def implementations(with_torch=True):
+    """Our kernel and NumPy, plus the PyTorch peers when wanted and installed."""
+    impls = [Ours, NumpyStep]
+    if with_torch:
+        import importlib.util
+        if importlib.util.find_spec("torch") is not None:
+            impls += [TorchManual, TorchAutograd]
+        else:
+            print("PyTorch not installed: skipping the PyTorch peers "
+                  "(pip install 'meanfield[torch]' to include them)")
+    return impls
+
+
+def check_identical_update(impls, X, y, theta):
+    """Max |Δθ| of one noiseless step of each implementation against meanfield.model."""
+    from meanfield import model
+    want = model.euler_maruyama_step(theta, X, y, LAM, ETA, 0.0, np.zeros_like(theta))
+    out = {}
+    for cls in impls:
+        impl = cls(X, y, theta)
+        impl.run(1, tau=0.0)
+        out[cls.name] = float(np.max(np.abs(impl.theta() - want)))
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--N", type=int, default=10_000, help="particles (default 10^4)")
+    ap.add_argument("--n", type=int, default=20, help="samples (default 20)")
+    ap.add_argument("--d", type=int, default=2, help="input dimension (default 2)")
+    ap.add_argument("--threads", type=int, default=2, help="threads for every library (2)")
+    ap.add_argument("--steps", type=int, default=50, help="steps per timed call (50)")
+    ap.add_argument("--budget", type=float, default=3.0, help="seconds of timing per row (3)")
+    ap.add_argument("--quick", action="store_true", help="short run: 0.5 s per row")
+    ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch peers")
+    args = ap.parse_args(argv)
+    budget = 0.5 if args.quick else args.budget
+    N, n, d = args.N, args.n, args.d
+
+    set_threads(args.threads)
+    X, y, theta = problem(N, n, d)
+    impls = implementations(not args.no_torch)
+    print("\n".join(header(args.threads)))
+    print(f"problem: N={N} particles, n={n} samples, d={d}; lam={LAM} eta={ETA} tau={TAU}; "
+          f"relu, full batch, noise included; {args.steps} steps per timed call")
+
+    dev = check_identical_update(impls, X, y, theta)
+    print("identical update (one noiseless step vs meanfield.model): max |dtheta| = "
+          + ", ".join(f"{k}: {v:.1e}" for k, v in dev.items()))
+    bad = [k for k, v in dev.items() if not v < 1e-10]
+    if bad:
+        raise SystemExit(f"implementations disagree with the reference: {bad}")
+
+    rows = []
+    for cls in impls:
+        impl = cls(X, y, theta)
+        best, med = time_per_step(lambda: impl.run(args.steps), args.steps, budget_s=budget)
+        rows.append((cls.name, best, med))
+    if args.threads > 1:
+        set_threads(1)
+        impl = Ours(X, y, theta)
+        best, med = time_per_step(lambda: impl.run(args.steps), args.steps, budget_s=budget)
+        rows.append((Ours.name + ", 1 thread", best, med))
+        set_threads(args.threads)
+
+    ours = rows[0][1]
+    print()
+    print(f"{'implementation':44s} {'ms/step':>8s} {'median':>8s} "
+          f"{'ns/(particle.sample.step)':>26s} {'x ours':>7s}")
+    for name, best, med in rows:
+        print(f"{name:44s} {best:8.3f} {med:8.3f} {best * 1e6 / (N * n):26.2f} {best / ours:7.1f}")
+    print("(ms/step = best of repeated timed calls; median alongside)")
+
+    if (N, n, d) == (10_000, 20, 2):
+        lo, hi = FLOOR_MS
+        print(f"\nfloor ({lo}-{hi} ms: 2.4 MFLOP + 4e4 normals per step on 2 cores): ours is "
+              f"{ours / hi:.2f}-{ours / lo:.2f} x the floor")
+        ratios = {r[0]: r[1] / ours for r in rows}
+        checks = [("ours <= 0.3 ms/step", ours <= 0.3),
+                  ("NumPy >= 8 x ours", ratios.get(NumpyStep.name, 0) >= 8)]
+        if TorchAutograd.name in ratios:
+            checks.append(("PyTorch autograd >= 20 x ours", ratios[TorchAutograd.name] >= 20))
+        busy = any(line.startswith("WARNING") for line in header(args.threads))
+        print(("targets (unreliable: busy machine): " if busy else "targets: ")
+              + "; ".join(f"{c}: {'met' if ok else 'NOT met'}" for c, ok in checks))
+
+    st, peak = peak_traced(lambda: Ours(X, y, theta))
+    print(f"\npeak memory of our stepper (traced NumPy allocations, theta included): "
+          f"{peak / 2**20:.2f} MiB = {peak / N:.0f} B/particle")
+    _, peak_np = peak_traced(lambda: NumpyStep(X, y, theta).run(1))
+    print(f"peak memory of one NumPy step (theta included): {peak_np / 2**20:.2f} MiB")
+    return rows
+
+
+if __name__ == "__main__":
+    main()

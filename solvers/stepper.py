@@ -1,0 +1,159 @@
+"""Python front end of the tuned Langevin kernels (``solvers._kernels``).
+
+:class:`Stepper` owns the work space of one run (allocated once) and advances particles by
+whole chunks of Euler–Maruyama steps (THEORY §2)::
+
+    θ_i ← θ_i − η ∇_θ Ψ(θ_i; ρ̂_N) + sqrt(2 η τ) ξ_i,
+
+full batch or noisy minibatch SGD, with the noise ``ξ`` a pure function of
+``(seed, step, particle, coordinate)``; results do not depend on the number of threads
+(``numba.set_num_threads``) nor on how a run is cut into calls of :meth:`Stepper.advance`.
+
+Memory: the particles in column layout ``(d+2) N``, block partial sums ``⌈N/512⌉ n`` and a
+per-thread scratch of ``(2d+4)·512 + n`` doubles, i.e. ``O(N (d+2) + N n / 512)`` floats.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from solvers import _kernels as K
+
+#: Activation names of the config and their kernel codes (THEORY §3).
+ACT_CODES = {"relu": K.ACT_RELU, "softplus": K.ACT_SOFTPLUS, "capped": K.ACT_CAPPED}
+
+
+class Stepper:
+    """Tuned particle stepper for one data set and one set of dynamics parameters.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n, d)
+        Training inputs.
+    y : ndarray of shape (n,)
+        Training labels.
+    n_particles : int
+        Number of particles ``N``.
+    lam : float
+        Weight decay ``λ > 0`` on all of ``(a, w, b)``.
+    eta : float
+        Step size ``η`` (mean-field time per step).
+    activation : {"relu", "softplus", "capped"}
+        ``σ``; ``"capped"`` is the bounded ``σ_{m,t}`` of THEORY §3 (see
+        :func:`meanfield.model.capped`).
+    sharpness : float
+        Softplus sharpness ``t`` (softplus and capped).
+    cap : float
+        Cap parameter ``m`` of ``σ_{m,t}`` (the activation saturates at ``2 m²``).
+    batch_size : int
+        ``0`` for full batch; ``1 <= B <= n`` for minibatches of ``B`` distinct points drawn
+        uniformly at every step, the data term estimated unbiasedly by ``(n/B) Σ_{j∈batch}``.
+    seed : int
+        Key of the noise and minibatch streams, ``0 <= seed < 2**63``.
+
+    Attributes
+    ----------
+    f : ndarray of shape (n,)
+        Predictor on all training points after the last :meth:`advance`.
+    R : ndarray of shape (n,)
+        Scaled residuals ``(f − y)/n`` on all training points after the last :meth:`advance`.
+
+    Raises
+    ------
+    ValueError
+        Inconsistent shapes, unknown activation, ``batch_size`` outside ``[0, n]``, or
+        ``N (d+2) >= 2**32`` (beyond the noise counter).
+    """
+
+    def __init__(self, X, y, n_particles, *, lam, eta, activation="relu", sharpness=10.0,
+                 cap=3.0, batch_size=0, seed=0):
+        self.X = np.ascontiguousarray(X, dtype=np.float64)
+        self.y = np.ascontiguousarray(y, dtype=np.float64)
+        if self.X.ndim != 2 or self.y.shape != (self.X.shape[0],):
+            raise ValueError(f"X must be (n, d) and y (n,), got {self.X.shape}, {self.y.shape}")
+        n, d = self.X.shape
+        N = int(n_particles)
+        if N < 1 or N * (d + 2) >= K.MAX_DRAWS:
+            raise ValueError(f"need 1 <= N and N (d+2) < 2**32, got N={N}, d={d}")
+        if activation not in ACT_CODES:
+            raise ValueError(f"unknown activation {activation!r}; one of {', '.join(ACT_CODES)}")
+        B = int(batch_size)
+        if not 0 <= B <= n:
+            raise ValueError(f"batch_size must be in [0, n={n}], got {B}")
+        if not 0 <= int(seed) < 2**63:
+            raise ValueError(f"seed must be in [0, 2**63), got {seed}")
+        self.n_particles, self.n, self.d = N, n, d
+        self.lam, self.eta = float(lam), float(eta)
+        self.kind = ACT_CODES[activation]
+        self.params = K.activation_params(self.kind, sharpness, cap)
+        self.batch_size = B
+        self.seed = int(seed)
+        self.dims = (0,) * d   # its length selects the kernels' compile-time specialisation
+        self.T = np.empty((d + 2, N))
+        self.partial = np.empty(((N + K.BLOCK - 1) // K.BLOCK, n))
+        self.scratch = np.empty(K.scratch_shape(d, n))
+        self.ibuf = np.empty((3, n), dtype=np.int64)
+        self.fbuf = np.empty((2 * d + 2, n))
+        self.f = np.empty(n)
+        self.R = np.empty(n)
+
+    def advance(self, theta, tau, step0, nsteps, *, data_term=True) -> int:
+        """Advance ``theta`` in place by ``nsteps`` steps, the first with global index ``step0``.
+
+        Parameters
+        ----------
+        theta : ndarray of shape (N, d+2), float64, C-contiguous
+            Particles, rows ``(a, w_1..w_d, b)``; updated in place.
+        tau : float
+            Temperature ``τ >= 0`` (noise standard deviation ``sqrt(2 η τ)`` per step).
+        step0 : int
+            Global index of the first step (keys the noise and the minibatches).
+        nsteps : int
+            Number of steps, ``>= 0``; with 0 only :attr:`f` and :attr:`R` are computed.
+        data_term : bool
+            False drops the data drift (the dynamics is then Ornstein–Uhlenbeck; for tests).
+
+        Returns
+        -------
+        int
+            0, or 1 when NaN/Inf appeared in the residuals or the particles (``theta`` then
+            holds the particles where the kernel stopped).
+        """
+        if theta.shape != (self.n_particles, self.d + 2) or theta.dtype != np.float64 \
+                or not theta.flags.c_contiguous:
+            raise ValueError(f"theta must be a C-contiguous float64 array of shape "
+                             f"{(self.n_particles, self.d + 2)}")
+        if step0 < 0 or nsteps < 0 or step0 + nsteps > K.MAX_STEP:
+            raise ValueError(f"steps must lie in [0, 2**31), got {step0} + {nsteps}")
+        K.to_columns(theta, self.T)
+        code = K.run_steps(self.T, self.X, self.y, self.batch_size, self.partial, self.scratch,
+                           self.ibuf, self.fbuf, self.f, self.R, self.lam, self.eta,
+                           float(tau), self.seed, int(step0), int(nsteps), self.kind,
+                           self.params, bool(data_term), self.dims)
+        finite = K.to_rows(self.T, theta)
+        return int(code) if code else (0 if finite else 1)
+
+    def noise(self, step):
+        """The noise ``ξ`` of shape (N, d+2) that step ``step`` adds (before the factor
+        ``sqrt(2ητ)``)."""
+        out = np.empty((self.n_particles, self.d + 2))
+        K.gaussian_block(self.seed, int(step), self.n_particles, self.d + 2, out)
+        return out
+
+    def batch(self, step):
+        """Indices (B,) of the minibatch of step ``step`` (``arange(n)`` for full batch)."""
+        if self.batch_size == 0:
+            return np.arange(self.n)
+        perm = np.empty(self.n, dtype=np.int64)
+        out = np.empty(self.n, dtype=np.int64)
+        K.batch_indices(self.seed, int(step), self.n, self.batch_size, perm, out)
+        return out[:self.batch_size].copy()
+
+
+def from_config(cfg, X, y) -> Stepper:
+    """A :class:`Stepper` for a :class:`meanfield.config.RunConfig` and data ``X``, ``y``."""
+    mod, dyn = cfg.model, cfg.dynamics
+    return Stepper(X, y, cfg.n_particles, lam=dyn["lam"], eta=dyn["eta"],
+                   activation=mod["activation"], sharpness=float(mod.get("sharpness", 10.0)),
+                   cap=float(mod.get("cap", 3.0)), batch_size=int(dyn.get("batch_size", 0)),
+                   seed=int(dyn["seed"]))

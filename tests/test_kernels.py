@@ -1,0 +1,228 @@
+"""The tuned Langevin kernels (solvers/_kernels.py via solvers.stepper.Stepper).
+
+Oracles: the NumPy reference step of meanfield.model given the same noise and minibatch
+(THEORY §2), the exact Ornstein–Uhlenbeck variance of the Euler–Maruyama chain with the data
+term off, and the kernel itself run with other thread counts and other chunkings (bitwise).
+All tests use d = 2 so that the kernels compile once (one specialisation per d).
+"""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from meanfield import model
+from solvers import _kernels as K
+from solvers.stepper import Stepper
+
+D_IN = 2
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def problem(N=700, n=7, seed=0, scale=1.0):
+    """Particles with pre-activations spread over [-3, 3] (N not a multiple of the block)."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, D_IN)) * scale
+    y = rng.standard_normal(n)
+    theta = rng.standard_normal((N, D_IN + 2))
+    return X, y, theta
+
+
+def reference_step(st, theta, tau, step, act, sharp, cap):
+    sigma, dsigma = model.activation(act, sharp, cap)
+    batch = None if st.batch_size == 0 else st.batch(step)
+    return model.euler_maruyama_step(theta, st.X, st.y, st.lam, st.eta, tau, st.noise(step),
+                                     sigma, dsigma, batch=batch)
+
+
+CASES = [("relu", 10.0, 3.0), ("softplus", 4.0, 3.0), ("capped", 5.0, 0.8)]
+
+
+@pytest.mark.parametrize("act,sharp,cap", CASES)
+@pytest.mark.parametrize("B", [0, 3])
+def test_one_step_equals_reference(act, sharp, cap, B):
+    X, y, theta = problem()
+    st = Stepper(X, y, len(theta), lam=0.3, eta=0.05, activation=act, sharpness=sharp, cap=cap,
+                 batch_size=B, seed=11)
+    step, tau = 123, 0.02
+    want = reference_step(st, theta, tau, step, act, sharp, cap)
+    got = theta.copy()
+    assert st.advance(got, tau, step, 1) == 0
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-13)
+    # f and R after the step are on all n points, with R = (f - y)/n
+    sigma, _ = model.activation(act, sharp, cap)
+    np.testing.assert_allclose(st.f, model.predict(want, X, sigma), rtol=0, atol=1e-13)
+    np.testing.assert_allclose(st.R, model.residuals(want, X, y, sigma), rtol=0, atol=1e-14)
+
+
+@pytest.mark.parametrize("act,sharp,cap", CASES)
+@pytest.mark.parametrize("B", [0, 2])
+def test_many_steps_equal_iterated_reference(act, sharp, cap, B):
+    X, y, theta = problem(N=1100, n=6, seed=1)
+    st = Stepper(X, y, len(theta), lam=0.2, eta=0.1, activation=act, sharpness=sharp, cap=cap,
+                 batch_size=B, seed=5)
+    want = theta.copy()
+    for s in range(40, 60):
+        want = reference_step(st, want, 0.01, s, act, sharp, cap)
+    got = theta.copy()
+    assert st.advance(got, 0.01, 40, 20) == 0
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-11)
+
+
+def test_minibatch_is_unbiased_and_distinct_from_full_batch():
+    # the minibatch drift averaged over steps tends to the full drift; a single one differs
+    X, y, theta = problem(N=300, n=8, seed=2)
+    st = Stepper(X, y, len(theta), lam=0.1, eta=0.1, batch_size=3, seed=4)
+    full = model.drift(theta, X, y, 0.1)
+    steps = 3000
+    draws = np.stack([model.drift(theta, X, y, 0.1, batch=st.batch(s)) for s in range(steps)])
+    se = draws.std(axis=0) / math.sqrt(steps)
+    assert np.all(np.abs(draws.mean(axis=0) - full) <= 5 * se + 1e-12)
+    assert np.max(np.abs(draws[0] - full)) > 1e-3
+    # and the kernel's minibatch step is the reference with that batch, not the full one
+    got = theta.copy()
+    st.advance(got, 0.0, 0, 1)
+    np.testing.assert_allclose(got, theta - 0.1 * draws[0], rtol=0, atol=1e-13)
+
+
+def test_chunking_does_not_change_the_run():
+    for B in (0, 3):
+        X, y, theta = problem(N=1300, seed=3)
+        st = Stepper(X, y, len(theta), lam=0.1, eta=0.05, batch_size=B, seed=8)
+        one = theta.copy()
+        st.advance(one, 0.05, 0, 12)
+        parts = theta.copy()
+        for s0, ns in ((0, 5), (5, 1), (6, 0), (6, 6)):
+            st.advance(parts, 0.05, s0, ns)
+        assert np.array_equal(one, parts)
+
+
+THREADS_SCRIPT = r"""
+import hashlib, json, sys
+import numba, numpy as np
+from solvers.stepper import Stepper
+rng = np.random.default_rng(0)
+X = rng.standard_normal((9, 2)); y = rng.standard_normal(9)
+theta0 = rng.standard_normal((2600, 4))
+out = {}
+for threads, chunk in ((1, 0), (2, 0), (3, 0), (3, 1)):
+    numba.set_num_threads(threads)
+    numba.set_parallel_chunksize(chunk)
+    for act, B in (("relu", 0), ("softplus", 4)):
+        st = Stepper(X, y, len(theta0), lam=0.1, eta=0.05, activation=act, batch_size=B, seed=3)
+        th = theta0.copy()
+        st.advance(th, 0.05, 0, 25)
+        h = hashlib.sha256(th.tobytes() + st.R.tobytes()).hexdigest()
+        out.setdefault(f"{act}-{B}", []).append(h)
+print(json.dumps(out))
+"""
+
+
+def test_bitwise_independent_of_thread_count():
+    env = dict(os.environ, NUMBA_NUM_THREADS="3", PYTHONPATH=ROOT)
+    res = subprocess.run([sys.executable, "-c", THREADS_SCRIPT], env=env, cwd=ROOT,
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    hashes = json.loads(res.stdout.strip().splitlines()[-1])
+    for key, hs in hashes.items():
+        assert len(hs) == 4 and len(set(hs)) == 1, key
+
+
+@pytest.mark.parametrize("lam,eta,tau,distinct", [(1.0, 0.5, 0.3, True), (0.2, 0.1, 5.0, False)])
+def test_ornstein_uhlenbeck_variance_with_data_term_off(lam, eta, tau, distinct):
+    # θ ← (1 − ηλ) θ + sqrt(2ητ) ξ from θ = 0: Var θ_t = τ/(λ(1 − ηλ/2)) (1 − (1 − ηλ)^{2t})
+    X, y, _ = problem(n=5)
+    N, t = 100_000, 30
+    st = Stepper(X, y, N, lam=lam, eta=eta, seed=21)
+    theta = np.zeros((N, D_IN + 2))
+    assert st.advance(theta, tau, 0, t, data_term=False) == 0
+    want = model.ou_stationary_variance(lam, eta, tau) * (1 - (1 - eta * lam) ** (2 * t))
+    var = theta.var(axis=0)
+    se = want * math.sqrt(2 / N)
+    assert np.all(np.abs(var - want) < 5 * se), (var, want)
+    assert np.all(np.abs(theta.mean(axis=0)) < 5 * math.sqrt(want / N))
+    if distinct:   # at ηλ = 0.5 the continuous-time value τ/λ is excluded
+        assert np.all(np.abs(var - tau / lam) > 5 * se)
+
+
+@pytest.mark.parametrize("where", [(5, 1), (600, 0), (42, 3)])
+def test_non_finite_particles_are_reported(where):
+    X, y, theta = problem()
+    theta[where] = np.nan if where[1] != 3 else np.inf
+    st = Stepper(X, y, len(theta), lam=0.1, eta=0.05, seed=1)
+    assert st.advance(theta, 0.01, 0, 3) == 1
+
+
+def test_divergence_is_reported():
+    X, y, theta = problem(scale=30.0)
+    st = Stepper(X, y, len(theta), lam=0.1, eta=50.0, seed=1)
+    assert st.advance(theta * 10, 0.0, 0, 200) == 1
+
+
+@pytest.mark.parametrize("act,sharp,cap", CASES[1:])
+def test_kernel_activations_equal_reference(act, sharp, cap):
+    z = np.concatenate([np.linspace(-60, 60, 2001), [-1e3, -1e-300, 0.0, 1e-300, 1e3]])
+    kind = {"softplus": K.ACT_SOFTPLUS, "capped": K.ACT_CAPPED}[act]
+    v, dv = np.empty_like(z), np.empty_like(z)
+    K.activation_values(z, kind, K.activation_params(kind, sharp, cap), v, dv)
+    s, ds = model.activation(act, sharp, cap)
+    np.testing.assert_allclose(v, s(z), rtol=1e-14, atol=1e-300)
+    # σ' in [0, 1]: absolute round-off (the reference's tanh form loses the far left tail)
+    np.testing.assert_allclose(dv, ds(z), rtol=0, atol=1e-15)
+
+
+def test_relu_gate_and_nan_propagation():
+    z = np.array([-1.0, -0.0, 0.0, 1e-300, 2.0, np.nan])
+    v, dv = np.empty_like(z), np.empty_like(z)
+    K.activation_values(z, K.ACT_RELU, K.activation_params(0, 10.0, 3.0), v, dv)
+    np.testing.assert_array_equal(v[:5], [0, 0, 0, 1e-300, 2.0])
+    np.testing.assert_array_equal(dv[:5], [0, 0, 0, 1, 1])      # relu'(0) = 0
+    assert np.isnan(v[5])
+
+
+@pytest.mark.parametrize("sharp,cap", [(10.0, 3.0), (2.0, 0.7), (50.0, 1.5)])
+def test_capped_activation_properties(sharp, cap):
+    # THEORY §3: softplus up to z_m, C¹ junction, concave cap with |φ''| <= 1/m², sup = 2m²
+    m2 = cap ** 2
+    zm, sm = model.cap_junction(sharp, cap)
+    assert abs(model.softplus(zm, sharp) - m2) < 1e-12 * m2
+    assert abs(model.softplus_grad(zm, sharp) - sm) < 1e-14
+    eps = 1e-7
+    lo, hi = model.capped(zm - eps, sharp, cap), model.capped(zm + eps, sharp, cap)
+    assert abs(hi - lo - 2 * eps * sm) < 1e-12
+    assert abs(model.capped_grad(zm + eps, sharp, cap) - model.capped_grad(zm - eps, sharp, cap)) \
+        < 1e-6
+    z = np.linspace(zm + 1e-3, zm + 40 * m2, 20001)
+    h = z[1] - z[0]
+    phi = model.capped(z, sharp, cap)
+    second = (phi[2:] - 2 * phi[1:-1] + phi[:-2]) / h ** 2
+    assert np.all(second <= 1e-6) and np.all(-second <= 1 / m2 * (1 + 1e-4))
+    assert np.all(np.diff(phi) >= 0) and np.all(np.diff(phi[z < zm + 10 * m2]) > 0)
+    assert 2 * m2 * (1 - 1e-8) < phi[-1] <= 2 * m2        # saturates (to round-off)
+    big = np.linspace(-50, 500, 1001)
+    assert np.all(model.capped(big, sharp, cap) <= 2 * m2)
+    np.testing.assert_allclose(model.capped(np.linspace(-50, zm, 101), sharp, cap),
+                               model.softplus(np.linspace(-50, zm, 101), sharp), rtol=1e-15)
+
+
+def test_capped_tends_to_relu():
+    z = np.linspace(-5, 5, 1001)
+    for t, m in ((1e2, 5.0), (1e3, 10.0)):
+        assert np.max(np.abs(model.capped(z, t, m) - model.relu(z))) <= math.log(2) / t + 1e-12
+
+
+def test_stepper_rejects_bad_arguments():
+    X, y, theta = problem()
+    with pytest.raises(ValueError, match="batch_size"):
+        Stepper(X, y, 10, lam=0.1, eta=0.1, batch_size=len(y) + 1)
+    with pytest.raises(ValueError, match="activation"):
+        Stepper(X, y, 10, lam=0.1, eta=0.1, activation="tanh")
+    st = Stepper(X, y, len(theta), lam=0.1, eta=0.1)
+    with pytest.raises(ValueError, match="theta"):
+        st.advance(theta[:, :3].copy(), 0.1, 0, 1)
+    with pytest.raises(ValueError, match="steps"):
+        st.advance(theta, 0.1, 2**31 - 2, 5)
