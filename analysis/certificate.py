@@ -23,7 +23,9 @@ def residuals(f_train, y) -> np.ndarray:
 
 
 def certificate(V, X, R, lam) -> np.ndarray:
-    """``G(v)`` for each row of ``V``.
+    """The certificate ``G(v) = (1/λ) Σ_j R_j (v·x̃_j)_+`` of the zero-temperature problem for
+    each row of ``V`` (THEORY §4; at the optimum ``max|G| = 1`` and rays have
+    ``sign(a) = −sign(G)``).
 
     Parameters
     ----------
@@ -39,6 +41,7 @@ def certificate(V, X, R, lam) -> np.ndarray:
     Returns
     -------
     ndarray of shape (m,)
+        Dimensionless.
 
     Raises
     ------

@@ -45,7 +45,25 @@ DEFAULT_TOL = 1e-12
 
 def cover(n: int, d: int) -> int:
     """Cover's count for ``n`` points in general position in ``R^d`` (affine dichotomies):
-    ``C(n, d+1) = 2 Σ_{k=0}^{d} binom(n−1, k)`` [Cover 1965; THEORY §6]."""
+    ``C(n, d+1) = 2 Σ_{k=0}^{d} binom(n−1, k)`` [Cover 1965; THEORY §6].
+
+    Parameters
+    ----------
+    n : int
+        Number of points, ``n ≥ 1``.
+    d : int
+        Input dimension, ``d ≥ 0``.
+
+    Returns
+    -------
+    int
+        The number of regions of the central arrangement of ``n`` lifted points ``(x, 1)`` in
+        general position; an upper bound of ``P`` for any ``n`` points (exact :func:`count_dichotomies`).
+
+    Raises
+    ------
+    Nothing for valid integers (``n ≥ 1``, ``d ≥ 0``).
+    """
     if n < 1:
         return 1
     return 2 * sum(comb(n - 1, k) for k in range(0, d + 1))

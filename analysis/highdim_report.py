@@ -143,7 +143,7 @@ def plot(path, summary: dict) -> Path:
     95 % intervals and the fitted slope; PNG via the Agg canvas (no display needed)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
-    from matplotlib.ticker import NullFormatter
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
     path = Path(path)
     fig = Figure(figsize=(9, 3.8), layout="constrained")
     FigureCanvasAgg(fig)
@@ -173,11 +173,19 @@ def plot(path, summary: dict) -> Path:
         ax.set_title("; ".join(f"slope in {v}: {fit[v]['slope']:.3f} [{fit[v]['ci95'][0]:.3f}, "
                                f"{fit[v]['ci95'][1]:.3f}]" for v in ("d", "n") if v in fit),
                      fontsize=8)
+        if key == "gap" and rows:
+            d_all = np.array(sorted({r["d"] for r in rows}), dtype=float)
+            first = [r for r in rows if r["n"] == ns[0] and r[key]["mean"] is not None]
+            if first and d_all.size > 1:
+                d0, g0 = first[0]["d"], first[0][key]["mean"]
+                ax.plot(d_all, g0 * (d_all / d0) ** -0.5, "k--", lw=0.8, label="slope −1/2")
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.yaxis.set_minor_formatter(NullFormatter())
-        ax.set_xlabel("d")
+        for axis in (ax.xaxis, ax.yaxis):       # label 1-2-5 ticks: ranges are often < a decade
+            axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+            axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            axis.set_minor_formatter(NullFormatter())
+        ax.set_xlabel("input dimension d")
         ax.set_ylabel(label)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)

@@ -60,6 +60,13 @@ def kink_hyperplanes(ray_directions, *, angle_tol: float = 0.05, offset_tol: flo
     Returns
     -------
     list of Kink
+        Hyperplanes ``{x : normal·x = offset}`` with unit ``normal`` (shape (d,)), ``v`` and
+        ``−v`` merged (THEORY §6); empty for no rays.
+
+    Raises
+    ------
+    ValueError
+        Directions that are not of shape (J, d+1).
     """
     kinks: list[Kink] = []
     dirs = np.asarray(ray_directions, dtype=float)

@@ -341,10 +341,29 @@ def frozen_limit(X, y, W_start, signs=(1.0,)) -> np.ndarray:
 
 
 def closed_form_limit(X, y, eta: float, signs=(1.0,)) -> np.ndarray:
-    """THEORY §10's closed-form GD limit from the zero start, (m, d).
+    """THEORY §10's closed-form GD limit from the zero start ([LWTM26]).
 
     ``m = 1``: ``w_∞ = X₊ᵀ(X₊X₊ᵀ)⁻¹y₊ + η(I − P₊)X₋ᵀy₋``; ``m = 2``: that and the same for
     ``(X, −y)``; in general :func:`frozen_limit` from :func:`zero_start`. Valid when the pattern is
     ``1[a_j y > 0]`` from step 1 on.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n, d)
+    y : ndarray of shape (n,)
+    eta : float
+        GD step size.
+    signs : array-like of shape (m,)
+        Output signs ``a_j = ±1``.
+
+    Returns
+    -------
+    ndarray of shape (m, d)
+        The limit weights ``W_∞``.
+
+    Raises
+    ------
+    InputError
+        Bad shapes, non-finite values or zero labels.
     """
     return frozen_limit(X, y, zero_start(X, y, eta, signs), signs)

@@ -165,6 +165,11 @@ def theorem6(patterns) -> dict:
         ``s ∈ {±1}^n``: a maximum clique of the "no opposite non-zero entry" graph),
         ``at_most_two_per_binary`` (bool), ``max_per_binary_rays`` (the rays of one largest set)
         and ``binary_witness`` (an ``s`` above all of them; free entries set to +1).
+
+    Raises
+    ------
+    ValueError
+        Patterns of different lengths.
     """
     T = [np.asarray(t, dtype=np.int8) for t in patterns]
     J = len(T)

@@ -22,69 +22,149 @@ def _box(X, pad=0.35):
     return lo - pad * span, hi + pad * span
 
 
+def _unpack(item, default_kinks):
+    if len(item) == 3:
+        return item
+    return item[0], item[1], default_kinks
+
+
+def _kink_lines_2d(ax, kinks, g0, g1, **kw):
+    for kk in (kinks or []):
+        nrm, off = kk.normal, kk.offset
+        if abs(nrm[1]) > abs(nrm[0]):
+            ax.plot(g0, (off - nrm[0] * g0) / nrm[1], **kw)
+        else:
+            ax.plot((off - nrm[1] * g1) / nrm[0], g1, **kw)
+
+
 def plot_predictor(path, X, y, predictors, kinks=None, title=""):
-    """Predictor over the data. ``predictors`` is a list of ``(label, f)`` where ``f`` maps an
-    (m, d) array to (m,). ``d = 1``: curves; ``d = 2``: heat map of the last predictor with its
-    kink lines; other ``d``: nothing is drawn and ``None`` is returned."""
+    """Predictor at several temperatures over the data, with training points and kink lines.
+
+    Parameters
+    ----------
+    path : path-like
+        PNG to write.
+    X : ndarray of shape (n, d); y : ndarray of shape (n,)
+        Training inputs and targets (the data's units).
+    predictors : list of ``(label, f)`` or ``(label, f, kinks)``
+        ``f`` maps an (m, d) array to (m,) (e.g. one snapshot's :func:`meanfield.model.predict`);
+        ``kinks`` are that predictor's :class:`analysis.kinks.Kink` hyperplanes
+        ``{x : normal·x = offset}``. A 2-tuple uses ``kinks`` for the last predictor only.
+    kinks : list of Kink, optional
+        Kinks of the last predictor when the items are 2-tuples.
+    title : str
+
+    Returns
+    -------
+    path, or ``None`` (nothing drawn) when ``d > 2``.
+
+    Notes
+    -----
+    ``d = 1``: one curve per predictor (cold = dark), kinks as dotted vertical lines in the
+    curve's colour. ``d = 2``: a row of heat maps on one colour scale, one per predictor, each
+    with its kink lines (dashed) and the training points coloured by ``y``.
+    """
     plt = _plt()
     X = np.asarray(X, float)
+    y = np.asarray(y, float)
     d = X.shape[1]
+    items = [_unpack(it, kinks if k == len(predictors) - 1 else None)
+             for k, it in enumerate(predictors)]
     with plt.rc_context(STYLE):
         if d == 1:
             lo, hi = _box(X)
             xs = np.linspace(lo[0], hi[0], 600)[:, None]
-            fig, ax = plt.subplots(figsize=(6, 3.6))
+            fig, ax = plt.subplots(figsize=(6, 3.6), constrained_layout=True)
             cmap = plt.get_cmap("viridis")
-            for k, (lab, f) in enumerate(predictors):
-                ax.plot(xs[:, 0], f(xs), color=cmap(k / max(1, len(predictors) - 1)), label=lab)
-            for kk in (kinks or []):
-                ax.axvline(kk.offset / kk.normal[0], color="0.5", ls=":", lw=0.8)
+            for k, (lab, f, kk_list) in enumerate(items):
+                col = cmap(0.85 * (1 - k / max(1, len(items) - 1)))
+                ax.plot(xs[:, 0], f(xs), color=col, label=lab)
+                for kk in (kk_list or []):
+                    ax.axvline(kk.offset / kk.normal[0], color=col, ls=":", lw=0.9)
             ax.scatter(X[:, 0], y, color="k", zorder=5, s=18, label="data")
-            ax.set_xlabel("x")
-            ax.set_ylabel("f(x)")
+            ax.set_xlabel("input x")
+            ax.set_ylabel("predictor f(x)")
             ax.legend(fontsize=7)
+            ax.set_title(title or "predictor; dotted: kinks")
         elif d == 2:
             lo, hi = _box(X)
             g0 = np.linspace(lo[0], hi[0], 160)
             g1 = np.linspace(lo[1], hi[1], 160)
             G0, G1 = np.meshgrid(g0, g1)
-            lab, f = predictors[-1]
-            F = f(np.c_[G0.ravel(), G1.ravel()]).reshape(G0.shape)
-            fig, ax = plt.subplots(figsize=(5.4, 4.6))
-            vmax = max(np.abs(F).max(), np.abs(y).max())
-            im = ax.pcolormesh(G0, G1, F, cmap="RdBu_r", vmin=-vmax, vmax=vmax, shading="auto")
-            fig.colorbar(im, ax=ax, label="f(x)")
-            for kk in (kinks or []):
-                nrm, off = kk.normal, kk.offset
-                if abs(nrm[1]) > abs(nrm[0]):
-                    ax.plot(g0, (off - nrm[0] * g0) / nrm[1], "k--", lw=0.9)
-                else:
-                    ax.plot((off - nrm[1] * g1) / nrm[0], g1, "k--", lw=0.9)
-            ax.scatter(X[:, 0], X[:, 1], c=y, cmap="RdBu_r", vmin=-vmax, vmax=vmax,
-                       edgecolors="k", s=40, zorder=5)
-            ax.set_xlim(lo[0], hi[0])
-            ax.set_ylim(lo[1], hi[1])
-            ax.set_xlabel("x1")
-            ax.set_ylabel("x2")
-            title = title or lab
+            grid = np.c_[G0.ravel(), G1.ravel()]
+            Fs = [f(grid).reshape(G0.shape) for _, f, _ in items]
+            vmax = max(max(np.abs(F).max() for F in Fs), np.abs(y).max())
+            m = len(items)
+            fig, axes = plt.subplots(1, m, figsize=(3.1 * m + 0.8, 3.3), sharey=True,
+                                     constrained_layout=True, squeeze=False)
+            for ax, (lab, _, kk_list), F in zip(axes[0], items, Fs):
+                im = ax.pcolormesh(G0, G1, F, cmap="RdBu_r", vmin=-vmax, vmax=vmax,
+                                   shading="auto", rasterized=True)
+                _kink_lines_2d(ax, kk_list, g0, g1, color="k", ls="--", lw=0.9)
+                ax.scatter(X[:, 0], X[:, 1], c=y, cmap="RdBu_r", vmin=-vmax, vmax=vmax,
+                           edgecolors="k", s=30, zorder=5)
+                ax.set_xlim(lo[0], hi[0])
+                ax.set_ylim(lo[1], hi[1])
+                ax.set_aspect("equal")
+                ax.grid(False)
+                ax.set_xlabel("x₁")
+                ax.set_title(f"{lab}, K = {len(kk_list or [])}")
+            axes[0, 0].set_ylabel("x₂")
+            fig.colorbar(im, ax=axes[0].tolist(), label="f(x)", shrink=0.9)
+            fig.suptitle(title or "predictor (colour), kink lines (dashed), data (dots, "
+                                  "coloured by y)")
         else:
             return None
-        ax.set_title(title)
         fig.savefig(path)
         plt.close(fig)
     return path
 
 
+def _sphere_density(V, mass, nlon=90, nlat=45):
+    """Mass-weighted histogram of unit vectors in R³ over (longitude, latitude) cells, divided
+    by each cell's solid angle (a density on the sphere, per steradian, of total mass 1)."""
+    lon = np.arctan2(V[:, 1], V[:, 0])
+    lat = np.arcsin(np.clip(V[:, 2], -1, 1))
+    le = np.linspace(-np.pi, np.pi, nlon + 1)
+    be = np.linspace(-np.pi / 2, np.pi / 2, nlat + 1)
+    h, _, _ = np.histogram2d(lon, lat, bins=(le, be), weights=mass)
+    area = np.outer(np.diff(le), np.diff(np.sin(be)))
+    return le, be, h / area
+
+
 def plot_directions(path, theta, rays=None, title=""):
-    """Particle directions ``v = (w, b)/|(w, b)|`` weighted by mass ``|a||u|``; rays marked.
-    ``d = 1``: polar histogram on the circle; ``d = 2``: (longitude, latitude) of ``v`` on the
-    2-sphere; other ``d``: ``None``."""
+    """Mass-weighted density of the particle directions ``v = (w, b)/|(w, b)|`` with the rays.
+
+    Parameters
+    ----------
+    path : path-like
+        PNG to write.
+    theta : ndarray of shape (N, d+2)
+        Particles, rows ``(a, w_1..w_d, b)``; the mass of a particle is ``|a||(w, b)|``.
+    rays : list of analysis.rays.Ray, optional
+        Marked at their mean direction (``Ray.direction``, ``Ray.sign``).
+    title : str
+
+    Returns
+    -------
+    path, or ``None`` (nothing drawn) when ``d > 2``.
+
+    Notes
+    -----
+    ``d = 1``: polar histogram of the angle of ``v = (w, b)/|(w, b)|`` on the circle (fraction of
+    the total mass per 2° bin), ``a > 0`` red, ``a < 0`` blue, rays as black radii.
+    ``d = 2``: two equal-area (Mollweide) maps of the sphere ``S²`` of directions, one per sign of
+    ``a``, longitude in the ``(w₁, w₂)`` plane and latitude toward ``b``; colour is the density
+    of the mass per steradian (log scale), rays are circles. Sources: THEORY §4 (rays),
+    [LJM26] (direction collapse).
+    """
     from analysis.rays import directions
     plt = _plt()
     theta = np.asarray(theta, float)
     V, _, mass = directions(theta)
     sign = np.sign(theta[:, 0])
     D = V.shape[1]
+    total = max(mass.sum(), 1e-300)
     with plt.rc_context(STYLE):
         if D == 2:
             fig = plt.figure(figsize=(4.6, 4.6))
@@ -93,29 +173,38 @@ def plot_directions(path, theta, rays=None, title=""):
             bins = np.linspace(-np.pi, np.pi, 181)
             for s, col in ((1, "tab:red"), (-1, "tab:blue")):
                 h, _ = np.histogram(ang[sign == s], bins=bins, weights=mass[sign == s])
-                ax.bar(bins[:-1], h / max(mass.sum(), 1e-300), width=np.diff(bins), color=col,
-                       alpha=0.6, align="edge", label="a>0" if s > 0 else "a<0")
+                ax.bar(bins[:-1], h / total, width=np.diff(bins), color=col,
+                       alpha=0.6, align="edge", label="a > 0" if s > 0 else "a < 0")
             for q in (rays or []):
                 ax.plot([np.arctan2(q.direction[1], q.direction[0])] * 2, [0, ax.get_rmax()],
                         color="k", lw=0.8)
-            ax.set_title(title or "directions (w, b)/|(w, b)|, mass-weighted")
+            ax.set_xlabel("angle of (w, b); radius: mass fraction per 2° bin", fontsize=8)
+            ax.set_title(title or f"direction density, J = {len(rays or [])} rays (black)")
             ax.legend(fontsize=7, loc="lower right")
         elif D == 3:
-            fig, ax = plt.subplots(figsize=(6.4, 3.6))
-            lon = np.degrees(np.arctan2(V[:, 1], V[:, 0]))
-            lat = np.degrees(np.arcsin(np.clip(V[:, 2], -1, 1)))
-            sz = 4 + 60 * mass / max(mass.max(), 1e-300)
-            ax.scatter(lon, lat, s=sz, c=np.where(sign > 0, "tab:red", "tab:blue"), alpha=0.4,
-                       linewidths=0)
-            for q in (rays or []):
-                v = q.direction
-                ax.scatter(np.degrees(np.arctan2(v[1], v[0])), np.degrees(np.arcsin(v[2])),
-                           marker="x", c="k", s=50)
-            ax.set_xlim(-180, 180)
-            ax.set_ylim(-90, 90)
-            ax.set_xlabel("longitude of v (deg, w1-w2 plane)")
-            ax.set_ylabel("latitude of v (deg, toward b)")
-            ax.set_title(title or "directions on S² (red a>0, blue a<0; x = rays)")
+            from matplotlib.colors import LogNorm
+            fig, axes = plt.subplots(1, 2, figsize=(9.0, 3.0), constrained_layout=True,
+                                     subplot_kw={"projection": "mollweide"})
+            dens = [(_sphere_density(V[sign == s], mass[sign == s] / total), s) for s in (1, -1)]
+            top = max(max(dd[2].max() for dd, _ in dens), 1e-300)
+            norm = LogNorm(vmin=top * 1e-3, vmax=top)
+            for ax, ((le, be, rho), s) in zip(axes, dens):
+                im = ax.pcolormesh(le, be, np.ma.masked_less_equal(rho.T, top * 1e-3),
+                                   cmap="magma_r", norm=norm, rasterized=True)
+                for q in (rays or []):
+                    if np.sign(q.sign) != s:
+                        continue
+                    v = q.direction
+                    ax.plot(np.arctan2(v[1], v[0]), np.arcsin(np.clip(v[2], -1, 1)), "o",
+                            mfc="none", mec="tab:green", ms=11, mew=1.5)
+                ax.set_title(f"a {'>' if s > 0 else '<'} 0", fontsize=9)
+                ax.tick_params(labelsize=6)
+                ax.grid(True, alpha=0.4)
+                ax.set_xlabel("longitude: angle of (w₁, w₂)", fontsize=7)
+                ax.set_ylabel("latitude: toward b", fontsize=7)
+            fig.colorbar(im, ax=axes.tolist(), label="mass fraction per steradian", shrink=0.8)
+            fig.suptitle(title or f"direction density of (w, b)/|(w, b)| on S² (equal-area), "
+                                  f"J = {len(rays or [])} rays (circles)")
         else:
             return None
         fig.savefig(path)
@@ -124,21 +213,42 @@ def plot_directions(path, theta, rays=None, title=""):
 
 
 def plot_ladder(path, taus, series: dict, title="low-temperature limit"):
-    """Curves against temperature τ (log axis): ``series`` maps a label to values per τ."""
+    """Curves against the temperature ``τ`` (log axis, hot on the left, cold on the right).
+
+    Parameters
+    ----------
+    path : path-like
+        PNG to write.
+    taus : sequence of float
+        Temperatures (THEORY §2 convention: stationary density ``exp(−Ψ/τ)``).
+    series : dict
+        Panel label -> values per ``τ`` (``nan`` for missing); labels starting with ``rays`` or
+        ``hyperplanes`` get integer ticks. One panel per entry.
+    title : str
+
+    Returns
+    -------
+    path
+    """
     plt = _plt()
     taus = np.asarray(taus, float)
+    m = len(series)
+    ncol = min(3, m)
+    nrow = -(-m // ncol)
     with plt.rc_context(STYLE):
-        fig, axes = plt.subplots(1, len(series), figsize=(3.3 * len(series), 3.0),
-                                 constrained_layout=True)
-        axes = np.atleast_1d(axes)
-        for ax, (lab, vals) in zip(axes, series.items()):
+        fig, axes = plt.subplots(nrow, ncol, figsize=(3.3 * ncol, 2.7 * nrow), sharex=True,
+                                 constrained_layout=True, squeeze=False)
+        for ax, (lab, vals) in zip(axes.ravel(), series.items()):
             ax.plot(taus, np.asarray(vals, float), "o-")
             if lab.startswith(("rays", "hyperplanes")):
                 ax.yaxis.get_major_locator().set_params(integer=True)
             ax.set_xscale("log")
             ax.set_xlabel("temperature τ")
             ax.set_ylabel(lab)
-            ax.invert_xaxis()
+            ax.tick_params(labelbottom=True)
+        for ax in axes.ravel()[m:]:
+            ax.set_visible(False)
+        axes[0, 0].set_xlim(taus.max() * 2, taus.min() / 2)     # hot on the left
         fig.suptitle(title)
         fig.savefig(path)
         plt.close(fig)

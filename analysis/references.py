@@ -184,7 +184,22 @@ def compare_run(run, window: float = 0.5, rays_by_stage: dict | None = None) -> 
     """All reference comparisons of a run: per stage the Gibbs distance (``d ≤ 2``, ``τ > 0``),
     the convex distance at the coldest stage, and, when ``rays_by_stage[stage]`` gives
     ``(directions, signs, weights)`` measured at the coldest stage, their matching to the
-    convex reference's rays.
+    convex reference's rays (THEORY §4–5).
+
+    Parameters
+    ----------
+    run : meanfield.store.Run
+    window : float
+        Fraction of each stage (its end) over which the particle predictor is time-averaged.
+    rays_by_stage : dict, optional
+        ``stage -> (directions (J, d+1), signs (J,), weights (J,))``.
+
+    Raises
+    ------
+    ValueError
+        A stage without observations in the window.
+    solvers.gibbs.GibbsConvergenceError
+        The Gibbs fixed point did not converge.
 
     Returns
     -------

@@ -219,22 +219,23 @@ def write_report(rep, snaps, run, outdir, figures=True):
     figs = []
     if figures and snaps:
         last = snaps[-1]
-        preds = [(f"τ={s['tau']:.0e}", (lambda th: (lambda Xg: model.predict(th, Xg)))(s["_theta"]))
-                 for s in snaps]
-        if plots.plot_predictor(out / "predictor.png", run.X, run.y, preds, last["_kinks"],
-                                title=f"predictor at τ={last['tau']:.1e} with kink lines"):
+        per_tau = {s["tau"]: s for s in snaps}          # the last snapshot at each τ
+        preds = [(f"τ = {s['tau']:.0e}",
+                  (lambda th: (lambda Xg: model.predict(th, Xg)))(s["_theta"]), s["_kinks"])
+                 for s in per_tau.values()]
+        if plots.plot_predictor(out / "predictor.png", run.X, run.y, preds):
             figs.append("predictor.png")
         if plots.plot_directions(out / "directions.png", last["_theta"], last["_rays"].rays):
             figs.append("directions.png")
         rows = rep["ladder"]
         if len(rows) > 1:
             series = {"rays J": [r["J"] for r in rows], "hyperplanes K": [r["K"] for r in rows],
-                      "risk": [r["risk"] for r in rows]}
+                      "risk (1/n)Σ(f−y)²": [r["risk"] for r in rows]}
             if any(r["w2_to_previous"] is not None for r in rows):
-                series["W2 to previous τ"] = [np.nan if r["w2_to_previous"] is None
+                series["W2(ρ_τ, ρ_previous τ)"] = [np.nan if r["w2_to_previous"] is None
                                               else r["w2_to_previous"] for r in rows]
             if any(r["dist_to_reference"] is not None for r in rows):
-                series["distance to τ=0 reference"] = [np.nan if r["dist_to_reference"] is None
+                series["RMS |f − f_convex| on data"] = [np.nan if r["dist_to_reference"] is None
                                                        else r["dist_to_reference"] for r in rows]
             plots.plot_ladder(out / "ladder.png", [r["tau"] for r in rows], series)
             figs.append("ladder.png")

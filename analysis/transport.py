@@ -83,6 +83,12 @@ def w2_exact(P, Q, a=None, b=None, *, _num_iter_max: int = NUM_ITER_MAX) -> floa
     Returns
     -------
     float
+        ``W2`` in the units of the points.
+
+    Raises
+    ------
+    TransportError
+        POT's network simplex did not converge (its result code is not 1).
     """
     import ot
     P = np.asarray(P, float)
@@ -101,6 +107,24 @@ def w2_sliced(P, Q, *, n_projections: int = N_PROJECTIONS, seed: int = 0) -> flo
     For clouds of equal size the one-dimensional ``W2`` is the mean squared difference of the
     sorted projections, computed directly (16 times faster than POT's general quantile route at
     10⁵ points, same value to round-off); otherwise ``ot.sliced_wasserstein_distance``.
+
+    Parameters
+    ----------
+    P : ndarray of shape (m, D)
+    Q : ndarray of shape (k, D)
+    n_projections : int
+        Number of random unit directions (fixed by ``seed``; default 200).
+    seed : int
+
+    Returns
+    -------
+    float
+        Sliced ``W2`` in the units of the points (``≤`` the exact ``W2``).
+
+    Raises
+    ------
+    ValueError
+        Clouds of different dimension ``D``.
     """
     import ot
     P = np.asarray(P, float)
@@ -117,6 +141,21 @@ def w2_sliced(P, Q, *, n_projections: int = N_PROJECTIONS, seed: int = 0) -> flo
 def w2_snapshots(theta_a, theta_b, *, max_exact: int = MAX_EXACT,
                  n_projections: int = N_PROJECTIONS, seed: int = 0) -> dict:
     """``W2`` between two snapshots' particle measures in ``R^{d+2}``.
+
+    Parameters
+    ----------
+    theta_a, theta_b : ndarray of shape (N_a, d+2) and (N_b, d+2)
+        Particles, rows ``(a, w, b)``, uniform weights.
+    max_exact : int
+        Exact (:func:`w2_exact`) when both have at most this many particles (default 10⁴),
+        otherwise sliced (:func:`w2_sliced`).
+    n_projections, seed : int
+        Of the sliced distance.
+
+    Raises
+    ------
+    TransportError
+        The exact solver did not converge.
 
     Returns
     -------

@@ -40,7 +40,18 @@ def detect(X, y, tol: float = 1e-9):
 
 
 def predict(s: float, ybar: float, lam: float, labels: str) -> dict:
-    """Closed-form ``τ → 0`` solution for ``|x̄| = s`` (THEORY §8).
+    """Closed-form ``τ → 0`` solution for ``|x̄| = s`` (THEORY §8, [LJM26] Proposition 7).
+
+    Parameters
+    ----------
+    s : float
+        ``|x̄|`` of the data ``x_1 = x̄ = −x_2`` (input units), ``> 0``.
+    ybar : float
+        Label ``y_1`` (``y_2 = ±ybar``).
+    lam : float
+        Weight decay ``λ > 0``.
+    labels : {"even", "odd"}
+        ``y_2 = y_1`` or ``y_2 = −y_1``.
 
     Returns
     -------

@@ -1,0 +1,34 @@
+"""meanfield: mean-field Langevin dynamics of wide two-layer ReLU networks, its stationary
+measures and their rays ([LJM26], [SKM22]); high-dimensional GD on few ReLU neurons ([LWTM26]).
+
+The verbs of a study from Python (``docs/tutorial.md``)::
+
+    import meanfield
+    cfg = meanfield.load_config("data/plane8.toml")    # or config_from_dict({...}), default_config()
+    path = meanfield.run(cfg, "plane8.h5")               # integrate the temperature ladder
+    run = meanfield.open_run(path)                        # read it back (X, y, frames, observables)
+
+The analysis is in :mod:`analysis` (``analysis.analyze_run``), the solvers and references in
+:mod:`solvers`. Imports are lazy: numba and h5py load on first use.
+"""
+
+from meanfield._lazy import exports
+from meanfield._version import __version__
+
+_EXPORTS = {
+    "load_config": "meanfield.config:load",
+    "config_from_dict": "meanfield.config:from_dict",
+    "default_config": "meanfield.config:embedded_default",
+    "RunConfig": "meanfield.config:RunConfig",
+    "load_data": "meanfield.data:load_file",
+    "data_from_config": "meanfield.data:from_config",
+    "Dataset": "meanfield.data:Dataset",
+    "run": "meanfield.runner:run",
+    "open_run": "meanfield.store:open_run",
+    "Run": "meanfield.store:Run",
+    "InputError": "meanfield.errors:InputError",
+    "DivergenceError": "meanfield.errors:DivergenceError",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+__getattr__, __dir__ = exports(__name__, _EXPORTS)

@@ -203,6 +203,15 @@ def grid(d: int = 2, points_per_axis: int = 3, extent: float = 1.0, seed: int = 
 def from_config(cfg) -> Dataset:
     """Build the data set described by a validated config's ``[data]`` table.
 
+    Parameters
+    ----------
+    cfg : meanfield.config.RunConfig
+
+    Returns
+    -------
+    Dataset
+        ``X`` of shape (n, d) and ``y`` of shape (n,), float64.
+
     Raises
     ------
     DataError

@@ -436,6 +436,17 @@ def open_run(path) -> Run:
     Works on a partial file (``RUN.h5.part`` of a killed or running writer) as well: only the
     committed rows are read.
 
+    Parameters
+    ----------
+    path : path-like
+        The run file (``.h5``, or a ``.h5.part`` of a running or killed writer).
+
+    Returns
+    -------
+    Run
+        ``X`` (n, d), ``y`` (n,), ``frame_step``/``frame_time``/``frame_tau`` (F,), the config,
+        observables; particles load per frame with :meth:`Run.frame` (shape (N, d+2)).
+
     Raises
     ------
     RunFileError

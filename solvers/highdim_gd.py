@@ -37,6 +37,11 @@ def step_size(c: float, trace: float) -> float:
     trace : float
         ``tr Σ > 0`` of the input covariance (``d`` for isotropic inputs).
 
+    Returns
+    -------
+    float
+        ``η`` (inverse units of ``|x|²``).
+
     Raises
     ------
     InputError
@@ -104,6 +109,11 @@ def initial_weights(kind: str, X, signs, *, eps: float = 1e-3, seed=0, groups=No
         Seed for ``"random"`` and the default ``groups``.
     groups : array_like of int, shape (n,), optional
         Neuron of each example for ``"disconnected"``.
+
+    Returns
+    -------
+    ndarray of shape (m, d)
+        The initial weights ``W_0`` (zero for ``kind = "zero"``).
 
     Raises
     ------

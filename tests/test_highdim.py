@@ -305,12 +305,15 @@ def test_cli_json_h5_and_figure(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv", [["--d", "10"], ["--c", "3"], ["--trials", "x"],
-                                  ["--init", "ones"], ["--d", "100,abc"], ["-o", "/nonexistent"],
+                                  ["--init", "ones"], ["--d", "100,abc"], ["-o", "FILE/sub"],
                                   ["--neurons", "0"]])
 def test_cli_bad_arguments_exit_2_with_one_line(argv, tmp_path, capsys):
     args = ["highdim", "--quiet", "--n", "20", "--d", "40"]
     if "-o" not in argv:
         args += ["-o", str(tmp_path)]
+    else:                               # an output folder that cannot be created
+        (tmp_path / "FILE").write_text("")
+        argv = ["-o", str(tmp_path / "FILE" / "sub")]
     rc = cli_main(args + argv)
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and err[0].startswith("meanfield: error:")

@@ -40,15 +40,6 @@ def _study(args) -> int:
     write_report(res, outdir, figures=not args.no_figures)
     print(to_json(res) if args.json else format_markdown(res))
     if not args.json:
-        refs = rep.get("references")
-        if refs and "skipped" not in refs:
-            for g in refs["gibbs"]:
-                if "skipped" not in g:
-                    print(f"tau={g['tau']:.2e} particles vs Gibbs reference: max |diff| = "
-                          f"{g['max_abs_diff']:.3e} (std. error {g['max_stderr']:.1e})")
-            c = refs["convex"]
-            print(f"tau={c['tau']:.2e} particles vs convex tau->0 reference: max |diff| = "
-                  f"{c['max_abs_diff']:.3e}")
         sys.stderr.write(f"meanfield: report in {outdir}/report.md\n")
     return 0
 

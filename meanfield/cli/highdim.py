@@ -91,8 +91,11 @@ def main(args) -> int:
                          max_steps=_int(args.max_steps, "--max-steps"),
                          seed=_int(args.seed, "--seed"))
     out = Path(args.output)
-    if not out.is_dir():
-        raise InputError(_SOURCE, "-o", f"output folder {out} does not exist")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(_SOURCE, "-o", f"cannot create output folder {out}: "
+                                        f"{exc.strerror or exc}") from None
     stem = args.name or f"highdim-m{params.neurons}-{params.init}-c{params.c:g}-seed{params.seed}"
     if not stem or "/" in stem or stem.startswith("."):
         raise InputError(_SOURCE, "--name", f"not a plain file stem: {stem!r}")
