@@ -81,6 +81,24 @@ def row_counts(cfg) -> tuple[int, int]:
     return len(snaps) * n_taus, (T // every + extra) * n_taus
 
 
+#: A run stops as diverged when the mean squared particle norm exceeds this multiple of
+#: :func:`second_moment_scale`.
+RUNAWAY_FACTOR = 1e6
+
+
+def second_moment_scale(cfg, y, d) -> float:
+    """Scale of the mean squared particle norm ``(1/N) Σ|θ_i|²`` a healthy run stays near.
+
+    ``(d+2)(init_scale² + max τ/λ) + mean(y²)/λ``: the initial value, the Ornstein–Uhlenbeck
+    second moment of the noise (THEORY §2), and the zero-temperature bound
+    ``∫|θ|² = 2‖μ‖_TV ≤ mean(y²)/λ`` (balanced neurons; the convex objective of THEORY §4 at
+    ``μ = 0``). A run far above it has left the regime the step size can integrate.
+    """
+    lam = float(cfg.dynamics["lam"])
+    return float((d + 2) * (float(cfg.model["init_scale"]) ** 2 + max(cfg.taus) / lam)
+                 + np.mean(np.asarray(y, float) ** 2) / lam)
+
+
 def stationarity(resid_history: list) -> float:
     """Drift of the time-averaged residuals over the last window, in units of ``f``.
 
@@ -154,6 +172,7 @@ def simulate(cfg, dataset, writer=None, state: SolverState | None = None, progre
     bar = tqdm(total=total, initial=state.step, unit="step", disable=disable,
                dynamic_ncols=True, mininterval=0.5)
     last_ckpt = state.step
+    runaway = RUNAWAY_FACTOR * second_moment_scale(cfg, y, d)
     try:
         while state.stage < len(taus):
             tau = taus[state.stage]
@@ -173,6 +192,12 @@ def simulate(cfg, dataset, writer=None, state: SolverState | None = None, progre
                     f"{state.step - nsteps} and {state.step} at tau={tau:g}; the step size "
                     f"eta={eta:g} is likely too large for this data scale (try eta/2) "
                     f"or init_scale too big")
+            if msq > runaway:
+                raise DivergenceError(
+                    state.step, tau,
+                    f"dynamics ran away by step {state.step} at tau={tau:g}: mean |theta|^2 = "
+                    f"{msq:.3g} is over {RUNAWAY_FACTOR:.0e} times its expected scale; the step "
+                    f"size eta={eta:g} is likely too large for this data scale (try eta/2)")
             R = stepper.R.copy()
             state.stage_residuals.append(R)
             row = {"step": state.step, "time": state.step * eta, "tau": tau,

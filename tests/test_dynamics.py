@@ -94,3 +94,25 @@ def test_two_point_even_kinks_at_plus_minus_one():
         assert abs(abs(float(k.normal @ xbar)) - 1) < 1e-3
     phi = 1.0 - 2 * 0.05 / np.sqrt(1 + s * s)
     np.testing.assert_allclose(model.predict(st.theta, ds.X), [phi, phi], atol=0.01)
+
+
+def test_runaway_particles_stop_as_divergence():
+    """A step size past the stability limit can grow |θ| for many steps before anything
+    overflows; the run must stop as soon as the mean squared norm leaves its scale, not only on
+    NaN/Inf (eta = 3 on this set: the NaN check alone lets it run on)."""
+    from meanfield.errors import DivergenceError
+    from solvers.langevin import RUNAWAY_FACTOR, second_moment_scale
+    cfg = config.from_dict({
+        "data": {"kind": "two_point", "d": 1, "norm": 1.0},
+        "model": {"n_particles": 64},
+        "dynamics": {"lam": 0.05, "eta": 1.0, "taus": [1e-3], "steps_per_tau": 4000},
+        "output": {"observe_every": 10}})
+    ds = data.from_config(cfg)
+    cfg_bad = config.from_dict({**cfg.as_dict(),
+                                "dynamics": {**cfg.dynamics, "eta": 3.0}})
+    with pytest.raises(DivergenceError, match="ran away"):
+        simulate(cfg_bad, ds, progress=False)
+    # a healthy run stays far below the bound
+    st = simulate(cfg, ds, progress=False)
+    msq = float(np.mean(np.sum(st.theta ** 2, axis=1)))
+    assert msq < 1e-3 * RUNAWAY_FACTOR * second_moment_scale(cfg, ds.y, ds.d)
