@@ -60,30 +60,37 @@ def _restrict(buf, depth, k, D, out, tol, stats):
             stats[1] = nrm
         for c in range(last):
             p[c] /= nrm
-        best = 4.0
-        for j in range(cnt):
-            q = out[j]
-            sdot = 0.0
-            for c in range(last):
-                sdot += p[c] * q[c]
-            sg = 1.0 if sdot >= 0.0 else -1.0
-            d2 = 0.0
-            for c in range(last):
-                e = p[c] - sg * q[c]
-                d2 += e * e
-            if d2 < best:
-                best = d2
-        best = np.sqrt(best)
-        if cnt > 0 and best <= tol:
-            if best > stats[0]:
-                stats[0] = best
-            continue
-        if cnt > 0 and best < stats[1]:
-            stats[1] = best
-        for c in range(last):
-            out[cnt, c] = p[c]
-        cnt += 1
+        cnt = _add_if_new(p, out, cnt, last, tol, stats)
     return cnt
+
+
+@nb.njit(cache=True)
+def _add_if_new(p, out, cnt, last, tol, stats):
+    """Append the unit normal ``p[:last]`` to ``out[:cnt]`` unless one of them lies within chord
+    distance ``tol`` of ``±p`` (the same hyperplane); record the decision margins in ``stats``
+    (largest merged, smallest kept distance). Returns the new count."""
+    best = 4.0
+    for j in range(cnt):
+        sdot = 0.0
+        for c in range(last):
+            sdot += p[c] * out[j, c]
+        sg = 1.0 if sdot >= 0.0 else -1.0
+        d2 = 0.0
+        for c in range(last):
+            e = p[c] - sg * out[j, c]
+            d2 += e * e
+        if d2 < best:
+            best = d2
+    best = np.sqrt(best)
+    if cnt > 0 and best <= tol:
+        if best > stats[0]:
+            stats[0] = best
+        return cnt
+    if cnt > 0 and best < stats[1]:
+        stats[1] = best
+    for c in range(last):
+        out[cnt, c] = p[c]
+    return cnt + 1
 
 
 @nb.njit(cache=True)
@@ -202,31 +209,13 @@ def region_count(normals, tol):
     ang = np.empty(n + 1)
     stats = np.array([0.0, 4.0])
     cnt = 0
+    p = np.empty(D)
     for i in range(n):
         nrm = 0.0
         for c in range(D):
             nrm += normals[i, c] * normals[i, c]
         nrm = np.sqrt(nrm)
-        best = 4.0
-        for j in range(cnt):
-            sdot = 0.0
-            for c in range(D):
-                sdot += normals[i, c] * buf[0, j, c]
-            sg = 1.0 if sdot >= 0.0 else -1.0
-            d2 = 0.0
-            for c in range(D):
-                e = normals[i, c] / nrm - sg * buf[0, j, c]
-                d2 += e * e
-            if d2 < best:
-                best = d2
-        best = np.sqrt(best)
-        if cnt > 0 and best <= tol:
-            if best > stats[0]:
-                stats[0] = best
-            continue
-        if cnt > 0 and best < stats[1]:
-            stats[1] = best
         for c in range(D):
-            buf[0, cnt, c] = normals[i, c] / nrm
-        cnt += 1
+            p[c] = normals[i, c] / nrm
+        cnt = _add_if_new(p, buf[0], cnt, D, tol, stats)
     return _regions(buf, cnt, D, ang, tol, stats), stats, cnt
