@@ -170,8 +170,10 @@ def plot(path, summary: dict) -> Path:
                 logfit = fit["intercept"] + fit["d"]["slope"] * np.log(d) \
                     + (fit["n"]["slope"] * np.log(n) if "n" in fit else 0.0)
                 ax.plot(d, np.exp(logfit), color=line[0].get_color(), lw=1)
-        ax.set_title("; ".join(f"slope in {v}: {fit[v]['slope']:.3f} [{fit[v]['ci95'][0]:.3f}, "
-                               f"{fit[v]['ci95'][1]:.3f}]" for v in ("d", "n") if v in fit),
+        ax.set_title("; ".join(f"slope in {v}: {fit[v]['slope']:.3f}" + (
+                                   f" [{fit[v]['ci95'][0]:.3f}, {fit[v]['ci95'][1]:.3f}]"
+                                   if fit[v].get("ci95") is not None else " (no interval)")
+                               for v in ("d", "n") if v in fit),
                      fontsize=8)
         if key == "gap" and rows:
             d_all = np.array(sorted({r["d"] for r in rows}), dtype=float)

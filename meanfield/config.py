@@ -55,6 +55,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 
 SECTIONS = ("data", "model", "dynamics", "output")
 
+#: Largest generated data set (``gaussian`` n, ``grid`` points_per_axis**d).
+MAX_POINTS = 10**6
+
 
 @dataclass
 class RunConfig:
@@ -220,11 +223,16 @@ def validate(raw: dict, source: str = "<config>", base_dir: str | os.PathLike = 
         _num(data, "n", src, "data", integer=True, minimum=1)
         _num(data, "d", src, "data", integer=True, minimum=1)
         _num(data, "seed", src, "data", integer=True, nonneg=True)
+        _check(data["n"] * data["d"] <= MAX_POINTS * 10, src, "data.n",
+               f"n*d = {data['n'] * data['d']} exceeds {MAX_POINTS * 10} values")
     elif kind == "grid":
         _num(data, "d", src, "data", integer=True, minimum=1)
         _num(data, "points_per_axis", src, "data", integer=True, minimum=1)
         _num(data, "extent", src, "data", positive=True)
         _num(data, "seed", src, "data", integer=True, nonneg=True)
+        _check(data["points_per_axis"] ** data["d"] <= MAX_POINTS, src, "data.points_per_axis",
+               f"points_per_axis**d = {data['points_per_axis']}**{data['d']} exceeds "
+               f"{MAX_POINTS} points")
         data["extent"] = float(data["extent"])
     elif kind == "inline":
         _check(isinstance(data["X"], list) and len(data["X"]) > 0, src, "data.X",

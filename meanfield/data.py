@@ -56,6 +56,9 @@ def check_arrays(X, y, source: str = "<data>") -> Dataset:
     DataError
         Empty data, non-numeric values, NaN/Inf, or ``len(X) != len(y)``.
     """
+    for name, arr in (("X", X), ("y", y)):
+        if np.iscomplexobj(arr):
+            raise DataError(source, name, "complex values; real numbers are needed")
     try:
         X = np.asarray(X, dtype=np.float64)
         y = np.asarray(y, dtype=np.float64)
@@ -83,6 +86,14 @@ def check_arrays(X, y, source: str = "<data>") -> Dataset:
     return Dataset(np.ascontiguousarray(X), np.ascontiguousarray(y), Path(source).name)
 
 
+def _is_number(s: str) -> bool:
+    try:
+        float(s)
+    except ValueError:
+        return False
+    return True
+
+
 def _load_csv(path: Path) -> Dataset:
     rows = []
     ncol = None
@@ -95,8 +106,8 @@ def _load_csv(path: Path) -> Dataset:
             try:
                 vals = [float(p) for p in parts]
             except ValueError:
-                if not rows and ncol is None:      # a header line
-                    ncol = len(parts)
+                if not rows and ncol is None and not any(_is_number(p) for p in parts):
+                    ncol = len(parts)              # a header line: no field is a number
                     continue
                 raise DataError(str(path), f"line {lineno}", f"not a number in {s!r}") from None
             if ncol is None:
@@ -232,6 +243,10 @@ def from_config(cfg) -> Dataset:
         widths = {len(r) for r in rows}
         if len(widths) != 1:
             raise DataError(cfg.source, "data.X", f"rows have different lengths {sorted(widths)}")
-        ds = check_arrays(rows, dat["y"], cfg.source)
+        try:
+            ds = check_arrays(rows, dat["y"], cfg.source)
+        except DataError as exc:
+            raise DataError(cfg.source, f"data.{exc.field}" if exc.field else "data",
+                            exc.reason) from None
         return Dataset(ds.X, ds.y, "inline")
     raise DataError(cfg.source, "data.kind", f"unknown kind {kind!r}")  # pragma: no cover

@@ -282,6 +282,8 @@ def run(cfg, output=None, *, overwrite=False, resume=False, progress=None, threa
             raise
         log(f"resuming {paths.part} from step {state.step}")
     else:
+        if resume:
+            log(f"nothing to resume for {out}: starting from the beginning")
         with _Writing(paths.part):
             for p in (paths.ckpt, paths.part, paths.creating):
                 if p.exists():

@@ -345,7 +345,7 @@ def _h5_reason(exc) -> str:
                     "'meanfield run'")
         return ("file locking failed; on a network file system set "
                 "HDF5_USE_FILE_LOCKING=FALSE (docs/format.md)")
-    msg = msg.split("(")[0]
+    msg = msg.split("(")[0].strip().strip("'\"")
     return (msg[msg.index("]") + 1:] if msg.startswith("[Errno") else msg).strip() \
         or type(exc).__name__
 

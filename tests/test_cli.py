@@ -84,3 +84,26 @@ def test_bad_config_exit_2(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "bad.toml" in err[0] and "dynamics.lam" in err[0]
     assert not (tmp_path / "o.h5").exists()
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["run", "--threads", "0"], "--threads"),
+    (["run", "--threads", "1000"], "--threads"),
+    (["run", "-o", ""], "output path is empty"),
+    (["run", ""], "config path is empty"),
+])
+def test_bad_command_lines_exit_2_one_line(argv, words, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0]
+
+
+def test_analyze_into_a_file_refused(tiny_run, tmp_path, capsys):
+    cfg, out = tiny_run
+    target = tmp_path / "afile"
+    target.write_text("keep")
+    capsys.readouterr()
+    assert main(["analyze", str(out), "-o", str(target)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "expected a report directory" in err[0]
+    assert target.read_text() == "keep"

@@ -125,3 +125,30 @@ def test_two_point_generator():
     ds = data.two_point(d=3, norm=2.0, labels="odd", y=1.5)
     np.testing.assert_array_equal(ds.X, [[2, 0, 0], [-2, 0, 0]])
     np.testing.assert_array_equal(ds.y, [1.5, -1.5])
+
+
+def test_generated_data_size_is_bounded(tmp_path):
+    text = BASE.replace('kind = "gaussian"\nn = 5\nd = 2',
+                        'kind = "grid"\nd = 3\npoints_per_axis = 100000')
+    with pytest.raises(ConfigError) as ei:
+        _cfg(text, tmp_path)
+    assert ei.value.field == "data.points_per_axis"
+
+
+def test_csv_header_must_be_all_text_and_complex_refused(tmp_path):
+    (tmp_path / "typo.csv").write_text("1,a,3\n4,5,6\n")
+    with pytest.raises(DataError, match="line 1"):
+        data.load_file(tmp_path / "typo.csv")
+    (tmp_path / "head.csv").write_text("x1,x2,y\n4,5,6\n")
+    assert data.load_file(tmp_path / "head.csv").n == 1
+    np.save(tmp_path / "c.npy", np.ones((3, 3), dtype=complex))
+    with pytest.raises(DataError, match="complex"):
+        data.load_file(tmp_path / "c.npy")
+
+
+def test_inline_errors_name_the_config_field(tmp_path):
+    text = BASE.replace('kind = "gaussian"\nn = 5\nd = 2',
+                        'kind = "inline"\nX = [[1.0], [2.0]]\ny = [1.0]')
+    with pytest.raises(DataError) as ei:
+        data.from_config(_cfg(text, tmp_path))
+    assert ei.value.field == "data.y"

@@ -33,14 +33,21 @@ def register(sub):
     p.set_defaults(func=main)
 
 
+def _check_outdir(outdir: Path) -> None:
+    from meanfield.errors import InputError
+    if outdir.exists() and not outdir.is_dir():
+        raise InputError(str(outdir), "-o", "is a file, expected a report directory")
+
+
 def _study(args) -> int:
     from analysis.study import analyze_study, format_markdown, to_json, write_report
     res = analyze_study(args.run, w2=not args.no_w2)
     outdir = Path(args.outdir) if args.outdir else Path(str(Path(args.run).resolve()) + "-report")
+    _check_outdir(outdir)
     write_report(res, outdir, figures=not args.no_figures)
     print(to_json(res) if args.json else format_markdown(res))
     if not args.json:
-        sys.stderr.write(f"meanfield: report in {outdir}/report.md\n")
+        sys.stderr.write(f"meanfield: report in {outdir}/study.md\n")
     return 0
 
 
@@ -55,6 +62,7 @@ def main(args) -> int:
     if not 0 <= args.g_ray <= 1:
         raise InputError("--g-ray", "", f"must be in [0, 1], got {args.g_ray}")
     outdir = Path(args.outdir) if args.outdir else Path(str(Path(args.run).with_suffix("")) + "-report")
+    _check_outdir(outdir)
     rep = analyze_run(args.run, outdir, figures=not args.no_figures, w2=not args.no_w2,
                       references=not args.no_references, min_mass_frac=args.min_mass,
                       g_ray=args.g_ray)

@@ -35,7 +35,17 @@ def register(sub):
 
 
 def main(args) -> int:
+    import numba
+
     from meanfield import runner
+    from meanfield.errors import InputError
+    if args.threads is not None and not 1 <= args.threads <= numba.config.NUMBA_NUM_THREADS:
+        raise InputError("command line", "--threads",
+                         f"must be in [1, {numba.config.NUMBA_NUM_THREADS}], got {args.threads}")
+    if args.output is not None and not args.output.strip():
+        raise InputError("command line", "-o", "the output path is empty")
+    if args.config is not None and not args.config.strip():
+        raise InputError("command line", "CONFIG", "the config path is empty")
 
     def log(msg):
         sys.stderr.write(f"meanfield: {msg}\n")
