@@ -172,7 +172,8 @@ def plot(path, summary: dict) -> Path:
                 ax.plot(d, np.exp(logfit), color=line[0].get_color(), lw=1)
         ax.set_title("; ".join(f"slope in {v}: {fit[v]['slope']:.3f}" + (
                                    f" [{fit[v]['ci95'][0]:.3f}, {fit[v]['ci95'][1]:.3f}]"
-                                   if fit[v].get("ci95") is not None else " (no interval)")
+                                   if None not in (fit[v].get("ci95") or [None])
+                                   else " (no interval)")
                                for v in ("d", "n") if v in fit),
                      fontsize=8)
         if key == "gap" and rows:

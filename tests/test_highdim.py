@@ -325,3 +325,12 @@ def test_cli_refuses_to_overwrite(tmp_path, capsys):
     assert cli_main(args) == 2
     assert "--overwrite" in capsys.readouterr().err
     assert cli_main(args + ["--overwrite"]) == 0
+
+
+def test_cli_one_trial_has_no_interval_but_works(tmp_path, capsys):
+    """One trial per cell: the slope has no confidence interval; the figure and the data file
+    are still written (a first-time user hit a crash here)."""
+    from meanfield.cli import main
+    assert main(["highdim", "--trials", "1", "--n", "5", "--d", "50,100", "-o", str(tmp_path),
+                 "--quiet", "--json"]) == 0
+    assert len(list(tmp_path.glob("*.png"))) == 1 and len(list(tmp_path.glob("*.h5"))) == 1

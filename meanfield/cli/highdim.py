@@ -105,8 +105,8 @@ def main(args) -> int:
             raise InputError(_SOURCE, "-o", f"{path} exists (use --overwrite)")
     cells = run_study(params, progress=False if args.quiet else None)
     summary = summarize(params, cells)
+    report.plot(png, summary)           # the figure first: a failure leaves no data file behind
     report.write_h5(h5, params, cells, summary)
-    report.plot(png, summary)
     summary["files"] = {"h5": str(h5), "figure": str(png)}
     if args.json:
         print(report.dumps(summary, indent=2))
