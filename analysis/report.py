@@ -208,11 +208,17 @@ def analyze_run(path, outdir=None, figures: bool = True, *, reference=None, w2: 
     return rep
 
 
+#: The figures :func:`write_report` may write (removed first when a report is rewritten).
+FIGURES = ("predictor.png", "directions.png", "ladder.png")
+
+
 def write_report(rep, snaps, run, outdir, figures=True):
     """Write ``report.json``, ``report.md`` and figures for :func:`analyze_run`'s result."""
     from analysis import plots
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
+    for stale in FIGURES:       # a rewritten report never sits next to an older run's figures
+        (out / stale).unlink(missing_ok=True)
     tmp = out / "report.json.tmp"
     tmp.write_text(json.dumps(rep, indent=1))
     os.replace(tmp, out / "report.json")

@@ -66,6 +66,9 @@ def main(args) -> int:
     rep = analyze_run(args.run, outdir, figures=not args.no_figures, w2=not args.no_w2,
                       references=not args.no_references, min_mass_frac=args.min_mass,
                       g_ray=args.g_ray)
+    if not rep["complete"]:
+        sys.stderr.write(f"meanfield: warning: {args.run} is an incomplete run "
+                         f"({len(rep['snapshots'])} snapshot frames so far)\n")
     if args.json:
         print(json.dumps(rep))
     else:
