@@ -24,6 +24,7 @@ written under a temporary name and renamed into place.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -34,6 +35,22 @@ import numpy as np
 FORMAT = "meanfield-highdim"
 FORMAT_VERSION = 1
 _ARRAYS = ("frozen", "pattern", "y", "alpha", "beta", "alpha_star")
+
+
+@contextlib.contextmanager
+def _replacing(path: Path, suffix: str):
+    """Yield a temporary name next to ``path``; on success move it onto ``path`` (mode 0644),
+    on failure delete it, so ``path`` is never left half-written."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+    os.close(fd)
+    try:
+        yield tmp
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
 
 
 def _jsonable(obj):
@@ -74,9 +91,7 @@ def write_h5(path, params, cells: list, summary: dict) -> Path:
     from meanfield.store import provenance
     path = Path(path)
     prov = provenance()
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
+    with _replacing(path, ".tmp") as tmp:
         with h5py.File(tmp, "w") as f:
             f.attrs["format"] = FORMAT
             f.attrs["format_version"] = FORMAT_VERSION
@@ -92,12 +107,6 @@ def write_h5(path, params, cells: list, summary: dict) -> Path:
                     h.attrs[a] = c[a]
                 for name in list(TRIAL_FIELDS) + list(_ARRAYS):
                     h.create_dataset(name, data=c[name])
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
     return path
 
 
@@ -194,14 +203,6 @@ def plot(path, summary: dict) -> Path:
         ax.legend(fontsize=8)
     fig.suptitle(f"GD on m = {p['neurons']} ReLU neuron(s), init {p['init']}, c = {p['c']:g}, "
                  f"{p['trials']} trials", fontsize=10)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
-    os.close(fd)
-    try:
+    with _replacing(path, ".png") as tmp:
         fig.savefig(tmp, dpi=120)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
     return path

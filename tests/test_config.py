@@ -77,7 +77,8 @@ def test_data_file_errors(tmp_path):
     (tmp_path / "empty.csv").write_text("# nothing\nx,y\n")
     (tmp_path / "nan.csv").write_text("1,2\nnan,3\n")
     (tmp_path / "ragged.csv").write_text("1,2,3\n4,5\n")
-    np.save(tmp_path / "obj.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    with open(tmp_path / "obj.npy", "wb") as fh:    # NumPy's writer pickles object arrays
+        np.lib.format.write_array(fh, np.array([{"a": 1}], dtype=object))
     np.savez(tmp_path / "mismatch.npz", X=np.zeros((3, 2)), y=np.zeros(4))
     cases = {"empty.csv": "empty", "nan.csv": "NaN", "ragged.csv": "columns",
              "obj.npy": "pickled", "mismatch.npz": "inconsistent dimensions",
