@@ -332,19 +332,31 @@ def load(path: str | os.PathLike) -> RunConfig:
         Missing or unreadable file, malformed TOML, or invalid values.
     """
     p = Path(path)
+    return validate(read_toml(p), str(path), p.resolve().parent)
+
+
+def read_toml(path, err=ConfigError) -> dict:
+    """Parse a TOML file into a dict.
+
+    Raises
+    ------
+    err (default ConfigError)
+        Missing, unreadable or non-UTF-8 file, or malformed TOML, naming the file.
+    """
     try:
-        raw_bytes = p.read_bytes()
+        text = Path(path).read_bytes().decode("utf-8")
     except FileNotFoundError:
-        raise ConfigError(str(path), "", "no such file") from None
+        raise err(str(path), "", "no such file") from None
     except IsADirectoryError:
-        raise ConfigError(str(path), "", "is a directory, expected a TOML file") from None
-    except OSError as exc:
-        raise ConfigError(str(path), "", f"cannot read: {exc.strerror or exc}") from None
-    try:
-        text = raw_bytes.decode("utf-8")
+        raise err(str(path), "", "is a directory, expected a TOML file") from None
     except UnicodeDecodeError:
-        raise ConfigError(str(path), "", "not a UTF-8 text file (expected TOML)") from None
-    return loads(text, str(path), p.resolve().parent)
+        raise err(str(path), "", "not a UTF-8 text file (expected TOML)") from None
+    except OSError as exc:
+        raise err(str(path), "", f"cannot read: {exc.strerror or exc}") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise err(str(path), "", f"malformed TOML: {exc}") from None
 
 
 def from_dict(raw: dict, source: str = "<dict>", base_dir: str | os.PathLike = ".") -> RunConfig:

@@ -86,23 +86,6 @@ def _suggest(key: str, allowed) -> str:
     return f" (did you mean '{near[0]}'?)" if near else ""
 
 
-def _read_toml(path: Path, err=StudyError) -> dict:
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        raise err(str(path), "", "no such file") from None
-    except IsADirectoryError:
-        raise err(str(path), "", "is a directory, expected a TOML file") from None
-    except UnicodeDecodeError:
-        raise err(str(path), "", "not a UTF-8 text file (expected TOML)") from None
-    except OSError as exc:
-        raise err(str(path), "", f"cannot read: {exc.strerror or exc}") from None
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise err(str(path), "", f"malformed TOML: {exc}") from None
-
-
 def _flatten(tbl: dict, prefix: str = ""):
     """Yield ``(dotted name, value)``; nested tables (unquoted dotted keys) are walked, lists
     are leaves."""
@@ -258,7 +241,7 @@ def expand(raw: dict, source: str = "<dict>", base_dir: str | os.PathLike = ".")
         bpath = Path(b) if Path(b).is_absolute() else base_dir / b
         if not bpath.is_file():
             raise StudyError(src, "base", f"no such file {bpath}")
-        braw = _read_toml(bpath, StudyError)
+        braw = _config.read_toml(bpath, StudyError)
         if "sweep" in braw or "base" in braw:
             raise StudyError(src, "base", f"{bpath} is a study file; base must be a run config")
         _config.load(bpath)  # a base is a complete run config: its own errors name it
@@ -307,7 +290,7 @@ def load(path: str | os.PathLike) -> StudySpec:
         Missing or unreadable file, malformed TOML, or any problem listed in :func:`expand`.
     """
     p = Path(path)
-    return expand(_read_toml(p, StudyError), str(path), p.resolve().parent)
+    return expand(_config.read_toml(p, StudyError), str(path), p.resolve().parent)
 
 
 def loads(text: str, source: str = "<string>", base_dir: str | os.PathLike = ".") -> StudySpec:
