@@ -15,7 +15,9 @@ import numpy as np
 from analysis import patterns as pat
 from analysis import transport, two_point
 from analysis.dichotomies import count_dichotomies
-from analysis.kinks import kink_hyperplanes
+from analysis.kinks import data_kinks
+from analysis.ray_checks import averaged_residuals, convex_comparison, convex_counts
+from analysis.ray_checks import sensitivity as ray_sensitivity
 from analysis.rays import find_rays
 from meanfield import model
 
@@ -29,8 +31,10 @@ def _obs_at(run, name, step):
 def analyze_frame(run, k, **ray_kw) -> dict:
     """Rays, kinks, patterns and fit of frame ``k`` of a :class:`meanfield.store.Run`.
 
-    ``ray_kw`` go to :func:`analysis.rays.find_rays` (the run's ``y`` and ``lam`` are passed,
-    so the certificate filters are on).
+    ``ray_kw`` go to :func:`analysis.rays.find_rays`; the run's ``lam``, the frame's ``τ`` (halo
+    test against ``(d+1)τ/λ``) and the stage's time-averaged residuals (certificate ``G``,
+    :func:`analysis.ray_checks.averaged_residuals`; the snapshot's own residuals when the run
+    has none) are passed.
 
     Returns
     -------
@@ -40,9 +44,10 @@ def analyze_frame(run, k, **ray_kw) -> dict:
         (RayResult), ``_kinks`` and ``_theta``.
     """
     theta = run.frame(k)
-    lam = float(run.config["dynamics"]["lam"])
-    res = find_rays(theta, run.X, y=run.y, lam=lam, **ray_kw)
-    kinks = kink_hyperplanes([q.direction for q in res.rays]) if res.rays else []
+    kw = frame_ray_kw(run, k, **ray_kw)
+    res = find_rays(theta, run.X, **kw)
+    kinks = data_kinks([q.direction for q in res.rays], run.X,
+                       [q.pattern for q in res.rays]) if res.rays else []
     step = int(run.frame_step[k])
     risk = _obs_at(run, "risk", step)
     f_train = model.predict(theta, run.X)
@@ -52,10 +57,22 @@ def analyze_frame(run, k, **ray_kw) -> dict:
             "n_rays": len(res.rays), "n_hyperplanes": len(kinks),
             "rays": [q.as_dict() for q in res.rays], "kinks": [kk.as_dict() for kk in kinks],
             "f_train": [float(v) for v in f_train], "thresholds": res.thresholds_used(),
-            "rejected": res.rejected, "cell_conflicts": res.cell_conflicts,
+            "rejected": res.rejected, "small": res.small, "cell_conflicts": res.cell_conflicts,
             "patterns": [[int(t) for t in p] for p in pats],
             "theorem6": pat.theorem6(pats),
-            "_rays": res, "_kinks": kinks, "_theta": theta}
+            "_rays": res, "_kinks": kinks, "_theta": theta, "_ray_kw": kw}
+
+
+def frame_ray_kw(run, k, **ray_kw) -> dict:
+    """Keyword arguments of :func:`analysis.rays.find_rays` for frame ``k`` of a run: ``lam``,
+    the frame's ``tau``, the stage's time-averaged residuals ``R`` (else ``y``), and
+    ``ray_kw``."""
+    lam = float(run.config["dynamics"]["lam"])
+    R = averaged_residuals(run, k)
+    kw = {"lam": lam, "tau": float(run.frame_tau[k])}
+    kw.update({"R": R} if R is not None else {"y": run.y})
+    kw.update(ray_kw)
+    return kw
 
 
 def _public(snap):
@@ -125,7 +142,7 @@ def ladder(run, snaps, reference=None, w2: bool = True, **w2_kw) -> list:
 
 
 def analyze_run(path, outdir=None, figures: bool = True, *, reference=None, w2: bool = True,
-                references: bool = False, **ray_kw) -> dict:
+                references: bool = False, sensitivity: bool = True, **ray_kw) -> dict:
     """Analyse every snapshot frame of a run file and its temperature ladder.
 
     Parameters
@@ -144,7 +161,13 @@ def analyze_run(path, outdir=None, figures: bool = True, *, reference=None, w2: 
         Compare with the exact references (THEORY §4–5): the Gibbs fixed point at each ``τ``
         (``d ≤ 2``), the convex ``τ → 0`` limit at the coldest ``τ`` (also used as
         ``reference`` when that is not given), and the matching of rays to its rays; adds the
-        key ``references`` (see :func:`analysis.references.report_section`).
+        key ``references`` (see :func:`analysis.references.report_section`), and per ``τ`` of
+        the ladder the convex reference's counts ``J_convex``, ``K_convex`` (rays with weight
+        at least the ray mass floor, :func:`analysis.ray_checks.convex_counts`) with the
+        matching of the measured rays to them.
+    sensitivity : bool
+        Add ``sensitivity``: ``J`` and ``K`` of the coldest snapshot over a range of each
+        threshold (:func:`analysis.ray_checks.sensitivity`).
     **ray_kw
         Passed to :func:`analysis.rays.find_rays`.
 
@@ -153,7 +176,10 @@ def analyze_run(path, outdir=None, figures: bool = True, *, reference=None, w2: 
     dict
         ``run, d, n, P, cover, general_position, P_exact, P_tol_range, bound_2P_minus_1,
         bound_P_minus_1, complete, n_rays_by_tau, ladder, w2_to_previous, patterns,
-        pattern_tolerance, theorem6, two_point, snapshots``. ``patterns`` and ``theorem6`` are
+        pattern_tolerance, theorem6, two_point, snapshots`` (and ``convex_counts``,
+        ``references``, ``sensitivity`` when asked for). ``theorem6["decided"]`` is False when
+        the coldest snapshot is not resolved (``N`` too small for a verdict: a heavy cluster
+        holds fewer than ``min_particles`` particles); its checks are then not a verdict. ``patterns`` and ``theorem6`` are
         those of the last snapshot (the lowest temperature); every snapshot has its own.
 
     Raises
@@ -169,12 +195,23 @@ def analyze_run(path, outdir=None, figures: bool = True, *, reference=None, w2: 
     snaps = [analyze_frame(run, k, **ray_kw) for k in range(run.n_frames)]
     P = dc.P
     cvx = None
-    if references and reference is None and P <= 20000:
+    if references and P <= 20000:
         from analysis.references import convex_reference
         cvx = convex_reference(run.X, run.y, float(run.config["dynamics"]["lam"]))
-        reference = cvx.f_train
+        if reference is None:
+            reference = cvx.f_train
     rows = ladder(run, snaps, reference, w2)
     lam = float(run.config["dynamics"]["lam"])
+    cc = None
+    if cvx is not None:
+        cc = convex_counts(cvx, run.X, floor=ray_kw.get("min_mass_frac", 1e-2))
+        per_tau = {s["tau"]: s for s in snaps}
+        for r in rows:
+            m = convex_comparison(per_tau[r["tau"]]["_rays"].rays, cc)
+            r.update({"J_convex": cc["J"], "K_convex": cc["K"], "matched": len(m["pairs"]),
+                      "unmatched_measured": m["unmatched_measured"],
+                      "unmatched_reference": m["unmatched_reference"],
+                      "max_match_angle": None if not m["pairs"] else m["max_angle"]})
     last = snaps[-1] if snaps else None
     tp = None
     if two_point.detect(run.X, run.y) is not None:
@@ -183,7 +220,13 @@ def analyze_run(path, outdir=None, figures: bool = True, *, reference=None, w2: 
               for i in sorted({s["tau"]: i for i, s in enumerate(snaps)}.values())]
     th6 = None
     if last is not None:
-        th6 = {**last["theorem6"], **pat.bounds(P, last["n_rays"])}
+        res_last = last["_rays"]
+        th6 = {**last["theorem6"], **pat.bounds(P, last["n_rays"]),
+               "decided": bool(res_last.resolved),
+               "undecided_reason": None if res_last.resolved else
+               (f"N = {len(last['_theta'])} is too small for a verdict: "
+                f"{len(res_last.small)} heavy cluster(s) with fewer than "
+                f"{res_last.min_particles} particles")}
     rep = {"run": str(path), "d": run.d, "n": run.n, "P": P, "cover": dc.cover,
            "general_position": dc.general_position, "P_exact": dc.exact,
            "P_tol_range": None if dc.tol_range is None else list(dc.tol_range),
@@ -200,6 +243,16 @@ def analyze_run(path, outdir=None, figures: bool = True, *, reference=None, w2: 
                                  else pat.PatternTolerance().as_dict()),
            "theorem6": th6, "two_point": tp,
            "snapshots": [_public(s) for s in snaps]}
+    if cc is not None:
+        rep["convex_counts"] = {"J": cc["J"], "K": cc["K"], "floor": cc["floor"],
+                                "rays": [{"direction": [float(x) for x in v], "weight": float(w)}
+                                         for v, w in zip(cc["directions"], cc["weights"])],
+                                "kinks": [kk.as_dict() for kk in cc["kinks"]]}
+    if sensitivity and last is not None:
+        rep["sensitivity"] = {"tau": last["tau"], "step": last["step"],
+                              **ray_sensitivity(last["_theta"], run.X, last["_ray_kw"],
+                                                conv=cvx,
+                                                floor=ray_kw.get("min_mass_frac", 1e-2))}
     if references:
         from analysis.references import report_section
         rep["references"] = report_section(run, rep)
@@ -243,7 +296,12 @@ def write_report(rep, snaps, run, outdir, figures=True):
             if any(r["dist_to_reference"] is not None for r in rows):
                 series["RMS |f − f_convex| on data"] = [np.nan if r["dist_to_reference"] is None
                                                        else r["dist_to_reference"] for r in rows]
-            plots.plot_ladder(out / "ladder.png", [r["tau"] for r in rows], series)
+            refl = None
+            if rows[0].get("J_convex") is not None:
+                refl = {"rays J": (rows[0]["J_convex"], "convex τ→0"),
+                        "hyperplanes K": (rows[0]["K_convex"], "convex τ→0")}
+            plots.plot_ladder(out / "ladder.png", [r["tau"] for r in rows], series,
+                              references=refl)
             figs.append("ladder.png")
     (out / "report.md").write_text(markdown(rep, figs))
 
@@ -269,14 +327,21 @@ def markdown(rep, figs=()) -> str:
              f"P−1 = {rep['bound_P_minus_1']}")
     L.append(f"- run complete: {rep['complete']}")
     L += ["", "## Low-temperature limit", "",
-          "| τ | step | rays J | hyperplanes K | risk | halo mass | W2 to previous τ | "
-          "W2 of rays to previous τ | distance to τ=0 reference |",
-          "|---|---|---|---|---|---|---|---|---|"]
+          "| τ | step | rays J | hyperplanes K | J convex | K convex | matched | risk | "
+          "halo mass | W2 to previous τ | W2 of rays to previous τ | distance to τ=0 reference |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rep["ladder"]:
         w2 = "—" if r["w2_to_previous"] is None else f"{r['w2_to_previous']:.3e} ({r['w2_method']})"
-        L.append(f"| {r['tau']:.2e} | {r['step']} | {r['J']} | {r['K']} | {r['risk']:.4e} | "
+        L.append(f"| {r['tau']:.2e} | {r['step']} | {r['J']} | {r['K']} | "
+                 f"{r.get('J_convex', '—')} | {r.get('K_convex', '—')} | "
+                 f"{r.get('matched', '—')} | {r['risk']:.4e} | "
                  f"{r['halo_mass_fraction']:.3f} | {w2} | {_fmt(r['w2_rays_to_previous'])} | "
                  f"{_fmt(r['dist_to_reference'])} |")
+    if rep.get("convex_counts"):
+        c = rep["convex_counts"]
+        L += ["", f"J convex, K convex: rays of the convex τ → 0 reference with weight "
+              f"|c_k| ≥ {c['floor']} Σ|c| (the ray mass floor) and their kink hyperplanes; "
+              f"matched: measured rays paired one to one with them (same sign, within 0.2 rad)."]
     L += ["", "Snapshots:", "", "| τ | step | risk | J | K | halo mass | threshold (chord) | "
           "plateau |", "|---|---|---|---|---|---|---|---|"]
     for s in rep["snapshots"]:
@@ -295,13 +360,22 @@ def markdown(rep, figs=()) -> str:
                      f"{q['mass_fraction']:.3f} | {q['spread']:.3f} | {_fmt(q['G'], '.3f')} | "
                      f"{q['n_cells']} | ({', '.join(f'{x:.3f}' for x in q['direction'])}) | "
                      f"{_pattern_str(q['pattern'])} |")
+        halo = ("" if t.get("halo_ratio") is None else
+                f"mean particle mass ≥ {t['halo_ratio']:g} × (d+1)τ/λ = "
+                f"{t['halo_ratio'] * t['halo_baseline']:.3g}, ")
+        cert = ("" if t.get("g_ray") is None else
+                f"certificate −sign(a)G ≥ {t['g_ray']} at the ray's direction (G from the "
+                f"{t['G_source']}; max|G| over the particles {_fmt(t['G_max'], '.4f')}), ")
         L += ["", f"Thresholds: linkage {t['linkage_chord']:.3g} (plateau "
-              f"[{t['plateau'][0]:.3g}, {t['plateau'][1]:.3g}]), ray mass ≥ {t['min_mass_frac']}, "
+              f"[{t['plateau'][0]:.3g}, {t['plateau'][1]:.3g}]), ray mass ≥ {t['min_mass_frac']} "
+              f"of the total, {halo}{cert}at least {t['min_particles']} particles, "
               f"spread ≤ {t['max_spread']} rad, particle mass ≥ {t['light_frac']} × weighted "
-              f"median, certificate −sign(a)G ≥ {t['g_particle']} (particles) and ≥ "
-              f"{t['g_ray']} (rays) × max|G| = {_fmt(t['G_max'], '.4f')}; pattern zeros within "
+              f"median; pattern zeros within "
               f"{t['pattern_angle_tol']} rad or straddled by ≥ {t['pattern_mass_tol']} of the "
               f"ray mass."]
+        if s.get("small"):
+            L.append(f"Heavy clusters with fewer than {t['min_particles']} particles (not "
+                     f"counted): {len(s['small'])}.")
         if s["rejected"]:
             L.append(f"Heavy clusters rejected by the certificate: {len(s['rejected'])} "
                      f"(mass {sum(r['mass_fraction'] for r in s['rejected']):.3f}).")
@@ -311,8 +385,14 @@ def markdown(rep, figs=()) -> str:
         for kk in s["kinks"]:
             L.append(f"- normal ({', '.join(f'{x:.3f}' for x in kk['normal'])}), "
                      f"offset {kk['offset']:.4f} (rays {kk['rays']})")
+        if rep.get("sensitivity"):
+            L += _sensitivity_markdown(rep["sensitivity"])
         th = rep["theorem6"]
-        L += ["", "## [LJM26] Theorem 6 on the ternary patterns", "",
+        L += ["", "## [LJM26] Theorem 6 on the ternary patterns", ""]
+        if not th.get("decided", True):
+            L += [f"**Not decided:** {th['undecided_reason']}; the checks below describe the "
+                  f"clusters found, not a verdict.", ""]
+        L += [
               f"- J = {th['J']} rays; J ≤ 2P−1 = {th['bound_2P_minus_1']}: "
               f"{th['within_2P_minus_1']}; J ≤ P−1 = {th['bound_P_minus_1']}: "
               f"{th['within_P_minus_1']}",
@@ -340,12 +420,30 @@ def markdown(rep, figs=()) -> str:
         L += _references_markdown(rep["references"])
     for f in figs:
         L += ["", f"![{f}]({f})"]
-    L += ["", "Method: particles are grouped by sign of a and activation cell on the training "
-          "set, the thermal halo is removed by particle mass and the certificate G, directions "
-          "(w, b)/|(w, b)| are linked by single linkage on the mutual-reachability chord distance "
-          "and the threshold is the middle of the widest plateau of the ray count "
-          "(analysis/rays.py)."]
+    L += ["", "Method: directions (w, b)/|(w, b)| of one sign of a are linked by single linkage "
+          "on the mutual-reachability chord distance; a cluster is a ray when it holds enough "
+          "mass, its mean particle mass is well above the free-particle baseline (d+1)τ/λ, its "
+          "direction passes the certificate G of the stage's time-averaged residuals and it "
+          "holds enough particles; the linkage threshold is the middle of the widest plateau of "
+          "the ray count (analysis/rays.py). Two rays share a kink hyperplane only when they "
+          "split the training inputs alike and their hyperplanes coincide within a fraction of "
+          "the data's spread (analysis/kinks.py; docs/theory.md)."]
     return "\n".join(L) + "\n"
+
+
+def _sensitivity_markdown(sens) -> list:
+    L = ["", f"## Sensitivity of J and K to the thresholds (τ = {sens['tau']:.2e})", "",
+         f"Defaults give J = {sens['default']['J']}, K = {sens['default']['K']}; "
+         + ("every threshold row below agrees." if sens["robust"] else
+            "**some thresholds change the counts.**"), "",
+         "| threshold | value | J | K |", "|---|---|---|---|"]
+    for r in sens["rows"]:
+        L.append(f"| {r['threshold']} | {r['value']:.4g} | {r['J']} | {r['K']} |")
+    L += ["", "min_mass_frac: ray mass floor; halo_ratio: mean particle mass over (d+1)τ/λ; "
+          "g_ray: certificate level; min_particles; linkage_chord: fixed linkage threshold "
+          "(chord); rel_tol: kink tolerance (fraction of the data's spread); convex_floor: the "
+          "weight floor of the convex reference's rays (J, K there are the reference's)."]
+    return L
 
 
 def _references_markdown(refs) -> list:
