@@ -353,8 +353,8 @@ def find_rays(theta, X, *, y=None, lam=None, tau=None, R=None, min_mass_frac: fl
     pattern_mass_tol : float, optional
         Straddling-mass tolerance of the 0 entries (overrides ``pattern_tol.mass_tol``).
     knn : int, default 12
-        Neighbours per particle in the linkage graph (at most ``min_particles − 1``, so that a
-        ray of ``min_particles`` particles has small core distances).
+        Neighbours per particle in the linkage graph (at most ``max(3, min_particles − 1)``,
+        so that a ray of ``min_particles`` particles has small core distances).
 
     Returns
     -------
@@ -426,7 +426,7 @@ def find_rays(theta, X, *, y=None, lam=None, tau=None, R=None, min_mass_frac: fl
     Vk, mk, sk = V[idx], mass[idx], sign[idx]
     cell_all = cells(sign, V, X)
     M = idx.size
-    k_nn = max(1, min(int(knn), n_min - 1))
+    k_nn = max(1, min(int(knn), max(3, n_min - 1)))
     ei, ej, ew, core_median = _linkage_tree(Vk, sk, mk, k_nn)
     if thresholds is None:
         lo_t = core_median if np.isfinite(core_median) and 0 < core_median < 0.5 else 1e-4

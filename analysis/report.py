@@ -142,7 +142,8 @@ def ladder(run, snaps, reference=None, w2: bool = True, **w2_kw) -> list:
 
 
 def analyze_run(path, outdir=None, figures: bool = True, *, reference=None, w2: bool = True,
-                references: bool = False, sensitivity: bool = True, **ray_kw) -> dict:
+                references: bool = False, convex: bool | None = None, sensitivity: bool = True,
+                **ray_kw) -> dict:
     """Analyse every snapshot frame of a run file and its temperature ladder.
 
     Parameters
@@ -165,6 +166,9 @@ def analyze_run(path, outdir=None, figures: bool = True, *, reference=None, w2: 
         the ladder the convex reference's counts ``J_convex``, ``K_convex`` (rays with weight
         at least the ray mass floor, :func:`analysis.ray_checks.convex_counts`) with the
         matching of the measured rays to them.
+    convex : bool, optional
+        Compare with the convex reference only (the per-``τ`` counts and matching of
+        ``references``, without the Gibbs references); default: ``references``.
     sensitivity : bool
         Add ``sensitivity``: ``J`` and ``K`` of the coldest snapshot over a range of each
         threshold (:func:`analysis.ray_checks.sensitivity`).
@@ -195,7 +199,9 @@ def analyze_run(path, outdir=None, figures: bool = True, *, reference=None, w2: 
     snaps = [analyze_frame(run, k, **ray_kw) for k in range(run.n_frames)]
     P = dc.P
     cvx = None
-    if references and P <= 20000:
+    if convex is None:
+        convex = references
+    if (references or convex) and P <= 20000:
         from analysis.references import convex_reference
         cvx = convex_reference(run.X, run.y, float(run.config["dynamics"]["lam"]))
         if reference is None:

@@ -107,6 +107,124 @@ def ensure_run(workdir: Path, name: str, N: int, seed: int, threads: int,
     return out
 
 
+def stage_drift(run, stage: int, n_batches: int = 10) -> dict:
+    """Interim stationarity verdict of one stage from its stored residuals.
+
+    The last half of the stage is cut into ``n_batches`` batches of observations; the drift
+    is the largest change over the data points of the batch-mean predictor between the first
+    and the second half of that window, the noise the batch-means standard error of that
+    difference (batch means absorb the autocorrelation of the observations). The stage counts
+    as stationary when ``drift ≤ 3·noise + 1e-3·max|y|``.
+
+    Returns ``{"drift", "noise", "stationary"}``.
+    """
+    import numpy as np
+    T = int(run.config["dynamics"]["steps_per_tau"])
+    obs = run.observables["residuals"]
+    lo, hi = stage * T + T // 2, (stage + 1) * T
+    sel = (obs["step"] > lo) & (obs["step"] <= hi)
+    F = np.asarray(obs["value"][sel]) * run.n + run.y[None, :]
+    if F.shape[0] < 2 * n_batches:
+        return {"drift": float("nan"), "noise": float("nan"), "stationary": False}
+    B = np.array([b.mean(axis=0) for b in np.array_split(F, n_batches)])
+    h = n_batches // 2
+    a, b = B[:h], B[h:]
+    diff = b.mean(axis=0) - a.mean(axis=0)
+    se = np.sqrt(a.var(axis=0, ddof=1) / h + b.var(axis=0, ddof=1) / (n_batches - h))
+    j = int(np.argmax(np.abs(diff) - 3 * se))
+    drift, noise = float(abs(diff[j])), float(se[j])
+    tol = 3 * noise + 1e-3 * float(np.max(np.abs(run.y)))
+    return {"drift": drift, "noise": noise, "stationary": bool(drift <= tol)}
+
+
+def analyse_cell(path: Path, name: str, N: int, seed: int) -> dict:
+    """``J``, ``K`` at the coldest stationary stage of a run against the convex counts, with
+    the quantities that explain a disagreement."""
+    import numpy as np
+
+    from analysis.kinks import data_kinks
+    from analysis.ray_checks import convex_comparison, convex_counts
+    from analysis.rays import directions, find_rays
+    from analysis.references import convex_reference
+    from analysis.report import frame_ray_kw
+    from meanfield.store import open_run
+    run = open_run(path)
+    taus = [float(t) for t in run.config["dynamics"]["taus"]]
+    lam = float(run.config["dynamics"]["lam"])
+    verdicts = [stage_drift(run, s) for s in range(len(taus))]
+    stat = [s for s, v in enumerate(verdicts) if v["stationary"]]
+    stage = max(stat, key=lambda s: -taus[s]) if stat else int(np.argmin(taus))
+    T = int(run.config["dynamics"]["steps_per_tau"])
+    frames = [k for k in range(run.n_frames) if (int(run.frame_step[k]) - 1) // T == stage]
+    k = frames[-1]
+    theta = run.frame(k)
+    kw = frame_ray_kw(run, k)
+    res = find_rays(theta, run.X, **kw)
+    K = len(data_kinks([q.direction for q in res.rays], run.X,
+                       [q.pattern for q in res.rays])) if res.rays else 0
+    conv = convex_reference(run.X, run.y, lam)
+    cc = convex_counts(conv, run.X)
+    m = convex_comparison(res.rays, cc)
+    tot = float(np.abs(conv.weights).sum())
+    notes = []
+    for i in m["unmatched_measured"]:
+        q = res.rays[i]
+        notes.append(f"extra ray ({', '.join(f'{x:.3f}' for x in q.direction)}), sign "
+                     f"{q.sign:+d}, mass {q.mass_fraction:.3f}, n={q.n_particles}, G={q.G:.3f}")
+    V, _, mass = directions(theta)
+    Lx = np.c_[run.X, np.ones(run.n)]
+    sgn = np.where(theta[:, 0] >= 0, 1, -1)
+    for j in m["unmatched_reference"]:
+        v = cc["directions"][j]
+        # the particles acting like this ray on the data: same sign, same activation cell
+        same = (sgn == cc["signs"][j]) & np.all((V @ Lx.T > 0) == (Lx @ v > 0)[None, :], axis=1)
+        ang = np.arccos(np.clip(V[same] @ v, -1, 1))
+        rms = float(np.sqrt(np.sum(mass[same] * ang ** 2) / mass[same].sum())) if same.any() \
+            else float("nan")
+        notes.append(f"missed convex ray ({', '.join(f'{x:.3f}' for x in v)}), weight "
+                     f"{abs(cc['weights'][j]) / tot:.3f} of sum|c|; its cell holds "
+                     f"{mass[same].sum() / mass.sum():.3f} of the particle mass "
+                     f"({int(same.sum())} particles) at RMS angle {rms:.3f} rad from it, "
+                     f"max|G| = {res.G_max:.3f}")
+    below = [float(abs(w) / tot) for w in conv.weights if abs(w) < cc["floor"] * tot]
+    if below:
+        notes.append("convex rays below the floor: weights "
+                     + ", ".join(f"{w:.4f}" for w in below) + " of sum|c|")
+    if not verdicts[stage]["stationary"]:
+        notes.append(f"stage tau={taus[stage]:g} not stationary: drift "
+                     f"{verdicts[stage]['drift']:.2e} > 3 x noise {verdicts[stage]['noise']:.1e}")
+    if not res.resolved:
+        notes.append(f"N too small: {len(res.small)} heavy cluster(s) under "
+                     f"{res.min_particles} particles")
+    return {"set": name, "N": N, "seed": seed, "tau": taus[stage],
+            "stationary": verdicts[stage]["stationary"],
+            "stationary_stages": [taus[s] for s in stat], "J": len(res.rays), "K": K,
+            "J_convex": cc["J"], "K_convex": cc["K"], "matched": len(m["pairs"]),
+            "max_angle": None if not m["pairs"] else float(m["max_angle"]),
+            "G_max": res.G_max, "resolved": res.resolved,
+            "agree": len(res.rays) == cc["J"] and K == cc["K"] and
+            len(m["pairs"]) == cc["J"], "notes": notes}
+
+
+def format_table(rows) -> str:
+    """The rows as a Markdown table, disagreements explained below it."""
+    head = ("| set | N | seed | τ | stationary | J | K | J convex | K convex | matched | "
+            "max angle | agree |")
+    L = [head, "|" + "---|" * 12]
+    for r in rows:
+        ang = "—" if r["max_angle"] is None else f"{r['max_angle']:.3f}"
+        L.append(f"| {r['set']} | {r['N']} | {r['seed']} | {r['tau']:.0e} | "
+                 f"{'yes' if r['stationary'] else 'no'} | {r['J']} | {r['K']} | "
+                 f"{r['J_convex']} | {r['K_convex']} | {r['matched']} | {ang} | "
+                 f"{'yes' if r['agree'] else '**no**'} |")
+    bad = [r for r in rows if not r["agree"] or r["notes"]]
+    if bad:
+        L += ["", "Notes:"]
+        for r in bad:
+            L.append(f"- {r['set']} N={r['N']} seed={r['seed']}: " + "; ".join(r["notes"]))
+    return "\n".join(L)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sets", nargs="+", default=list(SETS), choices=list(SETS))
@@ -126,8 +244,7 @@ def main(argv=None) -> int:
     runs = {c: ensure_run(workdir, *c, args.threads, args.span_scale) for c in cells}
     if args.runs_only:
         return 0
-    from benchmarks.ray_count_table import analyse_cells, format_table
-    rows = analyse_cells(runs)
+    rows = [analyse_cell(path, *cell) for cell, path in runs.items()]
     print(format_table(rows))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
