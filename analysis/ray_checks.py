@@ -39,7 +39,7 @@ def averaged_residuals(run, k: int, window: float = 0.5) -> np.ndarray:
     T = int(run.config["dynamics"]["steps_per_tau"])
     step = int(run.frame_step[k])
     stage = (step - 1) // T
-    lo = max(stage * T, stage * T + int(math.floor((1 - window) * T)))
+    lo = max(stage * T, stage * T + math.floor((1 - window) * T))
     obs = run.observables.get("residuals")
     if obs is None or len(obs["step"]) == 0:
         return None
@@ -154,7 +154,7 @@ def sensitivity(theta, X, ray_kw: dict, kink_kw: dict | None = None, conv=None,
         for sc in scales:
             v = v0 * sc
             if name == "min_particles":
-                v = max(1, int(round(v)))
+                v = max(1, round(v))
             J, K, _ = _count(theta, X, {**ray_kw, name: v}, kink_kw)
             add(name, v, J, K)
     if res0.g_ray is not None:

@@ -1,30 +1,30 @@
 """Rays of a particle measure: clusters of neurons with one direction and one sign of ``a``
-(THEORY §6).
+(THEORY §6; the criteria in ``docs/theory.md``, "How rays are found").
 
 A neuron contributes ``a σ(u·x̃) = a|u| σ(v·x̃)`` with direction ``v = u/|u| ∈ S^d`` and mass
 ``|a||u|``. The method, in order:
 
-1. **Thermal halo, particle level.** Drop particles lighter than ``light_frac`` times the
-   mass-weighted median particle mass (at finite τ the halo is light: ``E[r² | v]`` grows like
-   ``1/(1 − G(v)²)``, THEORY §5). When the targets ``y`` and ``lam`` are given, also drop particles
-   whose certificate disagrees: keep ``−sign(a) G(v) ≥ g_particle · max|G|`` (THEORY §4).
+1. **Lightest particles.** Particles lighter than ``light_frac`` times the mass-weighted
+   median particle mass are dropped (a robust scale).
 2. **Exact partition.** Each kept particle gets its cell: the sign of ``a`` and its binary
    activation pattern ``1[v·x̃_j > 0]`` on the training inputs (a region of the arrangement of
-   THEORY §6). Particles of one cell act identically on the training set; the cells of a ray give
-   its ternary pattern (a ray whose kink passes through ``x_j`` straddles the cells on both sides
-   of ``x̃_j``'s hyperplane) and a threshold-free cross-check: two rays of one sign sharing a
-   cell are reported in ``cell_conflicts`` (at a stationary point ``G`` is linear inside a cell,
-   so a cell holds at most one ray of each sign, THEORY §4).
+   THEORY §6). The cells of a ray give its ternary pattern and a threshold-free cross-check:
+   two rays of one sign sharing a cell are reported in ``cell_conflicts``.
 3. **Angular clustering with a plateau scan.** Kept particles of one sign are linked by single
    linkage on the mutual-reachability chord distance ``max(|v_i − v_j|, core_i, core_j)``
-   (``core`` = distance to the k-th nearest neighbour, so a sparse halo particle is far from
-   everything and cannot chain two rays), over the minimum spanning tree of the k-nearest-
-   neighbour graph (scales to 10⁵ particles and more). The linkage threshold is scanned on a log
-   grid from the typical neighbour spacing inside rays (mass-weighted median core distance) to 1.
-   At each threshold a cluster counts as a ray when its mass is at least ``min_mass_frac`` of the
-   total ``Σ|a||u|`` of all particles, it is compact (RMS angle at most ``max_spread``) and, with
-   ``G`` available, its mean direction passes ``−sign(a) G(v) ≥ g_ray · max|G|``. The threshold
-   used is the geometric middle of the widest plateau of that count (widest in log scale).
+   (``core`` = distance to the k-th nearest neighbour, ``k ≤ max(3, min_particles − 1)``, so a
+   sparse halo particle cannot chain two rays and a small ray is not cut into single
+   particles), over the minimum spanning tree of the k-nearest-neighbour graph (scales to 10⁵
+   particles and more). The linkage threshold is scanned on a log grid and the geometric middle
+   of the widest plateau of the ray count is used. At each threshold a cluster is a ray when
+   it holds at least ``min_mass_frac`` of the total mass ``Σ|a||u|``, is compact (RMS angle at
+   most ``max_spread``), is not thermal (with ``tau``: mean particle mass at least
+   ``halo_ratio · (d+1)τ/λ``, the free-particle second moment of THEORY §5), passes the
+   certificate at an absolute level (with ``G``: ``−sign(a) G(v̄) ≥ g_ray``, ``G`` from the
+   residuals ``R`` given, normally the stage's time average) and holds at least
+   ``min_particles`` particles (default ``max(3, ⌈√N/2⌉)``). Heavy certified clusters refused
+   only for their number of particles are listed in ``small``: the snapshot is then not
+   resolved (``N`` too small for a verdict).
 4. The ray's outskirts, which single linkage leaves out at the chosen threshold, join it: every
    particle of the ray's sign within ``absorb`` core spreads of its direction.
 5. Per ray: mass-weighted mean direction, sign, weight ``c_k = (1/N) Σ_{i∈k} a_i |u_i|``, mass
@@ -404,10 +404,11 @@ def find_rays(theta, X, *, y=None, lam=None, tau=None, R=None, min_mass_frac: fl
     if have_G:
         Gmax = float(np.abs(certificate(V, X, R, lam)).max()) if N else 0.0
     baseline = None if tau is None else halo_baseline(X.shape[1], tau, lam)
-    common = dict(min_mass_frac=min_mass_frac, light_frac=light_frac, max_spread=max_spread,
-                  absorb=absorb, g_ray=g_ray if have_G else None, G_max=Gmax,
-                  G_source=G_source, halo_ratio=halo_ratio if baseline is not None else None,
-                  halo_baseline=baseline, min_particles=n_min, pattern_tol=ptol)
+    common = {"min_mass_frac": min_mass_frac, "light_frac": light_frac,
+              "max_spread": max_spread, "absorb": absorb,
+              "g_ray": g_ray if have_G else None, "G_max": Gmax, "G_source": G_source,
+              "halo_ratio": halo_ratio if baseline is not None else None,
+              "halo_baseline": baseline, "min_particles": n_min, "pattern_tol": ptol}
 
     def empty():
         thr = np.zeros(0) if thresholds is None else np.asarray(thresholds, dtype=float)

@@ -81,7 +81,7 @@ def cell_config(name: str, N: int, seed: int, span_scale: float = 1.0) -> dict:
         doc["data"]["path"] = str(ROOT / "data" / doc["data"]["path"])
     dyn = doc.setdefault("dynamics", {})
     dyn.update(over)
-    steps = int(round(span / float(dyn["eta"])))
+    steps = round(span / float(dyn["eta"]))
     dyn.update({"taus": list(taus), "steps_per_tau": steps, "seed": int(seed)})
     doc.setdefault("model", {})["n_particles"] = int(N)
     doc["output"] = {"observe_every": max(1, steps // OBSERVATIONS_PER_STAGE),
