@@ -454,8 +454,13 @@ def find_rays(theta, X, *, y=None, lam=None, tau=None, R=None, min_mass_frac: fl
         heavy = (cm >= min_mass_frac * total) & compact
         if baseline is not None:
             heavy &= cm >= halo_ratio * baseline * cn
-        cg = certificate(cdir, X, R, lam) if have_G else None
-        certified = heavy if cg is None else heavy & (-csign * cg >= g_ray)
+        cg = None
+        certified = heavy
+        if have_G:                         # G only where needed: few clusters are heavy
+            cg = np.full(K, np.nan)
+            cg[heavy] = certificate(cdir[heavy], X, R, lam)
+            certified = heavy.copy()
+            certified[heavy] = -csign[heavy] * cg[heavy] >= g_ray
         good = certified & (cn >= n_min)
         return lab, cm, cn, cdir, csign, cg, heavy, certified, good
 

@@ -31,6 +31,9 @@ def register(sub):
     p.add_argument("--no-w2", action="store_true",
                    help="skip the Wasserstein distances between successive temperatures "
                         "(exact W2 takes about 40 s at 10^4 particles)")
+    p.add_argument("--no-sensitivity", action="store_true",
+                   help="skip the table of J and K over a range of each threshold at the "
+                        "coldest tau (about 15 ray analyses; 20 s of CPU at 10^5 particles)")
     p.add_argument("--no-references", action="store_true",
                    help="skip the comparison with the exact references (Gibbs fixed point at "
                         "each tau for d <= 2; the convex tau -> 0 limit at the coldest tau)")
@@ -71,6 +74,7 @@ def main(args) -> int:
     _check_outdir(outdir)
     rep = analyze_run(args.run, outdir, figures=not args.no_figures, w2=not args.no_w2,
                       references=not args.no_references, min_mass_frac=args.min_mass,
+                      sensitivity=not args.no_sensitivity,
                       g_ray=args.g_ray, halo_ratio=args.halo_ratio)
     if not rep["complete"]:
         sys.stderr.write(f"meanfield: warning: {args.run} is an incomplete run "
