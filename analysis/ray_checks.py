@@ -137,7 +137,7 @@ def sensitivity(theta, X, ray_kw: dict, kink_kw: dict | None = None, conv=None,
         kink tolerance), ``convex_floor``. ``robust``: every row gives the default ``J`` and
         ``K``.
     """
-    from analysis.kinks import data_kinks
+    from analysis.kinks import KINK_REL_TOL, data_kinks
     from analysis.rays import min_particles_default
     kink_kw = dict(kink_kw or {})
     J0, K0, res0 = _count(theta, X, ray_kw, kink_kw)
@@ -167,7 +167,7 @@ def sensitivity(theta, X, ray_kw: dict, kink_kw: dict | None = None, conv=None,
             t = res0.threshold * sc
             J, K, _ = _count(theta, X, {**ray_kw, "thresholds": [t]}, kink_kw)
             add("linkage_chord", t, J, K)
-    r0 = kink_kw.get("rel_tol", 0.02)
+    r0 = kink_kw.get("rel_tol", KINK_REL_TOL)
     for sc in scales:
         K = len(data_kinks([q.direction for q in res0.rays], X,
                            [q.pattern for q in res0.rays], **{**kink_kw, "rel_tol": r0 * sc})) \
