@@ -162,7 +162,7 @@ def _certified(res) -> bool:
             and all(abs(-q.sign * q.G - 1) <= G_TOL for q in res.rays))
 
 
-def analyse_cell(path: Path, name: str, N: int, seed: int) -> dict:
+def analyse_cell(path: Path, name: str, N: int, seed: int, with_sensitivity: bool = False) -> dict:
     """``J``, ``K`` at the coldest stationary stage of a run against the convex counts, with
     the quantities that explain a disagreement.
 
@@ -232,6 +232,13 @@ def analyse_cell(path: Path, name: str, N: int, seed: int) -> dict:
         notes.append(f"N too small: {len(res.small)} heavy cluster(s) under "
                      f"{res.min_particles} particles")
     agree = len(res.rays) == cc["J"] and K == cc["K"] and len(m["pairs"]) == cc["J"]
+    sens = None
+    if with_sensitivity:
+        from analysis.ray_checks import sensitivity
+        from analysis.report import frame_ray_kw
+        T = int(dyn["steps_per_tau"])
+        k = [k for k in range(run.n_frames) if (int(run.frame_step[k]) - 1) // T == stage][-1]
+        sens = sensitivity(theta, run.X, frame_ray_kw(run, k), conv=conv)
     if K != cc["K"] and not notes:
         notes.append("K differs: kinks " + "; ".join(
             f"({', '.join(f'{x:.3f}' for x in q.direction)})" for q in res.rays))
@@ -240,7 +247,8 @@ def analyse_cell(path: Path, name: str, N: int, seed: int) -> dict:
             "stationary_stages": [taus[s] for s in stat], "J": len(res.rays), "K": K,
             "J_convex": cc["J"], "K_convex": cc["K"], "matched": len(m["pairs"]),
             "max_angle": None if not m["pairs"] else float(m["max_angle"]),
-            "G_max": res.G_max, "resolved": res.resolved, "agree": agree, "notes": notes}
+            "G_max": res.G_max, "resolved": res.resolved, "agree": agree, "notes": notes,
+            "sensitivity": sens}
 
 
 def format_table(rows) -> str:
@@ -259,6 +267,20 @@ def format_table(rows) -> str:
         L += ["", "Notes:"]
         for r in bad:
             L.append(f"- {r['set']} N={r['N']} seed={r['seed']}: " + "; ".join(r["notes"]))
+    for r in rows:
+        if r.get("sensitivity"):
+            sens = r["sensitivity"]
+            title = (f"Sensitivity, {r['set']} N={r['N']} seed={r['seed']} tau={r['tau']:g} "
+                     f"(defaults J={sens['default']['J']}, K={sens['default']['K']}; "
+                     f"robust: {sens['robust']}):")
+            L += ["", title, "", "| threshold | values | J | K |", "|---|---|---|---|"]
+            names = list(dict.fromkeys(x["threshold"] for x in sens["rows"]))
+            for nm in names:
+                xs = [x for x in sens["rows"] if x["threshold"] == nm]
+                vals = " / ".join(format(x["value"], ".3g") for x in xs)
+                Js = " / ".join(str(x["J"]) for x in xs)
+                Ks = " / ".join(str(x["K"]) for x in xs)
+                L.append(f"| {nm} | {vals} | {Js} | {Ks} |")
     return "\n".join(L)
 
 
@@ -273,6 +295,8 @@ def main(argv=None) -> int:
                     help="stage length in units of the default span of mean-field time")
     ap.add_argument("--runs-only", action="store_true", help="make the run files, no table")
     ap.add_argument("--json", help="write the rows to this file")
+    ap.add_argument("--sensitivity", action="store_true",
+                    help="also J and K over a range of each threshold, per cell")
     args = ap.parse_args(argv)
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -281,7 +305,8 @@ def main(argv=None) -> int:
     runs = {c: ensure_run(workdir, *c, args.threads, args.span_scale) for c in cells}
     if args.runs_only:
         return 0
-    rows = [analyse_cell(path, *cell) for cell, path in runs.items()]
+    rows = [analyse_cell(path, *cell, with_sensitivity=args.sensitivity)
+            for cell, path in runs.items()]
     print(format_table(rows))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
