@@ -142,7 +142,7 @@ def ladder(run, snaps, reference=None, w2: bool = True, **w2_kw) -> list:
 
 
 def analyze_run(path, outdir=None, figures: bool = True, *, reference=None, w2: bool = True,
-                references: bool = False, convex: bool | None = None, sensitivity: bool = True,
+                references: bool = False, convex: bool | None = None, sensitivity: bool = False,
                 **ray_kw) -> dict:
     """Analyse every snapshot frame of a run file and its temperature ladder.
 
@@ -171,7 +171,8 @@ def analyze_run(path, outdir=None, figures: bool = True, *, reference=None, w2: 
         ``references``, without the Gibbs references); default: ``references``.
     sensitivity : bool
         Add ``sensitivity``: ``J`` and ``K`` of the coldest snapshot over a range of each
-        threshold (:func:`analysis.ray_checks.sensitivity`).
+        threshold (:func:`analysis.ray_checks.sensitivity`; about 15 more ray analyses, so off
+        by default here and on in ``meanfield analyze``).
     **ray_kw
         Passed to :func:`analysis.rays.find_rays`.
 

@@ -148,7 +148,7 @@ def test_convex_rays_as_particles_are_matched_and_robust():
 
 def _analyze(path):
     from analysis.report import analyze_run
-    return analyze_run(str(path), w2=False, convex=True)
+    return analyze_run(str(path), w2=False, convex=True, sensitivity=True)
 
 
 @pytest.mark.parametrize("N", [200, 500])
@@ -169,6 +169,8 @@ def test_six_points_J_matches_the_convex_reference(six_runs, N):
 
 
 def test_six_points_at_N_100_gives_the_convex_J_or_no_verdict(six_runs):
+    from meanfield.cli import main as cli_main
+    assert cli_main(["analyze", str(six_runs[100]), "--halo-ratio", "-1"]) == 2
     rep = _analyze(six_runs[100])
     row = rep["ladder"][-1]
     th = rep["theorem6"]
