@@ -2,7 +2,10 @@
 
 - :func:`analyze_run`: everything ``meanfield analyze`` computes for a run file (rays, kinks,
   ``P``, Theorem 6, ``W2``, the references), with report and figures;
-- :func:`find_rays`, :func:`kink_hyperplanes`: rays of a particle snapshot and their kinks;
+- :func:`find_rays`, :func:`data_kinks`: rays of a particle snapshot and their kink
+  hyperplanes decided against the data (:func:`kink_hyperplanes`: without the data);
+- :func:`convex_counts`, :func:`ray_sensitivity`: the convex reference's ray and kink counts
+  above a weight floor, and ``J``, ``K`` over a range of each threshold;
 - :func:`count_dichotomies`, :func:`cover`: ``P``, the number of affine dichotomies;
 - :func:`theorem6`: the [LJM26] Theorem 6 checks on ternary patterns;
 - :func:`certificate`: ``G`` of the zero-temperature problem (THEORY §4);
@@ -21,6 +24,9 @@ _EXPORTS = {
     "analyze_run": "analysis.report:analyze_run",
     "find_rays": "analysis.rays:find_rays",
     "kink_hyperplanes": "analysis.kinks:kink_hyperplanes",
+    "data_kinks": "analysis.kinks:data_kinks",
+    "convex_counts": "analysis.ray_checks:convex_counts",
+    "ray_sensitivity": "analysis.ray_checks:sensitivity",
     "count_dichotomies": "analysis.dichotomies:count_dichotomies",
     "cover": "analysis.dichotomies:cover",
     "theorem6": "analysis.patterns:theorem6",

@@ -70,6 +70,11 @@ def convex_counts(conv, X, floor: float = 1e-2, **kink_kw) -> dict:
         ``J``, ``K``, ``floor``, ``index`` (kept rays, indices into ``conv``), ``directions``,
         ``signs``, ``weights`` (of the kept rays), ``kinks`` (list of Kink, ray indices into the
         kept rays).
+
+    Raises
+    ------
+    ValueError
+        ``X`` not of shape (n, d) with ``d + 1`` the length of the directions.
     """
     from analysis.kinks import data_kinks
     w = np.asarray(conv.weights, dtype=float)
@@ -136,6 +141,11 @@ def sensitivity(theta, X, ray_kw: dict, kink_kw: dict | None = None, conv=None,
         ``linkage_chord`` (the chosen linkage threshold times each scale), ``rel_tol`` (the
         kink tolerance), ``convex_floor``. ``robust``: every row gives the default ``J`` and
         ``K``.
+
+    Raises
+    ------
+    ValueError
+        As :func:`analysis.rays.find_rays` (shapes, ``R``/``y``/``tau`` without ``lam``).
     """
     from analysis.kinks import KINK_REL_TOL, data_kinks
     from analysis.rays import min_particles_default
