@@ -222,6 +222,12 @@ def analyse_cell(path: Path, name: str, N: int, seed: int, with_sensitivity: boo
     if below and (len(res.rays) != cc["J"] or m["unmatched_measured"]):
         notes.append("convex rays below the floor: weights "
                      + ", ".join(f"{w:.4f}" for w in below) + " of sum|c|")
+    cold = int(np.argmin(taus))
+    if stage in stat and stage != cold:
+        d, rc = drift[cold], stage_rays[cold][1]
+        notes.append(f"coldest stage tau={taus[cold]:g} not stationary: drift {d['drift']:.2e} "
+                     f"(3 x noise {3 * d['noise']:.1e}), max|G| {rc.G_max:.3f}, rays' "
+                     f"-sign(a)G " + ", ".join(f"{-q.sign * q.G:.3f}" for q in rc.rays))
     if stage not in stat:
         d = drift[stage]
         notes.append(f"no stage stationary; coldest tau={taus[stage]:g}: drift "
