@@ -136,8 +136,10 @@ def sensitivity(theta, X, ray_kw: dict, kink_kw: dict | None = None, conv=None,
     -------
     dict
         ``{"rows": [{"threshold", "value", "J", "K"}], "default": {"J", "K"},
-        "robust": bool}``; thresholds: ``min_mass_frac``, ``halo_ratio`` (with ``tau``),
+        "robust": bool}``; thresholds: ``min_mass_frac``, ``halo_ratio`` and
+        ``particle_halo`` (with ``tau``),
         ``g_ray`` (with ``G``; levels 0, the value and (1+value)/2), ``min_particles``,
+        ``max_spread``,
         ``linkage_chord`` (the chosen linkage threshold times each scale), ``rel_tol`` (the
         kink tolerance), ``convex_floor``. ``robust``: every row gives the default ``J`` and
         ``K``.
@@ -159,7 +161,9 @@ def sensitivity(theta, X, ray_kw: dict, kink_kw: dict | None = None, conv=None,
     defaults = {"min_mass_frac": ray_kw.get("min_mass_frac", 1e-2)}
     if ray_kw.get("tau") is not None:
         defaults["halo_ratio"] = ray_kw.get("halo_ratio", 10.0)
+        defaults["particle_halo"] = ray_kw.get("particle_halo", 1.0)
     defaults["min_particles"] = ray_kw.get("min_particles") or min_particles_default(len(theta))
+    defaults["max_spread"] = ray_kw.get("max_spread", 0.3)
     for name, v0 in defaults.items():
         for sc in scales:
             v = v0 * sc

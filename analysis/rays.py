@@ -5,7 +5,8 @@ A neuron contributes ``a σ(u·x̃) = a|u| σ(v·x̃)`` with direction ``v = u/|
 ``|a||u|``. The method, in order:
 
 1. **Lightest particles.** Particles lighter than ``light_frac`` times the mass-weighted
-   median particle mass are dropped (a robust scale).
+   median particle mass are dropped (a robust scale), and, with ``tau``, those lighter than
+   ``particle_halo`` times the free-particle baseline ``(d+1)τ/λ`` (thermal particles).
 2. **Exact partition.** Each kept particle gets its cell: the sign of ``a`` and its binary
    activation pattern ``1[v·x̃_j > 0]`` on the training inputs (a region of the arrangement of
    THEORY §6). The cells of a ray give its ternary pattern and a threshold-free cross-check:
@@ -107,6 +108,7 @@ class RayResult:
     G_source : str or None                "given residuals" or "snapshot residuals"
     halo_ratio : float or None            halo test: mean particle mass ≥ ratio × baseline
     halo_baseline : float or None         ``(d+1)τ/λ`` (None without ``tau``)
+    particle_halo : float or None         particles lighter than this × baseline are halo
     min_particles : int                   smallest number of particles of a ray
     pattern_tol : PatternTolerance
     halo_mass_fraction : float            mass outside the rays
@@ -131,6 +133,7 @@ class RayResult:
     G_source: str | None
     halo_ratio: float | None
     halo_baseline: float | None
+    particle_halo: float | None
     min_particles: int
     pattern_tol: PatternTolerance
     halo_mass_fraction: float
@@ -158,6 +161,7 @@ class RayResult:
                 "G_source": self.G_source,
                 "halo_ratio": self.halo_ratio,
                 "halo_baseline": self.halo_baseline,
+                "particle_halo": self.particle_halo,
                 "min_particles": int(self.min_particles),
                 "pattern_angle_tol": float(self.pattern_tol.angle_tol),
                 "pattern_mass_tol": float(self.pattern_tol.mass_tol),
@@ -298,7 +302,8 @@ def halo_baseline(d: int, tau: float, lam: float) -> float:
 
 
 def find_rays(theta, X, *, y=None, lam=None, tau=None, R=None, min_mass_frac: float = 1e-2,
-              halo_ratio: float = 10.0, g_ray: float = 0.5, min_particles: int | None = None,
+              halo_ratio: float = 10.0, particle_halo: float = 1.0, g_ray: float = 0.5,
+              min_particles: int | None = None,
               light_frac: float = 1e-2, max_spread: float = 0.3, absorb: float = 3.0,
               thresholds=None, pattern_tol=None, pattern_mass_tol: float | None = None,
               knn: int = 12) -> RayResult:
@@ -328,6 +333,11 @@ def find_rays(theta, X, *, y=None, lam=None, tau=None, R=None, min_mass_frac: fl
         With ``tau`` and ``lam``: a ray's mean particle mass is at least ``halo_ratio`` times
         the free-particle baseline ``(d+1)τ/λ`` (a thermal clump has a mean mass of order one
         baseline; a ray, of order ``|c_k|/(particle fraction)``, independent of ``τ``).
+    particle_halo : float, default 1
+        With ``tau`` and ``lam``: particles lighter than ``particle_halo`` times the baseline
+        ``(d+1)τ/λ`` are halo before the linkage (a particle holding less than a free particle
+        is thermal; removing them keeps the halo from chaining rays of one sign that are wide
+        because ``G`` is flat across their cells).
     g_ray : float, default 0.5
         With ``G`` available: a ray's mean direction has ``−sign(a) G(v) ≥ g_ray`` (absolute
         level; the optimum has exactly 1 on every ray, THEORY §4). ``-inf`` switches it off.
@@ -408,7 +418,9 @@ def find_rays(theta, X, *, y=None, lam=None, tau=None, R=None, min_mass_frac: fl
               "max_spread": max_spread, "absorb": absorb,
               "g_ray": g_ray if have_G else None, "G_max": Gmax, "G_source": G_source,
               "halo_ratio": halo_ratio if baseline is not None else None,
-              "halo_baseline": baseline, "min_particles": n_min, "pattern_tol": ptol}
+              "halo_baseline": baseline,
+              "particle_halo": particle_halo if baseline is not None else None,
+              "min_particles": n_min, "pattern_tol": ptol}
 
     def empty():
         thr = np.zeros(0) if thresholds is None else np.asarray(thresholds, dtype=float)
@@ -421,6 +433,8 @@ def find_rays(theta, X, *, y=None, lam=None, tau=None, R=None, min_mass_frac: fl
         return empty()
     keep = mass > 0
     keep &= mass >= light_frac * weighted_median(mass[keep], mass[keep])
+    if baseline is not None:
+        keep &= mass >= particle_halo * baseline
     idx = np.nonzero(keep)[0]
     if idx.size == 0:
         return empty()

@@ -447,7 +447,9 @@ def _sensitivity_markdown(sens) -> list:
     for r in sens["rows"]:
         L.append(f"| {r['threshold']} | {r['value']:.4g} | {r['J']} | {r['K']} |")
     L += ["", "min_mass_frac: ray mass floor; halo_ratio: mean particle mass over (d+1)τ/λ; "
-          "g_ray: certificate level; min_particles; linkage_chord: fixed linkage threshold "
+          "particle_halo: particles lighter than this × (d+1)τ/λ are halo; "
+          "g_ray: certificate level; min_particles; max_spread: compactness (rad); "
+          "linkage_chord: fixed linkage threshold "
           "(chord); rel_tol: kink tolerance (fraction of the data's spread); convex_floor: the "
           "weight floor of the convex reference's rays (J, K there are the reference's)."]
     return L
