@@ -193,3 +193,34 @@ def test_ray_counts_benchmark_cell_agrees_on_two_point_data(tmp_path):
     assert row["J_convex"] == 2 and row["K_convex"] == 2      # [LJM26] Prop. 7: two kinks
     assert row["agree"], row["notes"]
     assert "two_point_odd" in rc.format_table([row])
+
+
+def test_report_gives_no_theorem6_verdict_when_N_is_too_small(tmp_path):
+    # a planted snapshot whose fourth ray is two heavy particles: the report must not judge
+    # Theorem 6 on it (and must not count it)
+    from analysis.report import analyze_run, markdown
+    from analysis.synthetic import planted_rays
+    from meanfield import config, data
+    from meanfield.store import RunWriter
+    conv = convex_reference(X6, Y6, LAM6)
+    cc = convex_counts(conv, X6)
+    cfg = config.from_dict({"data": {"kind": "inline", "X": X6.tolist(), "y": Y6.tolist()},
+                            "model": {"n_particles": 402},
+                            "dynamics": {"lam": LAM6, "taus": [1e-4]}})
+    ds = data.from_config(cfg)
+    theta, _ = planted_rays(cc["directions"][:3], cc["weights"][:3], 400, noise=0.003,
+                            halo_particles=0.0, seed=2)
+    total = np.sum(np.abs(theta[:, 0]) * np.linalg.norm(theta[:, 1:], axis=1))
+    r = np.sqrt(0.1 * total)
+    v = cc["directions"][3]
+    pair = np.array([np.r_[np.sign(cc["weights"][3]) * r, r * v]] * 2)
+    pair[1, 1:] = r * (v + 1e-3) / np.linalg.norm(v + 1e-3)
+    path = tmp_path / "small.h5"
+    with RunWriter(path, cfg, ds) as w:
+        w.append_frame(np.vstack([theta, pair]), 1000, 50.0, 1e-4)
+        w.mark_complete()
+    rep = analyze_run(path, w2=False)
+    assert rep["ladder"][-1]["J"] == 3
+    assert not rep["theorem6"]["decided"]
+    assert "too small" in rep["theorem6"]["undecided_reason"]
+    assert "Not decided" in markdown(rep)
