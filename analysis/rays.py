@@ -491,7 +491,7 @@ def find_rays(theta, X, *, y=None, lam=None, tau=None, R=None, min_mass_frac: fl
             rejected.append(info)
             continue
         if not good[c]:
-            small.append(info)
+            small.append((c, info))
             continue
         core = idx[lab == c]
         ang = np.arccos(np.clip(V[core] @ cdir[c], -1.0, 1.0))
@@ -509,6 +509,9 @@ def find_rays(theta, X, *, y=None, lam=None, tau=None, R=None, min_mass_frac: fl
         labels[np.isfinite(ang[np.arange(N), near])] = near[np.isfinite(ang[np.arange(N), near])]
         for k, (_, core, _) in enumerate(cores):
             labels[core] = k
+    # a small cluster whose particles joined a ray as its outskirts is a fragment of that ray,
+    # not an unresolved one
+    small = [info for c, info in small if not np.any(labels[idx[lab == c]] >= 0)]
     found = []
     for k, (c, _, _) in enumerate(cores):
         members = np.nonzero(labels == k)[0]
