@@ -160,7 +160,7 @@ def sensitivity(theta, X, ray_kw: dict, kink_kw: dict | None = None, conv=None,
 
     defaults = {"min_mass_frac": ray_kw.get("min_mass_frac", 1e-2)}
     if ray_kw.get("tau") is not None:
-        defaults["halo_ratio"] = ray_kw.get("halo_ratio", 10.0)
+        defaults["halo_ratio"] = ray_kw.get("halo_ratio", 3.0)
         defaults["particle_halo"] = ray_kw.get("particle_halo", 1.0)
     defaults["min_particles"] = ray_kw.get("min_particles") or min_particles_default(len(theta))
     defaults["max_spread"] = ray_kw.get("max_spread", 0.3)

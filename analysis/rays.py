@@ -302,7 +302,7 @@ def halo_baseline(d: int, tau: float, lam: float) -> float:
 
 
 def find_rays(theta, X, *, y=None, lam=None, tau=None, R=None, min_mass_frac: float = 1e-2,
-              halo_ratio: float = 10.0, particle_halo: float = 1.0, g_ray: float = 0.5,
+              halo_ratio: float = 3.0, particle_halo: float = 1.0, g_ray: float = 0.5,
               min_particles: int | None = None,
               light_frac: float = 1e-2, max_spread: float = 0.3, absorb: float = 3.0,
               thresholds=None, pattern_tol=None, pattern_mass_tol: float | None = None,
@@ -329,10 +329,11 @@ def find_rays(theta, X, *, y=None, lam=None, tau=None, R=None, min_mass_frac: fl
         ``λ``). Needs ``lam``.
     min_mass_frac : float, default 0.01
         A ray holds at least this fraction of the total mass ``Σ|a||u|``.
-    halo_ratio : float, default 10
+    halo_ratio : float, default 3
         With ``tau`` and ``lam``: a ray's mean particle mass is at least ``halo_ratio`` times
-        the free-particle baseline ``(d+1)τ/λ`` (a thermal clump has a mean mass of order one
-        baseline; a ray, of order ``|c_k|/(particle fraction)``, independent of ``τ``).
+        the free-particle baseline ``(d+1)τ/λ`` (a free particle's mean mass is about half a
+        baseline, ``E|a| E|u|``; a ray's, ``|c_k|/(particle fraction)``, independent of
+        ``τ``).
     particle_halo : float, default 1
         With ``tau`` and ``lam``: particles lighter than ``particle_halo`` times the baseline
         ``(d+1)τ/λ`` are halo before the linkage (a particle holding less than a free particle

@@ -155,15 +155,15 @@ def test_certificate_level_is_absolute_not_relative_to_a_noisy_max():
 
 
 def test_halo_clump_is_told_from_a_ray_by_the_free_particle_baseline():
-    # three planted rays plus a dense clump of thermal particles (mean mass ≈ the baseline
-    # (d+1)τ/λ) at a fourth direction, holding 5 % of the mass: heavy enough for the mass
-    # floor, but a thermal clump by the baseline test
+    # three planted rays plus a dense clump of particles of 2 baselines (d+1)τ/λ each (above
+    # the particle level 1, below the ray level 3) at a fourth direction, holding 5 % of the
+    # mass: heavy enough for the mass floor, but a thermal clump by the baseline test
     tau, lam = 1e-3, 0.05
     base = (X.shape[1] + 1) * tau / lam
     theta, _ = planted_rays(DIRS[:3], WEIGHTS[:3], 3000, noise=0.01, halo_particles=0.0, seed=2)
     total = np.sum(np.abs(theta[:, 0]) * np.linalg.norm(theta[:, 1:], axis=1))
     m_clump = 0.05 / 0.95 * total
-    n_clump = int(np.ceil(m_clump / base))
+    n_clump = int(np.ceil(m_clump / (2 * base)))
     rng = np.random.default_rng(3)
     v = DIRS[5] + 0.02 * rng.standard_normal((n_clump, 3))
     v /= np.linalg.norm(v, axis=1, keepdims=True)
@@ -175,8 +175,9 @@ def test_halo_clump_is_told_from_a_ray_by_the_free_particle_baseline():
     assert len(res.rays) == 3
     assert res.halo_baseline == pytest.approx(base)
     assert res.halo_mass_fraction == pytest.approx(0.05, abs=0.01)
-    # the same clump at a tenth of the temperature is a ray: it holds 10 baselines per particle
-    assert len(find_rays(both, X, lam=lam, tau=tau / 30).rays) == 4
+    assert len(find_rays(both, X, lam=lam, tau=tau, halo_ratio=1.5).rays) == 4
+    # the same clump at a tenth of the temperature is a ray: 20 baselines per particle
+    assert len(find_rays(both, X, lam=lam, tau=tau / 10).rays) == 4
 
 
 def test_min_particles_scales_with_N_and_refuses_tiny_clusters():

@@ -25,9 +25,9 @@ def register(sub):
                    help="a ray's mean direction needs -sign(a) G >= G_RAY, G the certificate "
                         "of the zero-temperature problem at the stage's time-averaged "
                         "residuals (1 on every ray at the optimum; default 0.5)")
-    p.add_argument("--halo-ratio", type=float, default=10.0,
+    p.add_argument("--halo-ratio", type=float, default=3.0,
                    help="a ray's mean particle mass |a||u| is at least HALO_RATIO times the "
-                        "free-particle baseline (d+1) tau/lam (default 10)")
+                        "free-particle baseline (d+1) tau/lam (default 3)")
     p.add_argument("--no-w2", action="store_true",
                    help="skip the Wasserstein distances between successive temperatures "
                         "(exact W2 takes about 40 s at 10^4 particles)")
