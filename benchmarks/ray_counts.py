@@ -209,10 +209,13 @@ def analyse_cell(path: Path, name: str, N: int, seed: int, with_sensitivity: boo
         ang = np.arccos(np.clip(V[same] @ v, -1, 1))
         rms = float(np.sqrt(np.sum(mass[same] * ang ** 2) / mass[same].sum())) if same.any() \
             else float("nan")
+        per = (float(mass[same].mean()) / res.halo_baseline
+               if same.any() and res.halo_baseline else float("nan"))
         notes.append(f"missed convex ray ({', '.join(f'{x:.3f}' for x in v)}), weight "
                      f"{abs(cc['weights'][j]) / tot:.3f} of sum|c|; its cell holds "
                      f"{mass[same].sum() / mass.sum():.3f} of the particle mass "
-                     f"({int(same.sum())} particles) at RMS angle {rms:.3f} rad from it")
+                     f"({int(same.sum())} particles, {per:.1f} baselines (d+1)tau/lam each "
+                     f"on average) at RMS angle {rms:.3f} rad from it")
     for c in res.rejected:
         if c["mass_fraction"] >= cc["floor"]:
             notes.append(f"cluster ({', '.join(f'{x:.3f}' for x in c['direction'])}), sign "
