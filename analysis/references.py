@@ -13,9 +13,14 @@ References are cached per (data, ``lam``, ``tau``) for the life of the process.
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
+
+from analysis.time_average import time_average_predictor
+from solvers.convex import convex
+from solvers.gibbs import GibbsConvergenceError, gibbs
 
 _CACHE: dict = {}
 
@@ -26,7 +31,6 @@ def _key(X, y, lam, tau):
 
 def gibbs_reference(X, y, lam, tau):
     """Cached :class:`solvers.gibbs.GibbsSolution` at one temperature."""
-    from solvers.gibbs import gibbs
     k = _key(np.ascontiguousarray(X, float), np.ascontiguousarray(y, float), lam, tau)
     if k not in _CACHE:
         _CACHE[k] = gibbs(X, y, lam, float(tau))
@@ -35,7 +39,6 @@ def gibbs_reference(X, y, lam, tau):
 
 def convex_reference(X, y, lam):
     """Cached :class:`solvers.convex.ConvexSolution`."""
-    from solvers.convex import convex
     k = _key(np.ascontiguousarray(X, float), np.ascontiguousarray(y, float), lam, None)
     if k not in _CACHE:
         _CACHE[k] = convex(X, y, lam)
@@ -49,7 +52,6 @@ def stage_of_frame(run, k: int) -> int:
 
 
 def _particles(run, stage, window):
-    from solvers.langevin import time_average_predictor
     return time_average_predictor(run, stage, window)
 
 
@@ -84,7 +86,6 @@ def gibbs_distance(run, stage: int, window: float = 0.5) -> dict:
     solvers.gibbs.GibbsConvergenceError
         The reference did not converge.
     """
-    import time
     lam = float(run.config["dynamics"]["lam"])
     tau = float(run.config["dynamics"]["taus"][stage])
     if run.d > 2:
@@ -225,7 +226,6 @@ def prefetch_gibbs(run) -> None:
     them for :func:`gibbs_distance`. Does nothing when ``d > 2``."""
     if run.d > 2:
         return
-    from solvers.gibbs import gibbs
     lam = float(run.config["dynamics"]["lam"])
     X = np.ascontiguousarray(run.X, float)
     y = np.ascontiguousarray(run.y, float)
@@ -256,7 +256,6 @@ def report_section(run, rep: dict, window: float = 0.5, max_P: int = 20000) -> d
         rays_by_stage = {cold: (np.array([q["direction"] for q in rs]),
                                 np.array([q["sign"] for q in rs]),
                                 np.array([q["weight"] for q in rs]))}
-    from solvers.gibbs import GibbsConvergenceError
     try:
         return compare_run(run, window, rays_by_stage)
     except (ValueError, GibbsConvergenceError) as exc:   # no observations, or no convergence

@@ -20,6 +20,7 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import ot
 
 #: Iteration cap of the network simplex; enough for 10⁴ × 10⁴ problems.
 NUM_ITER_MAX = 100_000_000
@@ -56,7 +57,6 @@ def emd2_checked(a, b, M, *, _num_iter_max: int = NUM_ITER_MAX) -> float:
     TransportError
         POT's result code is not 1 (optimal): iteration cap reached, infeasible or unbounded.
     """
-    import ot
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)     # the result code is checked instead
         cost, log = ot.emd2(np.asarray(a, float), np.asarray(b, float),
@@ -90,7 +90,6 @@ def w2_exact(P, Q, a=None, b=None, *, _num_iter_max: int = NUM_ITER_MAX) -> floa
     TransportError
         POT's network simplex did not converge (its result code is not 1).
     """
-    import ot
     P = np.asarray(P, float)
     Q = np.asarray(Q, float)
     a = np.full(len(P), 1.0 / len(P)) if a is None else np.asarray(a, float) / np.sum(a)
@@ -126,7 +125,6 @@ def w2_sliced(P, Q, *, n_projections: int = N_PROJECTIONS, seed: int = 0) -> flo
     ValueError
         Clouds of different dimension ``D``.
     """
-    import ot
     P = np.asarray(P, float)
     Q = np.asarray(Q, float)
     proj = ot.sliced.get_random_projections(P.shape[1], n_projections, seed=seed)

@@ -8,12 +8,15 @@ The verbs of a study from Python (``docs/tutorial.md``)::
     path = meanfield.run(cfg, "plane8.h5")               # integrate the temperature ladder
     run = meanfield.open_run(path)                        # read it back (X, y, frames, observables)
 
-The analysis is in :mod:`analysis` (``analysis.analyze_run``), the solvers and references in
-:mod:`solvers`. Imports are lazy: numba and h5py load on first use.
+    meanfield.analyze_run(path, "plane8-report")          # rays, kinks, P, references; report
+
+The analysis functions are in :mod:`analysis`, the solvers and references in :mod:`solvers`
+(``meanfield`` builds on both; ``analysis`` builds on ``solvers`` only). Imports are lazy:
+numba and h5py load on first use.
 """
 
-from meanfield._lazy import exports
 from meanfield._version import __version__
+from solvers._lazy import exports
 
 _EXPORTS = {
     "load_config": "meanfield.config:load",
@@ -26,6 +29,8 @@ _EXPORTS = {
     "run": "meanfield.runner:run",
     "open_run": "meanfield.store:open_run",
     "Run": "meanfield.store:Run",
+    "analyze_run": "meanfield.report:analyze_run",
+    "analyze_study": "meanfield.sweep.summary:analyze_study",
     "InputError": "meanfield.errors:InputError",
     "DivergenceError": "meanfield.errors:DivergenceError",
 }

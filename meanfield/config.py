@@ -31,6 +31,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+from meanfield import defaults
 from meanfield.errors import ConfigError
 
 #: Activations the kernels implement (THEORY §3).
@@ -410,5 +411,4 @@ def embedded_default() -> RunConfig:
     ------
     Nothing (the embedded text is tested).
     """
-    from meanfield import defaults
     return loads(defaults.DEFAULT_TOML, "<embedded default>")

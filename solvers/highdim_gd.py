@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from meanfield.errors import DivergenceError, InputError
+from solvers.errors import DivergenceError, InputError
+from solvers.inputs import check_xy
 
 #: Initialisations of :func:`initial_weights`.
 INITS = ("zero", "all_active", "random", "disconnected")
@@ -244,14 +245,9 @@ def gd(X, y, *, eta: float, signs=(1.0,), W0=None, tol: float = 1e-12,
     DivergenceError
         Non-finite weights (step size too large).
     """
-    X = np.ascontiguousarray(X, dtype=np.float64)
-    y = np.asarray(y, dtype=np.float64)
+    X, y = check_xy(X, y, _SOURCE)
     a = _check_signs(signs)
     m = a.size
-    if X.ndim != 2 or y.shape != (X.shape[0],):
-        raise InputError(_SOURCE, "X", f"need X (n, d) and y (n,), got {X.shape} and {y.shape}")
-    if not (np.all(np.isfinite(X)) and np.all(np.isfinite(y))):
-        raise InputError(_SOURCE, "X", "NaN or Inf in X or y")
     n, d = X.shape
     if not (math.isfinite(eta) and eta > 0):
         raise InputError(_SOURCE, "eta", f"must be positive, got {eta!r}")

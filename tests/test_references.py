@@ -7,8 +7,13 @@ import math
 import numpy as np
 import pytest
 
-from analysis.references import (compare_run, convex_distance, gibbs_distance, match_rays,
-                                 stage_of_frame)
+from analysis.references import (
+    compare_run,
+    convex_distance,
+    gibbs_distance,
+    match_rays,
+    stage_of_frame,
+)
 
 
 def _unit(a):

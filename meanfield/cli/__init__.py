@@ -14,6 +14,7 @@ import argparse
 import importlib
 import sys
 
+from meanfield._version import __version__
 from meanfield.errors import DivergenceError, InputError, Interrupted
 
 #: Modules (under ``meanfield.cli``) that each register one command, in ``--help`` order.
@@ -43,7 +44,6 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from meanfield._version import __version__
     p = _Parser(prog="meanfield",
                 description="Mean-field Langevin dynamics of wide two-layer ReLU networks, its "
                             "stationary measures and their rays; high-dimensional GD on few "

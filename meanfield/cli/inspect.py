@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import json
 
+# Deferred on purpose: the modules behind this command load numba, h5py, SciPy, POT or
+# Matplotlib, so they are imported when the command runs, not when `meanfield --help` or
+# a usage error is answered.
+
 
 def register(sub):
     p = sub.add_parser("inspect", help="summarise a run file (frames, config, completeness)",

@@ -10,6 +10,14 @@ import json
 import sys
 import time
 
+from meanfield import config as _config
+from meanfield import data as _data
+from meanfield.errors import ConfigError, InputError
+
+# Deferred on purpose: the modules behind this command load numba, h5py, SciPy, POT or
+# Matplotlib, so they are imported when the command runs, not when `meanfield --help` or
+# a usage error is answered.
+
 
 def register(sub):
     p = sub.add_parser(
@@ -42,9 +50,6 @@ def register(sub):
 
 def _problem(path):
     """Config, data set and weight decay; relu only."""
-    from meanfield import config as _config
-    from meanfield import data as _data
-    from meanfield.errors import ConfigError
     cfg = _config.load(path)
     if cfg.model["activation"] != "relu":
         raise ConfigError(cfg.source, "model.activation",
@@ -54,13 +59,11 @@ def _problem(path):
 
 def _reraise(exc, cfg):
     """Re-issue a solver's input error under the config's name."""
-    from meanfield.errors import InputError
     field = {"X": "data", "lam": "dynamics.lam", "tau": "dynamics.taus"}.get(exc.field, exc.field)
     raise InputError(cfg.source, field, exc.reason) from None
 
 
 def main_gibbs(args) -> int:
-    from meanfield.errors import InputError
     from solvers.gibbs import GibbsConvergenceError, GibbsInputError, GibbsReference
     cfg, ds = _problem(args.config)
     if args.tau is not None:

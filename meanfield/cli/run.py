@@ -5,6 +5,12 @@ from __future__ import annotations
 import sys
 import time
 
+from meanfield.errors import InputError
+
+# Deferred on purpose: the modules behind this command load numba, h5py, SciPy, POT or
+# Matplotlib, so they are imported when the command runs, not when `meanfield --help` or
+# a usage error is answered.
+
 
 def register(sub):
     p = sub.add_parser(
@@ -38,7 +44,6 @@ def main(args) -> int:
     import numba
 
     from meanfield import runner
-    from meanfield.errors import InputError
     if args.threads is not None and not 1 <= args.threads <= numba.config.NUMBA_NUM_THREADS:
         raise InputError("command line", "--threads",
                          f"must be in [1, {numba.config.NUMBA_NUM_THREADS}], got {args.threads}")

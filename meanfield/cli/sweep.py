@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import sys
 
+from meanfield.errors import InputError, MissingDependencyError
+
+# Deferred on purpose: the modules behind this command load numba, h5py, SciPy, POT or
+# Matplotlib, so they are imported when the command runs, not when `meanfield --help` or
+# a usage error is answered.
+
 
 def register(sub):
     p = sub.add_parser(
@@ -34,7 +40,6 @@ def register(sub):
 
 
 def _check_args(args):
-    from meanfield.errors import InputError
     if args.workers is not None and args.workers < 1:
         raise InputError("--workers", "", f"must be >= 1, got {args.workers}")
     if args.threads is not None and args.threads < 1:
@@ -44,7 +49,6 @@ def _check_args(args):
 
 
 def main(args) -> int:
-    from meanfield.errors import MissingDependencyError
     from meanfield.sweep import Study
     _check_args(args)
     study = Study.from_file(args.study, args.outdir)

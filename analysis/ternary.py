@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.dichotomies import lifted
+from solvers.geometry import lifted
 
 #: Default angular tolerance (radians) of a 0 entry.
 ANGLE_TOL = 1e-3

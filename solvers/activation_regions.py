@@ -18,6 +18,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import linprog
 
+from solvers.geometry import lifted
+
 
 class TooManyPatterns(ValueError):
     """The arrangement has more regions than the caller allowed."""
@@ -60,7 +62,7 @@ def activation_patterns(X, max_patterns: int = 50_000):
     if X.ndim == 1:
         X = X[:, None]
     n, d = X.shape
-    Xt = np.hstack([X, np.ones((n, 1))])
+    Xt = lifted(X)
     # start: the two half-spaces of the first hyperplane
     cells = [(np.array([True]), Xt[0] / (Xt[0] @ Xt[0])),
              (np.array([False]), -Xt[0] / (Xt[0] @ Xt[0]))]
