@@ -72,7 +72,7 @@ def ternary_pattern(v, X, angle_tol: float = ANGLE_TOL):
     return t, float(nz.min()) if nz.size else float("inf")
 
 
-def ray_pattern(v, V_members, mass_members, X, tol: PatternTolerance = PatternTolerance()):
+def ray_pattern(v, V_members, mass_members, X, tol: PatternTolerance | None = None):
     """Pattern of a ray: :func:`ternary_pattern` of its direction ``v``, with 0 also where its
     particles straddle the hyperplane of ``x̃_j`` (module docstring).
 
@@ -85,7 +85,7 @@ def ray_pattern(v, V_members, mass_members, X, tol: PatternTolerance = PatternTo
     mass_members : ndarray of shape (m,)
         Their masses ``|a||u|``.
     X : ndarray of shape (n, d)
-    tol : PatternTolerance
+    tol : PatternTolerance, optional
 
     Returns
     -------
@@ -94,6 +94,7 @@ def ray_pattern(v, V_members, mass_members, X, tol: PatternTolerance = PatternTo
         ``angle_margin`` (smallest ``|v·x̃_j|/|x̃_j|`` over non-zero entries),
         ``straddle`` (lighter-side mass fraction per entry, list of n floats).
     """
+    tol = PatternTolerance() if tol is None else tol
     t, margin = ternary_pattern(v, X, tol.angle_tol)
     L = lifted(X)
     mm = np.asarray(mass_members, dtype=float)

@@ -182,7 +182,7 @@ def implementations(with_torch=True):
             impls += [TorchManual, TorchAutograd]
         else:
             print("PyTorch not installed: skipping the PyTorch peers "
-                  "(pip install 'meanfield[torch]' to include them)")
+                  "(pip install 'meanfield-relu[torch]' to include them)")
     return impls
 
 
@@ -229,12 +229,12 @@ def main(argv=None):
     rows = []
     for cls in impls:
         impl = cls(X, y, theta)
-        best, med = time_per_step(lambda: impl.run(args.steps), args.steps, budget_s=budget)
+        best, med = time_per_step(lambda impl=impl: impl.run(args.steps), args.steps, budget_s=budget)
         rows.append((cls.name, best, med))
     if args.threads > 1:
         set_threads(1)
         impl = Ours(X, y, theta)
-        best, med = time_per_step(lambda: impl.run(args.steps), args.steps, budget_s=budget)
+        best, med = time_per_step(lambda impl=impl: impl.run(args.steps), args.steps, budget_s=budget)
         rows.append((Ours.name + ", 1 thread", best, med))
         set_threads(args.threads)
 

@@ -16,7 +16,6 @@ numba and h5py load on first use.
 """
 
 from meanfield._version import __version__
-from solvers._lazy import exports
 
 _EXPORTS = {
     "load_config": "meanfield.config:load",
@@ -36,4 +35,16 @@ _EXPORTS = {
 }
 
 __all__ = ["__version__", *_EXPORTS]
-__getattr__, __dir__ = exports(__name__, _EXPORTS)
+
+
+# The helper is imported when a verb is first used, not with the package: `import meanfield`
+# then loads nothing of `solvers`, so `python -m meanfield` can first make sure that `solvers`
+# and `analysis` are this project's packages and not a stray solvers.py in the current folder.
+def __getattr__(name: str) -> object:
+    from solvers._lazy import resolve
+    return resolve(__name__, _EXPORTS, name)
+
+
+def __dir__() -> list[str]:
+    from solvers._lazy import names
+    return names(__name__, _EXPORTS)

@@ -181,7 +181,7 @@ def validate(raw: dict, source: str = "<config>", base_dir: str | os.PathLike = 
                f"valid tables: {', '.join(SECTIONS)}")
     for sec in SECTIONS:
         if sec in raw:
-            _check(isinstance(raw[sec], dict), src, sec, "must be a table ([%s])" % sec)
+            _check(isinstance(raw[sec], dict), src, sec, f"must be a table ([{sec}])")
 
     # [data]
     _check("data" in raw, src, "data", "missing table [data]")

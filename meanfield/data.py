@@ -73,7 +73,7 @@ def _is_number(s: str) -> bool:
 def _load_csv(path: Path) -> Dataset:
     rows = []
     ncol = None
-    with open(path, "r", encoding="utf-8") as fh:
+    with open(path, encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, start=1):
             s = line.strip()
             if not s or s.startswith("#"):

@@ -55,7 +55,7 @@ class RunPaths:
     ckpt: Path
 
     @classmethod
-    def of(cls, output) -> "RunPaths":
+    def of(cls, output) -> RunPaths:
         out = Path(output)
         return cls(out, out.with_name(out.name + ".part"), out.with_name(out.name + ".ckpt"))
 

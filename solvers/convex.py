@@ -207,7 +207,8 @@ def convex(X, y, lam: float, *, tol: float = 1e-12, ray_tol: float = 1e-7,
     try:
         pats, _ = activation_patterns(X, max_patterns=max_patterns)
     except TooManyPatterns as exc:
-        raise ConvexInputError("<convex>", "X", f"{exc}; the pattern programme is too large")
+        raise ConvexInputError("<convex>", "X", f"{exc}; the pattern programme is too large") \
+            from None
     P = pats.shape[0]
     gp = np.concatenate([pats, pats])                 # groups: u_s (sign +), u'_s (sign −)
     gs = np.concatenate([np.ones(P), -np.ones(P)])
@@ -233,7 +234,6 @@ def convex(X, y, lam: float, *, tol: float = 1e-12, ray_tol: float = 1e-7,
 def _socp(Xt, y, lam, gp, gs, tol):
     """Solve ``min (1/2n)|Σ_g gs_g A_g u_g − y|² + λ Σ_g |u_g|``, ``u_g ∈ K_{gp_g}`` with
     Clarabel; returns ``U`` (G, d+1) and the status string."""
-
     n, D = Xt.shape
     G = len(gs)
     nu = G * D                                        # u variables

@@ -146,7 +146,6 @@ def simulate(cfg, dataset, writer=None, state: SolverState | None = None, progre
     DivergenceError
         NaN/Inf in the residuals or particles (names the step, τ and a likely cause).
     """
-
     X = np.ascontiguousarray(dataset.X, dtype=np.float64)
     y = np.ascontiguousarray(dataset.y, dtype=np.float64)
     n, d = X.shape

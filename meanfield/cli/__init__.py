@@ -44,6 +44,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``meanfield`` argument parser with every command of :data:`COMMANDS`."""
     p = _Parser(prog="meanfield",
                 description="Mean-field Langevin dynamics of wide two-layer ReLU networks, its "
                             "stationary measures and their rays; high-dimensional GD on few "

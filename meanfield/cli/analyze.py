@@ -15,6 +15,7 @@ from meanfield.errors import InputError
 
 
 def register(sub):
+    """Add the ``analyze`` command to the subparsers ``sub``."""
     p = sub.add_parser(
         "analyze", help="count rays and kink hyperplanes against 2P-1; write a report",
         description="Cluster each snapshot's particles into rays (direction of (w, b), sign of "
@@ -57,6 +58,7 @@ def _study(args) -> int:
 
 
 def main(args) -> int:
+    """Run ``meanfield analyze`` with the parsed ``args``; returns the exit code."""
     from meanfield.report import analyze_run
     from meanfield.sweep.summary import is_study_dir
     if is_study_dir(args.run):

@@ -16,6 +16,7 @@ from meanfield.errors import InputError
 
 
 def register(sub):
+    """Add the ``dichotomies`` command to the subparsers ``sub``."""
     p = sub.add_parser(
         "dichotomies", help="count the affine dichotomies P of a data set (exact, any d)",
         description="Count P, the number of affine dichotomies of the training inputs (regions "
@@ -52,6 +53,7 @@ def load_inputs(path: str):
 
 
 def main(args) -> int:
+    """Run ``meanfield dichotomies`` with the parsed ``args``; returns the exit code."""
     from analysis.dichotomies import DEFAULT_TOL, count_dichotomies
     tol = DEFAULT_TOL if args.tol is None else args.tol
     if not 0 < tol < 1:

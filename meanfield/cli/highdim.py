@@ -42,6 +42,7 @@ def _float(text: str, opt: str) -> float:
 
 
 def register(sub):
+    """Add the ``highdim`` command to the subparsers ``sub``."""
     p = sub.add_parser(
         "highdim", help="GD on few ReLU neurons vs the minimum-norm solution ([LWTM26])",
         description="For each (n, d) and trial: draw Gaussian data with random-sign labels, run "
@@ -84,6 +85,7 @@ def register(sub):
 
 
 def main(args) -> int:
+    """Run ``meanfield highdim`` with the parsed ``args``; returns the exit code."""
     from meanfield.highdim import output as report
     from meanfield.highdim.experiment import StudyParams, run_study, summarize
 

@@ -20,6 +20,7 @@ from meanfield.errors import ConfigError, InputError
 
 
 def register(sub):
+    """Add the ``reference`` command (``gibbs``, ``convex``) to the subparsers ``sub``."""
     p = sub.add_parser(
         "reference", help="exact references: Gibbs measure at tau > 0 (d <= 2), convex limit",
         description="Exact references for the problem of a run config (same files as "
@@ -64,6 +65,7 @@ def _reraise(exc, cfg):
 
 
 def main_gibbs(args) -> int:
+    """Run ``meanfield reference gibbs`` with the parsed ``args``; returns the exit code."""
     from solvers.gibbs import GibbsConvergenceError, GibbsInputError, GibbsReference
     cfg, ds = _problem(args.config)
     if args.tau is not None:
@@ -101,6 +103,7 @@ def main_gibbs(args) -> int:
 
 
 def main_convex(args) -> int:
+    """Run ``meanfield reference convex`` with the parsed ``args``; returns the exit code."""
     from solvers.convex import ConvexInputError, ConvexSolverError, convex
     cfg, ds = _problem(args.config)
     t0 = time.time()

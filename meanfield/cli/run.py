@@ -13,6 +13,7 @@ from meanfield.errors import InputError
 
 
 def register(sub):
+    """Add the ``run`` command to the subparsers ``sub``."""
     p = sub.add_parser(
         "run", help="integrate the mean-field Langevin particles over a temperature ladder",
         description="Integrate N interacting particles (a, w, b) by Euler-Maruyama over the "
@@ -41,6 +42,7 @@ def register(sub):
 
 
 def main(args) -> int:
+    """Run ``meanfield run`` with the parsed ``args``; returns the exit code."""
     import numba
 
     from meanfield import runner

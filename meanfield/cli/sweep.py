@@ -12,6 +12,7 @@ from meanfield.errors import InputError, MissingDependencyError
 
 
 def register(sub):
+    """Add the ``sweep`` command to the subparsers ``sub``."""
     p = sub.add_parser(
         "sweep", help="run a grid of jobs (a study) on a local or remote Dask cluster",
         description="Expand STUDY.toml (a run config plus a [sweep] table of axes) into one job "
@@ -49,6 +50,7 @@ def _check_args(args):
 
 
 def main(args) -> int:
+    """Run ``meanfield sweep`` with the parsed ``args``; returns the exit code."""
     from meanfield.sweep import Study
     _check_args(args)
     study = Study.from_file(args.study, args.outdir)

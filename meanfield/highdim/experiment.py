@@ -163,7 +163,6 @@ def run_trial(p: StudyParams, n: int, d: int, k: int) -> dict:
         ``y`` (n,), ``alpha``, ``beta``, ``alpha_star`` (m, n) (``W* = alpha_star @ X``), and the
         cell constants ``eta``, ``trace``.
     """
-
     design = GaussianDesign(d, p.a, p.normalize)
     ds = design.sample(n, seed=(p.seed, n, d, k), labels=p.labels)
     X, y = ds.X, ds.y
@@ -228,7 +227,6 @@ def run_study(p: StudyParams, progress=None) -> list:
         One per cell: ``n``, ``d``, ``eta``, ``trace`` and the per-trial arrays stacked over trials
         (scalars to (T,), ``frozen`` to (T, m), ``pattern`` to (T, m, n), …).
     """
-
     cells = []
     with tqdm(total=len(p.cells) * p.trials, desc="highdim", unit="trial", file=sys.stderr,
               disable=None if progress is None else not progress) as bar:

@@ -75,7 +75,6 @@ def write_h5(path, params, cells: list, summary: dict) -> Path:
     -------
     Path
     """
-
     path = Path(path)
     prov = provenance()
     with atomic.replacing(path) as tmp:
@@ -111,7 +110,6 @@ def read_h5(path) -> dict:
     meanfield.errors.RunFileError
         Missing file or a file of another format.
     """
-
     if not Path(path).is_file():
         raise RunFileError(str(path), "", "no such file")
     try:

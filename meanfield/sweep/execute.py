@@ -32,7 +32,7 @@ from meanfield.sweep import manifest as _manifest
 from meanfield.sweep.job import _usable_cores, run_file_complete, run_job
 
 INSTALL_HINT = ("Dask distributed is not installed; install it with "
-                "pip install 'meanfield[distributed]' (or run the study serially)")
+                "pip install 'meanfield-relu[distributed]' (or run the study serially)")
 
 
 def require_distributed():

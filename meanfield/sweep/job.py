@@ -64,7 +64,7 @@ def _usable_cores() -> int:
 
 
 def thread_budget(threads=None):
-    """numba threads for a job: ``threads`` if given; ``None`` (numba's default, which honours
+    """Numba threads for a job: ``threads`` if given; ``None`` (numba's default, which honours
     ``NUMBA_NUM_THREADS``) when that variable is set; inside a Dask worker, the cores this
     process may use divided by the worker's task slots; otherwise ``None``."""
     if threads:

@@ -31,6 +31,7 @@ STATUSES = ("pending", "running", "done", "failed")
 
 
 def manifest_path(directory) -> Path:
+    """The manifest file of the study directory ``directory``."""
     return Path(directory) / MANIFEST
 
 
@@ -85,7 +86,7 @@ class Manifest:
         self._dirty = True
 
     @classmethod
-    def for_study(cls, spec, directory, previous: dict | None = None) -> "Manifest":
+    def for_study(cls, spec, directory, previous: dict | None = None) -> Manifest:
         """A manifest listing the jobs of ``spec`` (a :class:`~meanfield.sweep.spec.StudySpec`),
         keeping the status history of jobs that ``previous`` (an older manifest) already had."""
         old = {j["id"]: j for j in (previous or {}).get("jobs", [])}

@@ -50,7 +50,7 @@ class Study:
 
     # --- construction -------------------------------------------------------------------
     @classmethod
-    def from_file(cls, path, directory=None) -> "Study":
+    def from_file(cls, path, directory=None) -> Study:
         """Load a study file. ``directory`` defaults to the file's stem in the current
         directory (``lowtemp.toml`` -> ``./lowtemp``).
 
@@ -66,13 +66,13 @@ class Study:
 
     @classmethod
     def from_dict(cls, raw: dict, directory, source: str = "<dict>",
-                  base_dir: str | os.PathLike = ".") -> "Study":
+                  base_dir: str | os.PathLike = ".") -> Study:
         """Build a study from a dict with the study-file schema (``base``, the run-config
         tables, ``sweep``)."""
         return cls(_spec.expand(raw, source, base_dir), directory)
 
     @classmethod
-    def open(cls, directory) -> "Study":
+    def open(cls, directory) -> Study:
         """Reopen a study from its directory's manifest (no study file needed).
 
         Raises

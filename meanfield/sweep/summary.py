@@ -254,7 +254,7 @@ def analyze_study(study_dir, *, summarize=None, w2=True, **w2_kwargs) -> dict:
     dists = _width_distances(study_dir, records, axes, w2_kwargs) if w2 else {}
 
     runs = []
-    groups: "OrderedDict[tuple, dict]" = OrderedDict()
+    groups: OrderedDict[tuple, dict] = OrderedDict()
     for entry, summ in records:
         if summ is None:
             continue
@@ -289,7 +289,7 @@ def analyze_study(study_dir, *, summarize=None, w2=True, **w2_kwargs) -> dict:
     if dists:
         n_ref = max(axes[WIDTH_AXIS])
         methods = sorted({m for _, m, _ in dists.values()})
-        wgroups: "OrderedDict[tuple, dict]" = OrderedDict()
+        wgroups: OrderedDict[tuple, dict] = OrderedDict()
         for row in table:
             if WIDTH_AXIS not in row or row[WIDTH_AXIS] == n_ref:
                 continue
@@ -461,7 +461,7 @@ def write_figures(result: dict, outdir) -> list:
     plt = figures._plt()
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
-    lines: "OrderedDict[str, list]" = OrderedDict()
+    lines: OrderedDict[str, list] = OrderedDict()
     axes = [a for a in result["axes"] if a != SEED_AXIS]
     for r in result["table"]:
         lines.setdefault(_label({a: r[a] for a in axes}), []).append(r)
