@@ -7,7 +7,7 @@ its complement count separately, and the all-on / all-off patterns are included.
 patterns ``1[w·x_j + b > 0]`` of a neuron are in bijection with the regions.
 
 Method: the incremental deletion–restriction recursion ``r(A) = r(A∖H) + r(A^H)``
-(engineering notes §5), exact for any ``d`` and any point set (duplicates, collinear or coplanar
+(THEORY §6.2), exact for any ``d`` and any point set (duplicates, collinear or coplanar
 points, grids). Two modes:
 
 * float (default, numba kernel ``solvers._arrangement.region_count``): hyperplanes of every
@@ -38,6 +38,7 @@ from fractions import Fraction
 from math import comb, gcd, lcm
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from solvers._arrangement import region_count
 from solvers.geometry import lifted
@@ -226,7 +227,8 @@ def _regions_exact(H: list, D: int) -> int:
 
 # ---------------------------------------------------------------------------------- public API
 
-def count_dichotomies(X, tol: float = DEFAULT_TOL, *, exact: bool = False) -> DichotomyCount:
+def count_dichotomies(X: ArrayLike, tol: float = DEFAULT_TOL, *,
+                      exact: bool = False) -> DichotomyCount:
     """Count the affine dichotomies ``P`` of ``X`` exactly, for any ``d`` (THEORY §6).
 
     Parameters

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.linalg
+from numpy.typing import ArrayLike
 from qpsolvers import Problem, solve_problem
 from scipy.sparse import csc_matrix
 
@@ -247,7 +248,7 @@ class MinNorm:
         return max(q.kkt_max for q in self.qp.values())
 
 
-def minnorm(X, y, signs=(1.0,)) -> MinNorm:
+def minnorm(X: ArrayLike, y: ArrayLike, signs: ArrayLike = (1.0,)) -> MinNorm:
     """Minimum-norm comparator ``w*`` of THEORY §10 for output signs ``a``.
 
     ``m = 1``: ``argmin ‖w‖ s.t. X₊w = y₊, X₋w ≤ 0``; ``m = 2`` (``+1, −1``): that and
@@ -336,7 +337,8 @@ def frozen_limit(X, y, W_start, signs=(1.0,)) -> np.ndarray:
     return W
 
 
-def closed_form_limit(X, y, eta: float, signs=(1.0,)) -> np.ndarray:
+def closed_form_limit(X: ArrayLike, y: ArrayLike, eta: float,
+                      signs: ArrayLike = (1.0,)) -> np.ndarray:
     """THEORY §10's closed-form GD limit from the zero start ([LWTM26]).
 
     ``m = 1``: ``w_∞ = X₊ᵀ(X₊X₊ᵀ)⁻¹y₊ + η(I − P₊)X₋ᵀy₋``; ``m = 2``: that and the same for

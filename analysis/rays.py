@@ -39,6 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components, minimum_spanning_tree
 from scipy.spatial import cKDTree
@@ -260,10 +261,12 @@ def _widest_plateau(counts):
     return best
 
 
-def find_rays(theta, X, *, y=None, lam=None, min_mass_frac: float = 1e-2,
+def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
+              lam: float | None = None, min_mass_frac: float = 1e-2,
               light_frac: float = 1e-2, g_particle: float = 0.5, g_ray: float = 0.9,
               max_spread: float = 0.3, absorb: float = 3.0,
-              thresholds=None, pattern_tol=None, pattern_mass_tol: float | None = None,
+              thresholds: ArrayLike | None = None, pattern_tol: PatternTolerance | None = None,
+              pattern_mass_tol: float | None = None,
               knn: int = 12) -> RayResult:
     """Cluster particles into rays (THEORY §6; method in the module docstring).
 

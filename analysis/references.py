@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import time
+from typing import Any
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
@@ -181,7 +182,7 @@ def match_rays(directions, signs, weights, ref_directions, ref_signs, ref_weight
             "max_weight_error": max((p["weight_error"] for p in pairs), default=math.nan)}
 
 
-def compare_run(run, window: float = 0.5, rays_by_stage: dict | None = None) -> dict:
+def compare_run(run: Any, window: float = 0.5, rays_by_stage: dict | None = None) -> dict:
     """All reference comparisons of a run: per stage the Gibbs distance (``d ≤ 2``, ``τ > 0``),
     the convex distance at the coldest stage, and, when ``rays_by_stage[stage]`` gives
     ``(directions, signs, weights)`` measured at the coldest stage, their matching to the

@@ -22,9 +22,11 @@ Both tolerances are reported with the patterns, with per-ray margins.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from solvers.geometry import lifted
 
@@ -148,7 +150,7 @@ def _max_clique(adj: list) -> list:
     return sorted(best)
 
 
-def theorem6(patterns) -> dict:
+def theorem6(patterns: Sequence[ArrayLike]) -> dict:
     """Check the claims of [LJM26] Theorem 6 on a list of ray patterns (THEORY §7).
 
     Parameters

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from meanfield.config import RunConfig
 from meanfield.errors import DataError
 from solvers.geometry import lifted
 from solvers.inputs import check_xy
@@ -187,7 +188,7 @@ def grid(d: int = 2, points_per_axis: int = 3, extent: float = 1.0, seed: int = 
     return Dataset(X, y, f"grid(d={d}, k={points_per_axis}, extent={extent}, seed={seed})")
 
 
-def from_config(cfg) -> Dataset:
+def from_config(cfg: RunConfig) -> Dataset:
     """Build the data set described by a validated config's ``[data]`` table.
 
     Parameters

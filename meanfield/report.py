@@ -7,9 +7,12 @@ risk, ``W2`` to the previous temperature and the distance to a zero-temperature 
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from analysis import ternary as pat
 from analysis import transport, two_point
@@ -127,8 +130,9 @@ def ladder(run, snaps, reference=None, w2: bool = True, **w2_kw) -> list:
     return rows
 
 
-def analyze_run(path, outdir=None, figures: bool = True, *, reference=None, w2: bool = True,
-                references: bool = False, **ray_kw) -> dict:
+def analyze_run(path: str | os.PathLike, outdir: str | os.PathLike | None = None,
+                figures: bool = True, *, reference: ArrayLike | Callable | None = None,
+                w2: bool = True, references: bool = False, **ray_kw) -> dict:
     """Analyse every snapshot frame of a run file and its temperature ladder.
 
     Parameters

@@ -19,6 +19,7 @@ import os
 import re
 import signal
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -209,8 +210,9 @@ def _resume_command(cfg, out: Path) -> str:
     return f"meanfield run {src}-o {out} --resume"
 
 
-def run(cfg, output=None, *, overwrite=False, resume=False, progress=None, threads=None,
-        log=None):
+def run(cfg: _config.RunConfig | str | os.PathLike | None, output: str | os.PathLike | None = None,
+        *, overwrite: bool = False, resume: bool = False, progress: bool | None = None,
+        threads: int | None = None, log: Callable[[str], None] | None = None) -> Path:
     """Integrate the temperature ladder of ``cfg`` and write the run file.
 
     Parameters

@@ -422,7 +422,7 @@ class Run:
             return np.asarray(f["particles/neurons/position/value"][k])
 
 
-def open_run(path) -> Run:
+def open_run(path: str | os.PathLike) -> Run:
     """Read a run file's metadata, data, frame index and observables.
 
     Works on a partial file (``RUN.h5.part`` of a killed or running writer) as well: only the

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 
 def lifted(X) -> np.ndarray:
@@ -68,8 +69,8 @@ def hyperplane(v, pure_bias_tol: float = 1e-6):
     return normal, float(offset)
 
 
-def kink_hyperplanes(ray_directions, *, angle_tol: float = 0.05, offset_tol: float = 0.05,
-                     pure_bias_tol: float = 1e-3) -> list:
+def kink_hyperplanes(ray_directions: ArrayLike, *, angle_tol: float = 0.05, offset_tol: float = 0.05,
+                     pure_bias_tol: float = 1e-3) -> list[Kink]:
     """Distinct kink hyperplanes of a set of rays.
 
     Parameters

@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from solvers.errors import DivergenceError, InputError
 from solvers.inputs import check_xy
@@ -87,7 +88,8 @@ def _weights_for_predictions(X: np.ndarray, B: np.ndarray) -> np.ndarray:
     return (X.T @ C).T
 
 
-def initial_weights(kind: str, X, signs, *, eps: float = 1e-3, seed=0, groups=None) -> np.ndarray:
+def initial_weights(kind: str, X: ArrayLike, signs: ArrayLike, *, eps: float = 1e-3,
+                    seed: int | tuple = 0, groups: ArrayLike | None = None) -> np.ndarray:
     """Initial weights ``W_0`` of shape (m, d).
 
     Parameters
@@ -209,7 +211,8 @@ class GDResult:
         return self.signs @ np.maximum(self.beta, 0.0)
 
 
-def gd(X, y, *, eta: float, signs=(1.0,), W0=None, tol: float = 1e-12,
+def gd(X: ArrayLike, y: ArrayLike, *, eta: float, signs: ArrayLike = (1.0,),
+       W0: ArrayLike | None = None, tol: float = 1e-12,
        max_steps: int = 100_000, record: bool = False) -> GDResult:
     """Run full-batch GD on ``f(x) = Σ_j a_j σ(w_j·x)`` until it stalls.
 

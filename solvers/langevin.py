@@ -12,7 +12,9 @@ hot to cold; each stage starts from the last particles of the previous one.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -116,8 +118,10 @@ def stationarity(resid_history: list) -> float:
     return float(n * np.max(np.abs(H[-k:].mean(axis=0) - H[:k].mean(axis=0))))
 
 
-def simulate(cfg, dataset, writer=None, state: SolverState | None = None, progress=None,
-             on_checkpoint=None, should_stop=None) -> SolverState:
+def simulate(cfg: Any, dataset: Any, writer: Any = None, state: SolverState | None = None,
+             progress: bool | None = None,
+             on_checkpoint: Callable[[SolverState], None] | None = None,
+             should_stop: Callable[[], bool] | None = None) -> SolverState:
     """Run the temperature ladder of ``cfg`` on ``dataset``.
 
     Parameters

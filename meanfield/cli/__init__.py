@@ -4,7 +4,7 @@ Each command lives in its own module of this package exposing ``register(subpars
 adds a parser whose ``func(args) -> int`` does the work. To add a command, write the module and
 list it in :data:`COMMANDS`.
 
-Exit codes (DESIGN.md): 0 success; 2 bad input (one line naming the file, the field and the
+Exit codes (README, ``docs/cli.md``): 0 success; 2 bad input (one line naming the file, the field and the
 reason, no traceback); 130 interrupted (checkpoint kept); 1 anything else.
 """
 

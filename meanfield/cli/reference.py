@@ -25,8 +25,8 @@ def register(sub):
         "reference", help="exact references: Gibbs measure at tau > 0 (d <= 2), convex limit",
         description="Exact references for the problem of a run config (same files as "
                     "'meanfield run'): 'gibbs' solves the finite-temperature fixed point of "
-                    "THEORY section 5 by quadrature over the sphere of directions (d = 1, 2); "
-                    "'convex' solves the zero-temperature convex problem of section 4.")
+                    "docs/theory.md §5 by quadrature over the sphere of directions (d = 1, 2); "
+                    "'convex' solves the zero-temperature convex problem of §4.")
     rs = p.add_subparsers(dest="which", metavar="{gibbs,convex}", parser_class=type(p))
     g = rs.add_parser("gibbs", help="stationary measure at finite tau (d <= 2)",
                       description="Fixed point R = (f_R(X) - y)/n of the Gibbs measure at each "

@@ -5,7 +5,7 @@ Execution backends:
 
 * **local cluster** (default): a :class:`distributed.LocalCluster` of ``workers`` worker
   processes, started with ``spawn`` (never ``fork``: numba's OpenMP layer aborts forked
-  children, notes/engineering.md §4), one task slot each, listening on 127.0.0.1 only, no
+  children), one task slot each, listening on 127.0.0.1 only, no
   dashboard. Each job gets ``cores // workers`` numba threads; BLAS/OpenMP threads are 1.
 * **existing cluster**: ``scheduler="tcp://host:port"`` (``dask scheduler``, dask-jobqueue's
   ``SLURMCluster``, ...), or a ready ``distributed.Client``.

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -214,7 +216,8 @@ def _slope(ns, ys) -> float:
     return float(np.polyfit(np.log(ns[ok]), np.log(ys[ok]), 1)[0])
 
 
-def analyze_study(study_dir, *, summarize=None, w2=True, **w2_kwargs) -> dict:
+def analyze_study(study_dir: str | os.PathLike, *, summarize: Callable | None = None,
+                  w2: bool = True, **w2_kwargs) -> dict:
     """Aggregate a study's runs into per-axis tables.
 
     Parameters
