@@ -36,7 +36,7 @@ def main(argv=None):
     from meanfield.store import open_run
     from solvers.convex import convex
     from solvers.gibbs import gibbs
-    from solvers.langevin import time_average_predictor
+    from analysis.time_average import time_average_predictor
 
     cfg = config.load(args.config)
     raw = cfg.as_dict()
