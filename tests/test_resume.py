@@ -229,14 +229,13 @@ def test_overwrite_keeps_the_old_output_until_complete(tiny, tmp_path, monkeypat
     cfg_path, ref = tiny
     out = tmp_path / "run.h5"
     out.write_bytes(b"an older result")
-    import solvers.langevin as L
-    real = L.simulate
+    real = runner.simulate
     seen = []
 
     def watching(*a, **kw):
         seen.append(out.read_bytes())
         return real(*a, **kw)
-    monkeypatch.setattr(L, "simulate", watching)
+    monkeypatch.setattr(runner, "simulate", watching)
     with monkeypatch.context() as m:
         stop_after(m, 4)
         with pytest.raises(Interrupted):
