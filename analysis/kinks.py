@@ -1,12 +1,7 @@
-"""Kink hyperplanes of rays (THEORY §6).
+"""Kink hyperplanes of rays decided against the training inputs (THEORY §6.3).
 
-The kink of a direction ``v = (w, b)`` with ``w ≠ 0`` is the hyperplane
-``{x : w·x + b = 0}``, written ``{x : normal·x = offset}`` with ``normal = w/|w|`` and
-``offset = −b/|w|``. ``v`` and ``−v`` give the same hyperplane; a pure-bias direction
-(``w = 0``) gives none. Hence the number of hyperplanes ``K ≤ J``, the number of rays.
-
-With the training inputs given (:func:`kink_hyperplanes` with ``X``), the decisions are stated
-against the data (``docs/theory.md``, "Kink hyperplanes of rays"):
+The kink of a direction ``v = (w, b)`` with ``w ≠ 0`` is ``{x : normal·x = offset}``
+(:func:`solvers.geometry.hyperplane`). With the training inputs given:
 
 * a direction gives no kink when ``|w| ≤ pure_bias_tol·|v|`` (pure bias) or when its
   hyperplane misses the data's bounding box by more than ``box_margin`` times the data's
@@ -19,39 +14,9 @@ against the data (``docs/theory.md``, "Kink hyperplanes of rays"):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-
-@dataclass
-class Kink:
-    """A kink hyperplane ``{x : normal·x = offset}``; ``rays`` lists the ray indices on it."""
-
-    normal: np.ndarray
-    offset: float
-    rays: list
-
-    def as_dict(self) -> dict:
-        return {"normal": [float(x) for x in self.normal], "offset": float(self.offset),
-                "rays": [int(k) for k in self.rays]}
-
-
-def hyperplane(v, pure_bias_tol: float = 1e-6):
-    """Canonical ``(normal, offset)`` of the kink of direction ``v`` (d+1,), or ``None`` when
-    ``|w| ≤ pure_bias_tol`` (pure bias). The sign is fixed so that the first non-negligible
-    entry of ``normal`` is positive, which identifies ``v`` and ``−v``."""
-    v = np.asarray(v, dtype=float)
-    w, b = v[:-1], v[-1]
-    nw = np.linalg.norm(w)
-    if nw <= pure_bias_tol:
-        return None
-    normal, offset = w / nw, -b / nw
-    first = np.nonzero(np.abs(normal) > 1e-9)[0][0]
-    if normal[first] < 0:
-        normal, offset = -normal, -offset
-    return normal, float(offset)
-
+from solvers.geometry import Kink, hyperplane
 
 #: Default tolerance of :func:`data_kinks`, a fraction of the data's spread. Two rays that split
 #: the data alike and whose hyperplanes are closer than this are one kink at the resolution of
@@ -91,7 +56,7 @@ def data_kinks(ray_directions, X, patterns=None, *, rel_tol: float = KINK_REL_TO
         Training inputs.
     patterns : array-like of shape (J, n), optional
         Ternary patterns of the rays (default: ``sign(v·x̃_j)`` with the default angular
-        tolerance of :func:`analysis.patterns.ternary_pattern`).
+        tolerance of :func:`analysis.ternary.ternary_pattern`).
     rel_tol : float, default :data:`KINK_REL_TOL` (0.05)
         Two hyperplanes coincide when their signed distances differ by at most ``rel_tol``
         times the data's spread at every input and box corner.
@@ -110,7 +75,7 @@ def data_kinks(ray_directions, X, patterns=None, *, rel_tol: float = KINK_REL_TO
     ValueError
         Directions not of shape (J, d+1), or patterns not of shape (J, n).
     """
-    from analysis.patterns import ternary_pattern
+    from analysis.ternary import ternary_pattern
     X = np.asarray(X, dtype=float).reshape(np.shape(X)[0], -1)
     dirs = np.asarray(ray_directions, dtype=float)
     if dirs.size == 0:
@@ -151,51 +116,4 @@ def data_kinks(ray_directions, X, patterns=None, *, rel_tol: float = KINK_REL_TO
         else:
             kinks.append(Kink(normal, offset, [k]))
             members.append((pats[k], dist))
-    return kinks
-
-
-def kink_hyperplanes(ray_directions, *, angle_tol: float = 0.05, offset_tol: float = 0.05,
-                     pure_bias_tol: float = 1e-3) -> list:
-    """Distinct kink hyperplanes of a set of rays.
-
-    Parameters
-    ----------
-    ray_directions : array-like of shape (J, d+1)
-        Unit directions ``v_k``.
-    angle_tol : float
-        Normals closer than this angle (radians) may be merged …
-    offset_tol : float
-        … when their offsets also differ by at most this (input units).
-    pure_bias_tol : float
-        Directions with ``|w| ≤ pure_bias_tol`` are pure bias and give no hyperplane.
-
-    Returns
-    -------
-    list of Kink
-        Hyperplanes ``{x : normal·x = offset}`` with unit ``normal`` (shape (d,)), ``v`` and
-        ``−v`` merged (THEORY §6); empty for no rays.
-
-    Raises
-    ------
-    ValueError
-        Directions that are not of shape (J, d+1).
-    """
-    kinks: list[Kink] = []
-    dirs = np.asarray(ray_directions, dtype=float)
-    if dirs.size == 0:
-        return kinks
-    for k, v in enumerate(dirs.reshape(-1, dirs.shape[-1])):
-        h = hyperplane(v, pure_bias_tol)
-        if h is None:
-            continue
-        normal, offset = h
-        for kk in kinks:
-            ang = np.arccos(np.clip(abs(float(kk.normal @ normal)), -1, 1))
-            same_side = float(kk.normal @ normal) > 0
-            off = offset if same_side else -offset
-            if ang <= angle_tol and abs(kk.offset - off) <= offset_tol:
-                kk.rays.append(k)
-                break
-        else:
-            kinks.append(Kink(normal, offset, [k]))
     return kinks

@@ -4,7 +4,7 @@ For every shipped data set × width ``N`` × seed, a run of the shipped config w
 ladder (the two or three coldest temperatures, a fixed span of mean-field time per stage), then
 at the coldest stationary temperature of the ladder: ``J`` (rays) and ``K`` (kink
 hyperplanes) of the last snapshot next to the convex reference's counts of rays with weight at
-least the stated floor (``docs/theory.md`` §6.3). One row per cell, and a note per
+least the stated floor (THEORY §6.4). One row per cell, and a note per
 disagreement with the measured quantities that explain it.
 
     python benchmarks/ray_counts.py                          # everything (hours on one core)
@@ -147,7 +147,7 @@ def _stage_rays(run, stage):
     """Rays of the last snapshot of ``stage`` (with the analysis' default thresholds)."""
     from analysis.kinks import data_kinks
     from analysis.rays import find_rays
-    from analysis.report import frame_ray_kw
+    from meanfield.report import frame_ray_kw
     T = int(run.config["dynamics"]["steps_per_tau"])
     k = [k for k in range(run.n_frames) if (int(run.frame_step[k]) - 1) // T == stage][-1]
     theta = run.frame(k)
@@ -244,7 +244,7 @@ def analyse_cell(path: Path, name: str, N: int, seed: int, with_sensitivity: boo
     sens = None
     if with_sensitivity:
         from analysis.ray_checks import sensitivity
-        from analysis.report import frame_ray_kw
+        from meanfield.report import frame_ray_kw
         T = int(dyn["steps_per_tau"])
         k = [k for k in range(run.n_frames) if (int(run.frame_step[k]) - 1) // T == stage][-1]
         sens = sensitivity(theta, run.X, frame_ray_kw(run, k), conv=conv)

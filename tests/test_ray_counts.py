@@ -11,10 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis.kinks import data_kinks, data_spread, kink_hyperplanes
-from analysis.patterns import ternary_pattern
+from analysis.kinks import data_kinks, data_spread
 from analysis.ray_checks import convex_comparison, convex_counts, sensitivity
 from analysis.references import convex_reference
+from analysis.ternary import ternary_pattern
+from solvers.geometry import kink_hyperplanes
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -147,7 +148,7 @@ def test_convex_rays_as_particles_are_matched_and_robust():
 # --- particle runs: the six-point set -------------------------------------------------------
 
 def _analyze(path):
-    from analysis.report import analyze_run
+    from meanfield.report import analyze_run
     return analyze_run(str(path), w2=False, convex=True, sensitivity=True)
 
 
@@ -198,9 +199,9 @@ def test_ray_counts_benchmark_cell_agrees_on_two_point_data(tmp_path):
 def test_report_gives_no_theorem6_verdict_when_N_is_too_small(tmp_path):
     # a planted snapshot whose fourth ray is two heavy particles: the report must not judge
     # Theorem 6 on it (and must not count it)
-    from analysis.report import analyze_run, markdown
     from analysis.synthetic import planted_rays
     from meanfield import config, data
+    from meanfield.report import analyze_run, markdown
     from meanfield.store import RunWriter
     conv = convex_reference(X6, Y6, LAM6)
     cc = convex_counts(conv, X6)

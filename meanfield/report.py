@@ -8,18 +8,24 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from numpy.typing import ArrayLike
 
-from analysis import patterns as pat
+from analysis import ternary as pat
 from analysis import transport, two_point
 from analysis.dichotomies import count_dichotomies
 from analysis.kinks import data_kinks
 from analysis.ray_checks import averaged_residuals, convex_comparison, convex_counts
 from analysis.ray_checks import sensitivity as ray_sensitivity
 from analysis.rays import find_rays
-from meanfield import model
+from analysis.references import convex_reference, report_section
+from meanfield import atomic
+from meanfield import figures as plots
+from meanfield.store import open_run
+from solvers import numpy_model as model
 
 
 def _obs_at(run, name, step):
@@ -141,9 +147,10 @@ def ladder(run, snaps, reference=None, w2: bool = True, **w2_kw) -> list:
     return rows
 
 
-def analyze_run(path, outdir=None, figures: bool = True, *, reference=None, w2: bool = True,
-                references: bool = False, convex: bool | None = None, sensitivity: bool = False,
-                **ray_kw) -> dict:
+def analyze_run(path: str | os.PathLike, outdir: str | os.PathLike | None = None,
+                figures: bool = True, *, reference: ArrayLike | Callable | None = None,
+                w2: bool = True, references: bool = False, convex: bool | None = None,
+                sensitivity: bool = False, **ray_kw) -> dict:
     """Analyse every snapshot frame of a run file and its temperature ladder.
 
     Parameters
@@ -184,15 +191,15 @@ def analyze_run(path, outdir=None, figures: bool = True, *, reference=None, w2: 
         pattern_tolerance, theorem6, two_point, snapshots`` (and ``convex_counts``,
         ``references``, ``sensitivity`` when asked for). ``theorem6["decided"]`` is False when
         the coldest snapshot is not resolved (``N`` too small for a verdict: a heavy cluster
-        holds fewer than ``min_particles`` particles); its checks are then not a verdict. ``patterns`` and ``theorem6`` are
-        those of the last snapshot (the lowest temperature); every snapshot has its own.
+        holds fewer than ``min_particles`` particles); its checks are then not a verdict.
+        ``patterns`` and ``theorem6`` are those of the last snapshot (the lowest temperature);
+        every snapshot has its own.
 
     Raises
     ------
     meanfield.errors.RunFileError
         The run file is missing, damaged or foreign.
     """
-    from meanfield.store import open_run
     run = open_run(path)
     dc = count_dichotomies(run.X)
     if dc.ambiguous:
@@ -203,7 +210,6 @@ def analyze_run(path, outdir=None, figures: bool = True, *, reference=None, w2: 
     if convex is None:
         convex = references
     if (references or convex) and P <= 20000:
-        from analysis.references import convex_reference
         cvx = convex_reference(run.X, run.y, float(run.config["dynamics"]["lam"]))
         if reference is None:
             reference = cvx.f_train
@@ -261,7 +267,6 @@ def analyze_run(path, outdir=None, figures: bool = True, *, reference=None, w2: 
                                                 conv=cvx,
                                                 floor=ray_kw.get("min_mass_frac", 1e-2))}
     if references:
-        from analysis.references import report_section
         rep["references"] = report_section(run, rep)
     if outdir is not None:
         write_report(rep, snaps, run, outdir, figures)
@@ -274,14 +279,11 @@ FIGURES = ("predictor.png", "directions.png", "ladder.png")
 
 def write_report(rep, snaps, run, outdir, figures=True):
     """Write ``report.json``, ``report.md`` and figures for :func:`analyze_run`'s result."""
-    from analysis import plots
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
     for stale in FIGURES:       # a rewritten report never sits next to an older run's figures
         (out / stale).unlink(missing_ok=True)
-    tmp = out / "report.json.tmp"
-    tmp.write_text(json.dumps(rep, indent=1))
-    os.replace(tmp, out / "report.json")
+    atomic.write_text(out / "report.json", json.dumps(rep, indent=1))
     figs = []
     if figures and snaps:
         last = snaps[-1]
@@ -310,7 +312,7 @@ def write_report(rep, snaps, run, outdir, figures=True):
             plots.plot_ladder(out / "ladder.png", [r["tau"] for r in rows], series,
                               references=refl)
             figs.append("ladder.png")
-    (out / "report.md").write_text(markdown(rep, figs))
+    atomic.write_text(out / "report.md", markdown(rep, figs))
 
 
 def _fmt(x, spec=".3e"):
