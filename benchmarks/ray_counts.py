@@ -13,7 +13,8 @@ disagreement with the measured quantities that explain it.
     python benchmarks/ray_counts.py --json out.json          # also write the rows
 
 Run files are kept in ``--workdir`` (default ``ray_counts_runs``) and reused: a second call
-only analyses. The configs are written next to them (``<set>-N<N>-s<seed>.toml``).
+only analyses. The configs are written next to them (``<set>-N<N>-s<seed>[-x<span scale>].toml``;
+the stage length is part of the name, so cells of another ``--span-scale`` are never mixed).
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ def cell_config(name: str, N: int, seed: int, span_scale: float = 1.0) -> dict:
 def ensure_run(workdir: Path, name: str, N: int, seed: int, threads: int,
                span_scale: float = 1.0) -> Path:
     """Run the cell unless its run file exists; returns the run file."""
-    stem = f"{name}-N{N}-s{seed}"
+    stem = f"{name}-N{N}-s{seed}" + ("" if span_scale == 1 else f"-x{span_scale:g}")
     out = workdir / f"{stem}.h5"
     if out.exists():
         return out
