@@ -32,11 +32,11 @@ def main(argv=None):
     args = ap.parse_args(argv)
 
     from analysis.references import _distances
+    from analysis.time_average import time_average_predictor
     from meanfield import config, runner
     from meanfield.store import open_run
     from solvers.convex import convex
     from solvers.gibbs import gibbs
-    from analysis.time_average import time_average_predictor
 
     cfg = config.load(args.config)
     raw = cfg.as_dict()
@@ -52,8 +52,8 @@ def main(argv=None):
     runner.run(cfg, out, overwrite=True, progress=False, threads=args.threads)
     t_run = time.time() - t0
     run = open_run(out)
-    lam, eta = cfg.dynamics["lam"], cfg.dynamics["eta"]
-    T = cfg.dynamics["steps_per_tau"]
+    lam, eta = cfg.dynamics.lam, cfg.dynamics.eta
+    T = cfg.dynamics.steps_per_tau
     name = os.path.basename(args.config)
     print(f"\n{name}: n={run.n} d={run.d} lam={lam:g} eta={eta:g} N={cfg.n_particles} "
           f"steps/tau={T} (run {t_run:.0f} s)\n")

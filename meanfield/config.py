@@ -1,21 +1,22 @@
 """Run configuration: TOML schema, defaults, validation and canonical form.
 
-A config has four tables (the public interface, documented in ``docs/cli.md``)::
+A config has four tables (the public interface, documented in ``docs/cli.md``), each a frozen
+dataclass whose field defaults are the defaults of the tool (the one place they are written)::
 
-    [data]      kind = "file" | "two_point" | "gaussian" | "grid" | "inline"
-    [model]     activation = "relu" | "softplus" | "capped"; n_particles = 4000;
-                init_scale = 1.0; sharpness = 10.0; cap = 3.0
-    [dynamics]  lam = 0.05; eta = 0.05; taus = [1e-2, 1e-3, 1e-4]; steps_per_tau = 40000
-                batch_size = 0; seed = 0
-    [output]    observe_every = 100; snapshots_per_tau = 1; checkpoint_every = 10000
+    [data]      kind = "file" | "two_point" | "gaussian" | "grid" | "inline"   (DATA_KINDS)
+    [model]     ModelConfig:    activation, n_particles, init_scale, sharpness, cap
+    [dynamics]  DynamicsConfig: lam, eta, taus, steps_per_tau, batch_size, seed
+    [output]    OutputConfig:   observe_every, snapshots_per_tau, checkpoint_every
 
-Every problem is reported as :class:`meanfield.errors.ConfigError` naming the file, the field
-and the reason, before any work is done.
+Each table validates itself (``from_table``); every problem is reported as
+:class:`meanfield.errors.ConfigError` naming the file, the field and the reason, before any
+work is done.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 import hashlib
 import json
@@ -24,7 +25,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -33,85 +34,16 @@ else:  # pragma: no cover
 
 from meanfield import defaults
 from meanfield.errors import ConfigError
+from solvers.schedule import Schedule
 
 #: Activations the kernels implement (THEORY §3).
 ACTIVATIONS = ("relu", "softplus", "capped")
-
-# Per data kind: allowed keys and their defaults (None = required).
-DATA_KINDS: dict[str, dict[str, Any]] = {
-    "file": {"path": None},
-    "two_point": {"d": 2, "norm": 2.5, "labels": "even", "y": 1.0},
-    "gaussian": {"n": 10, "d": 2, "seed": 0},
-    "grid": {"d": 2, "points_per_axis": 3, "extent": 1.0, "seed": 0},
-    "inline": {"X": None, "y": None},
-}
-
-DEFAULTS: dict[str, dict[str, Any]] = {
-    "model": {"activation": "relu", "n_particles": 4000, "init_scale": 1.0,
-              "sharpness": 10.0, "cap": 3.0},
-    "dynamics": {"lam": 0.05, "eta": 0.05, "taus": [1e-2, 1e-3, 1e-4],
-                 "steps_per_tau": 40000, "batch_size": 0, "seed": 0},
-    "output": {"observe_every": 100, "snapshots_per_tau": 1, "checkpoint_every": 10000},
-}
-
-SECTIONS = ("data", "model", "dynamics", "output")
 
 #: Largest generated data set (``gaussian`` n, ``grid`` points_per_axis**d).
 MAX_POINTS = 10**6
 
 
-@dataclass
-class RunConfig:
-    """A validated run configuration.
-
-    Attributes
-    ----------
-    data : dict
-        The ``[data]`` table with defaults filled in (``path`` resolved to an absolute path).
-    model, dynamics, output : dict
-        The other tables with defaults filled in.
-    source : str
-        Where the config came from (a path, or ``"<embedded default>"``).
-    """
-
-    data: dict
-    model: dict
-    dynamics: dict
-    output: dict
-    source: str = "<config>"
-    base_dir: str = field(default=".", repr=False)
-
-    def as_dict(self) -> dict:
-        """The canonical config as a plain dict (the four tables)."""
-        return {"data": copy.deepcopy(self.data), "model": copy.deepcopy(self.model),
-                "dynamics": copy.deepcopy(self.dynamics), "output": copy.deepcopy(self.output)}
-
-    def canonical_json(self) -> str:
-        """Canonical JSON (sorted keys, no whitespace): equal configs give equal strings."""
-        return json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"))
-
-    def hash(self) -> str:
-        """First 12 hex digits of the SHA-256 of :meth:`canonical_json`."""
-        return hashlib.sha256(self.canonical_json().encode()).hexdigest()[:12]
-
-    def physics_hash(self) -> str:
-        """Hash of everything that changes the trajectory (``output`` excluded).
-
-        Used to refuse a resume under a config that would not reproduce the same run.
-        """
-        d = self.as_dict()
-        d["output"] = {k: v for k, v in d["output"].items() if k != "checkpoint_every"}
-        s = json.dumps(d, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(s.encode()).hexdigest()[:12]
-
-    @property
-    def n_particles(self) -> int:
-        return int(self.model["n_particles"])
-
-    @property
-    def taus(self) -> list[float]:
-        return [float(t) for t in self.dynamics["taus"]]
-
+# --- checks shared by the tables ------------------------------------------------------------
 
 def _suggest(key: str, allowed) -> str:
     near = difflib.get_close_matches(key, list(allowed), n=1, cutoff=0.5)
@@ -152,6 +84,395 @@ def _num(tbl, key, src, sec, *, positive=False, nonneg=False, integer=False, min
     return v
 
 
+def _defaults(cls) -> dict[str, Any]:
+    """Field name -> default (``None`` for a required field) of a table dataclass."""
+    return {f.name: (None if f.default is dataclasses.MISSING else f.default)
+            for f in dataclasses.fields(cls)}
+
+
+def _check_keys(tbl: dict, cls, src: str, sec: str) -> None:
+    """Unknown keys of a table, with the nearest valid name."""
+    allowed = _defaults(cls)
+    for k in tbl:
+        _check(k in allowed, src, f"{sec}.{k}", f"unknown key{_suggest(k, allowed)}"
+               f"; valid keys: {', '.join(allowed)}")
+
+
+def _filled(tbl: dict, cls) -> dict[str, Any]:
+    """The table with the defaults of ``cls`` filled in (a deep copy)."""
+    out = {k: copy.deepcopy(v) for k, v in _defaults(cls).items()}
+    out.update(copy.deepcopy(tbl))
+    return out
+
+
+# --- [data] ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class FileData:
+    """``kind = "file"``: a CSV, ``.npy`` or ``.npz`` file (``meanfield.data.load_file``)."""
+
+    KIND: ClassVar[str] = "file"
+    path: str
+
+    def _validated(self, src: str, base_dir) -> FileData:
+        p = self.path
+        _check(isinstance(p, str) and p != "", src, "data.path", "must be a non-empty string")
+        path = Path(p)
+        if not path.is_absolute():
+            path = Path(base_dir) / path
+        return FileData(str(path.resolve()))
+
+
+@dataclass(frozen=True)
+class TwoPointData:
+    """``kind = "two_point"``: ``x = ±norm·e_1`` with even or odd labels ([LJM26] Prop. 7)."""
+
+    KIND: ClassVar[str] = "two_point"
+    d: int = 2
+    norm: float = 2.5
+    labels: str = "even"
+    y: float = 1.0
+
+    def _validated(self, src: str, base_dir) -> TwoPointData:
+        t = dataclasses.asdict(self)
+        _num(t, "d", src, "data", integer=True, minimum=1)
+        _num(t, "norm", src, "data", positive=True)
+        _check(self.labels in ("even", "odd"), src, "data.labels",
+               f"must be 'even' or 'odd', got {self.labels!r}")
+        _num(t, "y", src, "data")
+        return dataclasses.replace(self, norm=float(self.norm), y=float(self.y))
+
+
+@dataclass(frozen=True)
+class GaussianData:
+    """``kind = "gaussian"``: ``x_j ~ N(0, I_d)``, ``y_j ~ N(0, 1)``, seeded."""
+
+    KIND: ClassVar[str] = "gaussian"
+    n: int = 10
+    d: int = 2
+    seed: int = 0
+
+    def _validated(self, src: str, base_dir) -> GaussianData:
+        t = dataclasses.asdict(self)
+        _num(t, "n", src, "data", integer=True, minimum=1)
+        _num(t, "d", src, "data", integer=True, minimum=1)
+        _num(t, "seed", src, "data", integer=True, nonneg=True)
+        _check(self.n * self.d <= MAX_POINTS * 10, src, "data.n",
+               f"n*d = {self.n * self.d} exceeds {MAX_POINTS * 10} values")
+        return self
+
+
+@dataclass(frozen=True)
+class GridData:
+    """``kind = "grid"``: a regular grid on ``[−extent, extent]^d``, ``y ~ N(0, 1)`` seeded."""
+
+    KIND: ClassVar[str] = "grid"
+    d: int = 2
+    points_per_axis: int = 3
+    extent: float = 1.0
+    seed: int = 0
+
+    def _validated(self, src: str, base_dir) -> GridData:
+        t = dataclasses.asdict(self)
+        _num(t, "d", src, "data", integer=True, minimum=1)
+        _num(t, "points_per_axis", src, "data", integer=True, minimum=1)
+        _num(t, "extent", src, "data", positive=True)
+        _num(t, "seed", src, "data", integer=True, nonneg=True)
+        _check(self.points_per_axis ** self.d <= MAX_POINTS, src, "data.points_per_axis",
+               f"points_per_axis**d = {self.points_per_axis}**{self.d} exceeds "
+               f"{MAX_POINTS} points")
+        return dataclasses.replace(self, extent=float(self.extent))
+
+
+@dataclass(frozen=True)
+class InlineData:
+    """``kind = "inline"``: the points written in the config, ``X`` rows and ``y``."""
+
+    KIND: ClassVar[str] = "inline"
+    X: list
+    y: list
+
+    def _validated(self, src: str, base_dir) -> InlineData:
+        _check(isinstance(self.X, list) and len(self.X) > 0, src, "data.X",
+               "must be a non-empty list of rows")
+        _check(isinstance(self.y, list), src, "data.y", "must be a list of numbers")
+        rows = [r if isinstance(r, list) else [r] for r in self.X]
+        for i, r in enumerate(rows):
+            for v in r:
+                _check(_is_num(v), src, f"data.X[{i}]", f"must hold numbers, got {v!r}")
+        for i, v in enumerate(self.y):
+            _check(_is_num(v), src, f"data.y[{i}]", f"must be a number, got {v!r}")
+        return InlineData([[float(v) for v in r] for r in rows], [float(v) for v in self.y])
+
+
+#: The ``[data]`` kinds and their tables.
+DATA_KINDS: dict[str, type] = {c.KIND: c for c in (FileData, TwoPointData, GaussianData,
+                                                     GridData, InlineData)}
+
+DataConfig = FileData | TwoPointData | GaussianData | GridData | InlineData
+
+
+def data_from_table(raw: Any, src: str, base_dir: str | os.PathLike = ".") -> DataConfig:
+    """Validate the ``[data]`` table.
+
+    Parameters
+    ----------
+    raw : dict
+        The table as parsed.
+    src : str
+        The config's name, for error messages.
+    base_dir : path-like
+        Directory against which a relative ``path`` is resolved.
+
+    Returns
+    -------
+    FileData, TwoPointData, GaussianData, GridData or InlineData
+
+    Raises
+    ------
+    ConfigError
+        Missing or unknown ``kind``, unknown or missing keys, invalid values.
+    """
+    data_raw = dict(raw)
+    _check("kind" in data_raw, src, "data.kind", f"missing; one of {', '.join(DATA_KINDS)}")
+    kind = data_raw.pop("kind")
+    _check(isinstance(kind, str) and kind in DATA_KINDS, src, "data.kind",
+           f"must be one of {', '.join(repr(k) for k in DATA_KINDS)}, got {kind!r}"
+           + (_suggest(kind, DATA_KINDS) if isinstance(kind, str) else ""))
+    cls = DATA_KINDS[kind]
+    allowed = _defaults(cls)
+    for k in data_raw:
+        _check(k in allowed, src, f"data.{k}", f"unknown key for kind '{kind}'"
+               f"{_suggest(k, allowed)}; valid keys: {', '.join(allowed) or '(none)'}")
+    for k, dflt in allowed.items():
+        _check(k in data_raw or dflt is not None, src, f"data.{k}",
+               f"missing (required for kind '{kind}')")
+    return cls(**_filled(data_raw, cls))._validated(src, base_dir)
+
+
+# --- [model], [dynamics], [output] -------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The ``[model]`` table: the network and its initialisation.
+
+    Attributes
+    ----------
+    activation : {"relu", "softplus", "capped"}
+        ``σ`` (THEORY §3).
+    n_particles : int
+        Number of particles (neurons) ``N >= 1``.
+    init_scale : float
+        Initial particles ``N(0, init_scale² I)``, ``> 0``.
+    sharpness : float
+        Softplus sharpness ``t`` (softplus and capped), ``> 0``.
+    cap : float
+        Cap parameter ``m`` of the capped activation, ``> 0``.
+    """
+
+    activation: str = "relu"
+    n_particles: int = 4000
+    init_scale: float = 1.0
+    sharpness: float = 10.0
+    cap: float = 3.0
+
+    @classmethod
+    def from_table(cls, raw: dict, src: str) -> ModelConfig:
+        """Validate the table (keys already checked); raises :class:`ConfigError`."""
+        m = _filled(raw, cls)
+        _check(isinstance(m["activation"], str) and m["activation"] in ACTIVATIONS, src,
+               "model.activation",
+               f"must be one of {', '.join(ACTIVATIONS)}, got {m['activation']!r}")
+        _num(m, "n_particles", src, "model", integer=True, minimum=1)
+        for k in ("init_scale", "sharpness", "cap"):
+            _num(m, k, src, "model", positive=True)
+            m[k] = float(m[k])
+        return cls(**m)
+
+
+@dataclass(frozen=True)
+class DynamicsConfig:
+    """The ``[dynamics]`` table: the Langevin dynamics and its temperature ladder.
+
+    Attributes
+    ----------
+    lam : float
+        Weight decay ``λ > 0``.
+    eta : float
+        Step size ``η > 0`` (``η λ < 2``).
+    taus : tuple of float
+        Temperatures ``τ >= 0``, hot to cold.
+    steps_per_tau : int
+        Steps per temperature, ``>= 1``.
+    batch_size : int
+        ``0`` for full batch, else the minibatch size.
+    seed : int
+        Key of the noise, the minibatches and the initial particles, ``0 <= seed < 2**63``.
+    """
+
+    lam: float = 0.05
+    eta: float = 0.05
+    taus: tuple[float, ...] = (1e-2, 1e-3, 1e-4)
+    steps_per_tau: int = 40000
+    batch_size: int = 0
+    seed: int = 0
+
+    @classmethod
+    def from_table(cls, raw: dict, src: str) -> DynamicsConfig:
+        """Validate the table (keys already checked); raises :class:`ConfigError`."""
+        dyn = _filled(raw, cls)
+        _num(dyn, "lam", src, "dynamics", positive=True)
+        _num(dyn, "eta", src, "dynamics", positive=True)
+        taus = dyn["taus"]
+        if _is_num(taus):
+            taus = [taus]
+        _check(isinstance(taus, (list, tuple)) and len(taus) > 0, src, "dynamics.taus",
+               "must be a non-empty list of temperatures")
+        for i, t in enumerate(taus):
+            _check(_is_num(t) and math.isfinite(float(t)), src, f"dynamics.taus[{i}]",
+                   f"must be a finite number, got {t!r}")
+            _check(t >= 0, src, f"dynamics.taus[{i}]", f"temperature must be >= 0, got {t!r}")
+        dyn["taus"] = tuple(float(t) for t in taus)
+        _num(dyn, "steps_per_tau", src, "dynamics", integer=True, minimum=1)
+        _num(dyn, "batch_size", src, "dynamics", integer=True, nonneg=True)
+        _num(dyn, "seed", src, "dynamics", integer=True, nonneg=True)
+        _check(dyn["seed"] < 2**63, src, "dynamics.seed", "must be < 2**63")
+        dyn["lam"] = float(dyn["lam"])
+        dyn["eta"] = float(dyn["eta"])
+        _check(dyn["eta"] * dyn["lam"] < 2.0, src, "dynamics.eta",
+               f"eta*lam = {dyn['eta'] * dyn['lam']:g} >= 2 makes the weight-decay step unstable")
+        return cls(**dyn)
+
+
+@dataclass(frozen=True)
+class OutputConfig:
+    """The ``[output]`` table: what the run file records and how often a checkpoint is taken.
+
+    Attributes
+    ----------
+    observe_every : int
+        An observation every this many steps, ``>= 1``.
+    snapshots_per_tau : int
+        Snapshot frames per temperature, ``1 <= snapshots_per_tau <= steps_per_tau``.
+    checkpoint_every : int
+        A checkpoint every this many steps, ``>= 1``.
+    """
+
+    observe_every: int = 100
+    snapshots_per_tau: int = 1
+    checkpoint_every: int = 10000
+
+    @classmethod
+    def from_table(cls, raw: dict, src: str, dynamics: DynamicsConfig) -> OutputConfig:
+        """Validate the table (keys already checked) against ``dynamics``; raises
+        :class:`ConfigError`."""
+        out = _filled(raw, cls)
+        _num(out, "observe_every", src, "output", integer=True, minimum=1)
+        _num(out, "snapshots_per_tau", src, "output", integer=True, minimum=1)
+        _num(out, "checkpoint_every", src, "output", integer=True, minimum=1)
+        _check(out["snapshots_per_tau"] <= dynamics.steps_per_tau, src,
+               "output.snapshots_per_tau",
+               f"must be <= dynamics.steps_per_tau ({dynamics.steps_per_tau})")
+        return cls(**out)
+
+
+#: The tables of a config and their dataclasses (``[data]``: :data:`DATA_KINDS`).
+TABLES: dict[str, type] = {"model": ModelConfig, "dynamics": DynamicsConfig,
+                           "output": OutputConfig}
+SECTIONS = ("data", *TABLES)
+
+
+def table_keys(section: str) -> list[str]:
+    """The keys a table may hold (``data``: those of every kind, and ``kind``).
+
+    Parameters
+    ----------
+    section : {"data", "model", "dynamics", "output"}
+        The table.
+
+    Returns
+    -------
+    list of str
+        In the order of the schema (``data``: sorted).
+
+    Raises
+    ------
+    KeyError
+        For an unknown table.
+    """
+    if section == "data":
+        keys = {"kind"}
+        for cls in DATA_KINDS.values():
+            keys.update(_defaults(cls))
+        return sorted(keys)
+    return list(_defaults(TABLES[section]))
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """A validated run configuration.
+
+    Attributes
+    ----------
+    data : FileData, TwoPointData, GaussianData, GridData or InlineData
+        The ``[data]`` table (a file ``path`` resolved to an absolute path).
+    model : ModelConfig
+    dynamics : DynamicsConfig
+    output : OutputConfig
+    source : str
+        Where the config came from (a path, or ``"<embedded default>"``).
+    """
+
+    data: DataConfig
+    model: ModelConfig = ModelConfig()
+    dynamics: DynamicsConfig = DynamicsConfig()
+    output: OutputConfig = OutputConfig()
+    source: str = "<config>"
+    base_dir: str = field(default=".", repr=False)
+
+    def as_dict(self) -> dict:
+        """The canonical config as a plain dict (the four tables)."""
+        dyn = dataclasses.asdict(self.dynamics)
+        dyn["taus"] = list(dyn["taus"])
+        return {"data": {"kind": self.data.KIND, **dataclasses.asdict(self.data)},
+                "model": dataclasses.asdict(self.model), "dynamics": dyn,
+                "output": dataclasses.asdict(self.output)}
+
+    def canonical_json(self) -> str:
+        """Canonical JSON (sorted keys, no whitespace): equal configs give equal strings."""
+        return json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"))
+
+    def hash(self) -> str:
+        """First 12 hex digits of the SHA-256 of :meth:`canonical_json`."""
+        return hashlib.sha256(self.canonical_json().encode()).hexdigest()[:12]
+
+    def physics_hash(self) -> str:
+        """Hash of everything that changes the trajectory (``output`` excluded).
+
+        Used to refuse a resume under a config that would not reproduce the same run.
+        """
+        d = self.as_dict()
+        d["output"] = {k: v for k, v in d["output"].items() if k != "checkpoint_every"}
+        s = json.dumps(d, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(s.encode()).hexdigest()[:12]
+
+    @property
+    def n_particles(self) -> int:
+        """``model.n_particles``."""
+        return self.model.n_particles
+
+    @property
+    def taus(self) -> list[float]:
+        """``dynamics.taus`` as a list."""
+        return list(self.dynamics.taus)
+
+    @property
+    def schedule(self) -> Schedule:
+        """The temperature ladder of the run (:class:`solvers.schedule.Schedule`)."""
+        return Schedule(self.dynamics.taus, self.dynamics.steps_per_tau,
+                        self.output.observe_every, self.output.snapshots_per_tau)
+
+
 def validate(raw: dict, source: str = "<config>", base_dir: str | os.PathLike = ".") -> RunConfig:
     """Validate a parsed config dict and fill in defaults.
 
@@ -182,120 +503,14 @@ def validate(raw: dict, source: str = "<config>", base_dir: str | os.PathLike = 
     for sec in SECTIONS:
         if sec in raw:
             _check(isinstance(raw[sec], dict), src, sec, f"must be a table ([{sec}])")
-
-    # [data]
     _check("data" in raw, src, "data", "missing table [data]")
-    data_raw = dict(raw["data"])
-    _check("kind" in data_raw, src, "data.kind",
-           f"missing; one of {', '.join(DATA_KINDS)}")
-    kind = data_raw["kind"]
-    _check(isinstance(kind, str) and kind in DATA_KINDS, src, "data.kind",
-           f"must be one of {', '.join(repr(k) for k in DATA_KINDS)}, got {kind!r}"
-           + (_suggest(kind, DATA_KINDS) if isinstance(kind, str) else ""))
-    allowed = DATA_KINDS[kind]
-    for k in data_raw:
-        if k == "kind":
-            continue
-        _check(k in allowed, src, f"data.{k}", f"unknown key for kind '{kind}'"
-               f"{_suggest(k, allowed)}; valid keys: {', '.join(allowed) or '(none)'}")
-    data = {"kind": kind}
-    for k, dflt in allowed.items():
-        if k not in data_raw:
-            _check(dflt is not None, src, f"data.{k}", f"missing (required for kind '{kind}')")
-            data[k] = copy.deepcopy(dflt)
-        else:
-            data[k] = copy.deepcopy(data_raw[k])
-    if kind == "file":
-        p = data["path"]
-        _check(isinstance(p, str) and p != "", src, "data.path", "must be a non-empty string")
-        path = Path(p)
-        if not path.is_absolute():
-            path = Path(base_dir) / path
-        data["path"] = str(path.resolve())
-    elif kind == "two_point":
-        _num(data, "d", src, "data", integer=True, minimum=1)
-        _num(data, "norm", src, "data", positive=True)
-        _check(data["labels"] in ("even", "odd"), src, "data.labels",
-               f"must be 'even' or 'odd', got {data['labels']!r}")
-        _num(data, "y", src, "data")
-        data["norm"] = float(data["norm"])
-        data["y"] = float(data["y"])
-    elif kind == "gaussian":
-        _num(data, "n", src, "data", integer=True, minimum=1)
-        _num(data, "d", src, "data", integer=True, minimum=1)
-        _num(data, "seed", src, "data", integer=True, nonneg=True)
-        _check(data["n"] * data["d"] <= MAX_POINTS * 10, src, "data.n",
-               f"n*d = {data['n'] * data['d']} exceeds {MAX_POINTS * 10} values")
-    elif kind == "grid":
-        _num(data, "d", src, "data", integer=True, minimum=1)
-        _num(data, "points_per_axis", src, "data", integer=True, minimum=1)
-        _num(data, "extent", src, "data", positive=True)
-        _num(data, "seed", src, "data", integer=True, nonneg=True)
-        _check(data["points_per_axis"] ** data["d"] <= MAX_POINTS, src, "data.points_per_axis",
-               f"points_per_axis**d = {data['points_per_axis']}**{data['d']} exceeds "
-               f"{MAX_POINTS} points")
-        data["extent"] = float(data["extent"])
-    elif kind == "inline":
-        _check(isinstance(data["X"], list) and len(data["X"]) > 0, src, "data.X",
-               "must be a non-empty list of rows")
-        _check(isinstance(data["y"], list), src, "data.y", "must be a list of numbers")
-        rows = [r if isinstance(r, list) else [r] for r in data["X"]]
-        for i, r in enumerate(rows):
-            for v in r:
-                _check(_is_num(v), src, f"data.X[{i}]", f"must hold numbers, got {v!r}")
-        for i, v in enumerate(data["y"]):
-            _check(_is_num(v), src, f"data.y[{i}]", f"must be a number, got {v!r}")
-        data["X"] = [[float(v) for v in r] for r in rows]
-        data["y"] = [float(v) for v in data["y"]]
-
-    tables = {"data": data}
-    for sec in ("model", "dynamics", "output"):
-        tbl_raw = raw.get(sec, {})
-        for k in tbl_raw:
-            _check(k in DEFAULTS[sec], src, f"{sec}.{k}", f"unknown key{_suggest(k, DEFAULTS[sec])}"
-                   f"; valid keys: {', '.join(DEFAULTS[sec])}")
-        tbl = copy.deepcopy(DEFAULTS[sec])
-        tbl.update(copy.deepcopy(tbl_raw))
-        tables[sec] = tbl
-
-    m, dyn, out = tables["model"], tables["dynamics"], tables["output"]
-    _check(isinstance(m["activation"], str) and m["activation"] in ACTIVATIONS, src,
-           "model.activation", f"must be one of {', '.join(ACTIVATIONS)}, got {m['activation']!r}")
-    _num(m, "n_particles", src, "model", integer=True, minimum=1)
-    _num(m, "init_scale", src, "model", positive=True)
-    _num(m, "sharpness", src, "model", positive=True)
-    _num(m, "cap", src, "model", positive=True)
-    for k in ("init_scale", "sharpness", "cap"):
-        m[k] = float(m[k])
-
-    _num(dyn, "lam", src, "dynamics", positive=True)
-    _num(dyn, "eta", src, "dynamics", positive=True)
-    taus = dyn["taus"]
-    if _is_num(taus):
-        taus = [taus]
-    _check(isinstance(taus, list) and len(taus) > 0, src, "dynamics.taus",
-           "must be a non-empty list of temperatures")
-    for i, t in enumerate(taus):
-        _check(_is_num(t) and math.isfinite(float(t)), src, f"dynamics.taus[{i}]",
-               f"must be a finite number, got {t!r}")
-        _check(t >= 0, src, f"dynamics.taus[{i}]", f"temperature must be >= 0, got {t!r}")
-    dyn["taus"] = [float(t) for t in taus]
-    _num(dyn, "steps_per_tau", src, "dynamics", integer=True, minimum=1)
-    _num(dyn, "batch_size", src, "dynamics", integer=True, nonneg=True)
-    _num(dyn, "seed", src, "dynamics", integer=True, nonneg=True)
-    _check(dyn["seed"] < 2**63, src, "dynamics.seed", "must be < 2**63")
-    dyn["lam"] = float(dyn["lam"])
-    dyn["eta"] = float(dyn["eta"])
-    _check(dyn["eta"] * dyn["lam"] < 2.0, src, "dynamics.eta",
-           f"eta*lam = {dyn['eta'] * dyn['lam']:g} >= 2 makes the weight-decay step unstable")
-
-    _num(out, "observe_every", src, "output", integer=True, minimum=1)
-    _num(out, "snapshots_per_tau", src, "output", integer=True, minimum=1)
-    _num(out, "checkpoint_every", src, "output", integer=True, minimum=1)
-    _check(out["snapshots_per_tau"] <= dyn["steps_per_tau"], src, "output.snapshots_per_tau",
-           f"must be <= dynamics.steps_per_tau ({dyn['steps_per_tau']})")
-
-    return RunConfig(data=data, model=m, dynamics=dyn, output=out, source=src,
+    data = data_from_table(raw["data"], src, base_dir)
+    for sec, cls in TABLES.items():
+        _check_keys(raw.get(sec, {}), cls, src, sec)
+    model = ModelConfig.from_table(raw.get("model", {}), src)
+    dynamics = DynamicsConfig.from_table(raw.get("dynamics", {}), src)
+    output = OutputConfig.from_table(raw.get("output", {}), src, dynamics)
+    return RunConfig(data=data, model=model, dynamics=dynamics, output=output, source=src,
                      base_dir=str(base_dir))
 
 

@@ -70,9 +70,9 @@ def small_run(tmp_path_factory):
 
 
 def test_distances_on_a_run(small_run):
+    from analysis.time_average import time_average_predictor
     from solvers.convex import convex
     from solvers.gibbs import gibbs
-    from analysis.time_average import time_average_predictor
     run = small_run
     assert [stage_of_frame(run, k) for k in range(run.n_frames)] == [0, 0, 1, 1]
     for stage, tau in enumerate([0.04, 0.02]):

@@ -97,15 +97,6 @@ def _flatten(tbl: dict, prefix: str = ""):
             yield name, v
 
 
-def _axis_keys(section: str):
-    if section == "data":
-        keys = {"kind"}
-        for allowed in _config.DATA_KINDS.values():
-            keys.update(allowed)
-        return sorted(keys)
-    return list(_config.DEFAULTS[section])
-
-
 def _check_axis(src: str, name: str, values) -> list:
     fld = f"sweep.{name}"
     parts = name.split(".")
@@ -115,7 +106,7 @@ def _check_axis(src: str, name: str, values) -> list:
     if sec not in _config.SECTIONS:
         raise StudyError(src, fld, f"unknown table '{sec}'{_suggest(sec, _config.SECTIONS)}; "
                                    f"valid tables: {', '.join(_config.SECTIONS)}")
-    allowed = _axis_keys(sec)
+    allowed = _config.table_keys(sec)
     if key not in allowed:
         full = [f"{sec}.{k}" for k in allowed]
         raise StudyError(src, fld, f"unknown key{_suggest(name, full)}; valid keys of [{sec}]: "

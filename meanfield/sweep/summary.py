@@ -50,11 +50,6 @@ def _per_run_analysis():
     return report.analyze_run
 
 
-def _stage_bounds(run, stage):
-    T = int(run.config["dynamics"]["steps_per_tau"])
-    return stage * T, (stage + 1) * T
-
-
 def _observable_summary(run) -> dict:
     """Per-stage risk (time average over the last :data:`RISK_WINDOW` of the stage) and the
     index of the stage's last snapshot frame, from the run file alone."""
@@ -62,9 +57,10 @@ def _observable_summary(run) -> dict:
     steps = run.observables["risk"]["step"]
     risk_v = run.observables["risk"]["value"]
     risk, frames = [], []
+    schedule = run.schedule
     for s in range(len(taus)):
-        lo, hi = _stage_bounds(run, s)
-        cut = lo + int(math.floor((1 - RISK_WINDOW) * (hi - lo)))
+        lo, hi = schedule.stage_bounds(s)
+        cut, _ = schedule.last_part(s, RISK_WINDOW)
         sel = (steps > cut) & (steps <= hi)
         risk.append(float(np.mean(risk_v[sel])) if np.any(sel) else float("nan"))
         fr = np.nonzero((run.frame_step > lo) & (run.frame_step <= hi))[0]
@@ -123,7 +119,7 @@ def run_summary(path) -> dict:
     analyze_run = _per_run_analysis()
     if analyze_run is not None:
         rep = analyze_run(str(path))
-        bounds = [_stage_bounds(run, s) for s in range(len(out["taus"]))]
+        bounds = [run.schedule.stage_bounds(s) for s in range(len(out["taus"]))]
         out["n_rays"], out["n_hyperplanes"] = _jk_from_report(rep, bounds)
         out["bound_2P_minus_1"] = rep.get("bound_2P_minus_1")
         out["source"] = "meanfield.report"
