@@ -107,6 +107,18 @@ def _filled(tbl: dict, cls) -> dict[str, Any]:
 
 # --- [data] ---------------------------------------------------------------------------------
 
+_INT1 = {"integer": True, "minimum": 1}
+_POSITIVE = {"positive": True}
+_SEED = {"integer": True, "nonneg": True}
+
+
+def _nums(table, src: str, **checks) -> None:
+    """:func:`_num` on fields of a ``[data]`` table, in the order given."""
+    values = dataclasses.asdict(table)
+    for key, kw in checks.items():
+        _num(values, key, src, "data", **kw)
+
+
 @dataclass(frozen=True)
 class FileData:
     """``kind = "file"``: a CSV, ``.npy`` or ``.npz`` file (``meanfield.data.load_file``)."""
@@ -134,12 +146,10 @@ class TwoPointData:
     y: float = 1.0
 
     def _validated(self, src: str, base_dir) -> TwoPointData:
-        t = dataclasses.asdict(self)
-        _num(t, "d", src, "data", integer=True, minimum=1)
-        _num(t, "norm", src, "data", positive=True)
+        _nums(self, src, d=_INT1, norm=_POSITIVE)
         _check(self.labels in ("even", "odd"), src, "data.labels",
                f"must be 'even' or 'odd', got {self.labels!r}")
-        _num(t, "y", src, "data")
+        _nums(self, src, y={})
         return dataclasses.replace(self, norm=float(self.norm), y=float(self.y))
 
 
@@ -153,10 +163,7 @@ class GaussianData:
     seed: int = 0
 
     def _validated(self, src: str, base_dir) -> GaussianData:
-        t = dataclasses.asdict(self)
-        _num(t, "n", src, "data", integer=True, minimum=1)
-        _num(t, "d", src, "data", integer=True, minimum=1)
-        _num(t, "seed", src, "data", integer=True, nonneg=True)
+        _nums(self, src, n=_INT1, d=_INT1, seed=_SEED)
         _check(self.n * self.d <= MAX_POINTS * 10, src, "data.n",
                f"n*d = {self.n * self.d} exceeds {MAX_POINTS * 10} values")
         return self
@@ -173,11 +180,7 @@ class GridData:
     seed: int = 0
 
     def _validated(self, src: str, base_dir) -> GridData:
-        t = dataclasses.asdict(self)
-        _num(t, "d", src, "data", integer=True, minimum=1)
-        _num(t, "points_per_axis", src, "data", integer=True, minimum=1)
-        _num(t, "extent", src, "data", positive=True)
-        _num(t, "seed", src, "data", integer=True, nonneg=True)
+        _nums(self, src, d=_INT1, points_per_axis=_INT1, extent=_POSITIVE, seed=_SEED)
         _check(self.points_per_axis ** self.d <= MAX_POINTS, src, "data.points_per_axis",
                f"points_per_axis**d = {self.points_per_axis}**{self.d} exceeds "
                f"{MAX_POINTS} points")
@@ -292,7 +295,9 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class DynamicsConfig:
-    """The ``[dynamics]`` table: the Langevin dynamics and its temperature ladder.
+    """The ``[dynamics]`` table.
+
+    The Langevin dynamics (THEORY §2) and its temperature ladder.
 
     Attributes
     ----------
@@ -346,7 +351,9 @@ class DynamicsConfig:
 
 @dataclass(frozen=True)
 class OutputConfig:
-    """The ``[output]`` table: what the run file records and how often a checkpoint is taken.
+    """The ``[output]`` table.
+
+    What the run file records, and how often a checkpoint is taken.
 
     Attributes
     ----------

@@ -158,10 +158,12 @@ def plot_directions(path, theta, rays=None, title=""):
     rays : list of analysis.rays.Ray, optional
         Marked at their mean direction (``Ray.direction``, ``Ray.sign``).
     title : str
+        Figure title (default: what is shown).
 
     Returns
     -------
-    path, or ``None`` (nothing drawn) when ``d > 2``.
+    path or None
+        ``None`` (nothing drawn) when ``d > 2``.
 
     Notes
     -----
