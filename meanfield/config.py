@@ -155,7 +155,10 @@ class TwoPointData:
 
 @dataclass(frozen=True)
 class GaussianData:
-    """``kind = "gaussian"``: ``x_j ~ N(0, I_d)``, ``y_j ~ N(0, 1)``, seeded."""
+    """``kind = "gaussian"``: ``x_j ~ N(0, I_d)`` and ``y_j ~ N(0, 1)``, i.i.d.
+
+    Seeded by ``seed`` (NumPy ``default_rng``); at most ``10 · MAX_POINTS`` values ``n d``.
+    """
 
     KIND: ClassVar[str] = "gaussian"
     n: int = 10
@@ -255,8 +258,21 @@ def data_from_table(raw: Any, src: str, base_dir: str | os.PathLike = ".") -> Da
 
 # --- [model], [dynamics], [output] -------------------------------------------------------------
 
+class _Table:
+    """A config table: the fields of the dataclass are its keys, their defaults its defaults."""
+
+    @classmethod
+    def from_table(cls, raw: dict, src: str, **context):
+        """Validate ``raw`` (keys already checked) with the defaults filled in.
+
+        ``context`` holds the tables validated before (``dynamics`` for ``[output]``).
+        Raises :class:`ConfigError`.
+        """
+        return cls(**cls._checked(_filled(raw, cls), src, **context))
+
+
 @dataclass(frozen=True)
-class ModelConfig:
+class ModelConfig(_Table):
     """The ``[model]`` table: the network and its initialisation.
 
     Attributes
@@ -279,10 +295,8 @@ class ModelConfig:
     sharpness: float = 10.0
     cap: float = 3.0
 
-    @classmethod
-    def from_table(cls, raw: dict, src: str) -> ModelConfig:
-        """Validate the table (keys already checked); raises :class:`ConfigError`."""
-        m = _filled(raw, cls)
+    @staticmethod
+    def _checked(m: dict, src: str) -> dict:
         _check(isinstance(m["activation"], str) and m["activation"] in ACTIVATIONS, src,
                "model.activation",
                f"must be one of {', '.join(ACTIVATIONS)}, got {m['activation']!r}")
@@ -290,11 +304,11 @@ class ModelConfig:
         for k in ("init_scale", "sharpness", "cap"):
             _num(m, k, src, "model", positive=True)
             m[k] = float(m[k])
-        return cls(**m)
+        return m
 
 
 @dataclass(frozen=True)
-class DynamicsConfig:
+class DynamicsConfig(_Table):
     """The ``[dynamics]`` table.
 
     The Langevin dynamics (THEORY §2) and its temperature ladder.
@@ -322,10 +336,8 @@ class DynamicsConfig:
     batch_size: int = 0
     seed: int = 0
 
-    @classmethod
-    def from_table(cls, raw: dict, src: str) -> DynamicsConfig:
-        """Validate the table (keys already checked); raises :class:`ConfigError`."""
-        dyn = _filled(raw, cls)
+    @staticmethod
+    def _checked(dyn: dict, src: str) -> dict:
         _num(dyn, "lam", src, "dynamics", positive=True)
         _num(dyn, "eta", src, "dynamics", positive=True)
         taus = dyn["taus"]
@@ -346,11 +358,11 @@ class DynamicsConfig:
         dyn["eta"] = float(dyn["eta"])
         _check(dyn["eta"] * dyn["lam"] < 2.0, src, "dynamics.eta",
                f"eta*lam = {dyn['eta'] * dyn['lam']:g} >= 2 makes the weight-decay step unstable")
-        return cls(**dyn)
+        return dyn
 
 
 @dataclass(frozen=True)
-class OutputConfig:
+class OutputConfig(_Table):
     """The ``[output]`` table.
 
     What the run file records, and how often a checkpoint is taken.
@@ -369,18 +381,15 @@ class OutputConfig:
     snapshots_per_tau: int = 1
     checkpoint_every: int = 10000
 
-    @classmethod
-    def from_table(cls, raw: dict, src: str, dynamics: DynamicsConfig) -> OutputConfig:
-        """Validate the table (keys already checked) against ``dynamics``; raises
-        :class:`ConfigError`."""
-        out = _filled(raw, cls)
+    @staticmethod
+    def _checked(out: dict, src: str, dynamics: DynamicsConfig) -> dict:
         _num(out, "observe_every", src, "output", integer=True, minimum=1)
         _num(out, "snapshots_per_tau", src, "output", integer=True, minimum=1)
         _num(out, "checkpoint_every", src, "output", integer=True, minimum=1)
         _check(out["snapshots_per_tau"] <= dynamics.steps_per_tau, src,
                "output.snapshots_per_tau",
                f"must be <= dynamics.steps_per_tau ({dynamics.steps_per_tau})")
-        return cls(**out)
+        return out
 
 
 #: The tables of a config and their dataclasses (``[data]``: :data:`DATA_KINDS`).
@@ -516,7 +525,7 @@ def validate(raw: dict, source: str = "<config>", base_dir: str | os.PathLike = 
         _check_keys(raw.get(sec, {}), cls, src, sec)
     model = ModelConfig.from_table(raw.get("model", {}), src)
     dynamics = DynamicsConfig.from_table(raw.get("dynamics", {}), src)
-    output = OutputConfig.from_table(raw.get("output", {}), src, dynamics)
+    output = OutputConfig.from_table(raw.get("output", {}), src, dynamics=dynamics)
     return RunConfig(data=data, model=model, dynamics=dynamics, output=output, source=src,
                      base_dir=str(base_dir))
 
