@@ -12,8 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
-from meanfield.config import FileData, GaussianData, GridData, InlineData, RunConfig, TwoPointData
+from meanfield.config import RunConfig
 from meanfield.errors import DataError
+from meanfield.tables import FileData, GaussianData, GridData, InlineData, TwoPointData
 from solvers.geometry import lifted
 from solvers.inputs import check_xy
 
