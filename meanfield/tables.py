@@ -209,10 +209,8 @@ def data_from_table(raw: Any, src: str, base_dir: str | os.PathLike = ".") -> Da
     ----------
     raw : dict
         The table as parsed.
-    src : str
-        The config's name, for error messages.
-    base_dir : path-like
-        Directory against which a relative ``path`` is resolved.
+    src, base_dir
+        The config's name and folder (a relative ``path`` is resolved against it).
 
     Returns
     -------
@@ -413,12 +411,9 @@ def validate_tables(raw: Any, src: str, base_dir: str | os.PathLike = ".") -> tu
 
     Parameters
     ----------
-    raw : dict
-        The parsed TOML document.
-    src : str
-        Name of the file, used in error messages.
-    base_dir : path-like
-        Directory against which a relative ``data.path`` is resolved.
+    raw, src, base_dir
+        The parsed TOML document, its name and folder, as for
+        :func:`meanfield.config.validate`.
 
     Returns
     -------
