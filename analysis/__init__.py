@@ -1,5 +1,7 @@
 """Analysis of runs and studies ([LJM26], [SKM22], [LWTM26]; THEORY §4, §6–§8, §10).
 
+- :func:`analyze`: everything ``meanfield analyze`` computes for a run (rays, kinks, ``P``,
+  Theorem 6, ``W2``, the references), as a :class:`RunAnalysis`;
 - :func:`find_rays`, :func:`data_kinks`: rays of a particle snapshot and their kink
   hyperplanes decided against the data (:func:`kink_hyperplanes`: without the data);
 - :func:`convex_counts`, :func:`ray_sensitivity`: the convex reference's ray and kink counts
@@ -20,6 +22,8 @@ and POT load on first use.
 from solvers._lazy import exports
 
 _EXPORTS = {
+    "analyze": "analysis.run_analysis:analyze",
+    "RunAnalysis": "analysis.run_analysis:RunAnalysis",
     "find_rays": "analysis.rays:find_rays",
     "kink_hyperplanes": "solvers.geometry:kink_hyperplanes",
     "data_kinks": "analysis.kinks:data_kinks",

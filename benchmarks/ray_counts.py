@@ -148,7 +148,7 @@ def _stage_rays(run, stage):
     """Rays of the last snapshot of ``stage`` (with the analysis' default thresholds)."""
     from analysis.kinks import data_kinks
     from analysis.rays import find_rays
-    from meanfield.report import frame_ray_kw
+    from analysis.run_analysis import frame_ray_kw
     T = int(run.config["dynamics"]["steps_per_tau"])
     k = [k for k in range(run.n_frames) if (int(run.frame_step[k]) - 1) // T == stage][-1]
     theta = run.frame(k)
@@ -245,7 +245,7 @@ def analyse_cell(path: Path, name: str, N: int, seed: int, with_sensitivity: boo
     sens = None
     if with_sensitivity:
         from analysis.ray_checks import sensitivity
-        from meanfield.report import frame_ray_kw
+        from analysis.run_analysis import frame_ray_kw
         T = int(dyn["steps_per_tau"])
         k = [k for k in range(run.n_frames) if (int(run.frame_step[k]) - 1) // T == stage][-1]
         sens = sensitivity(theta, run.X, frame_ray_kw(run, k), conv=conv)
