@@ -374,6 +374,29 @@ class QMCGibbsSolution(GibbsSolution):
     _seeds: list = field(default=None, repr=False)
     _Rs: list = field(default=None, repr=False)
 
+    def sample_particles(self, N: int, seed: int = 0) -> np.ndarray:
+        """``N`` particles drawn from the stationary measure, rows ``(a, w_1..w_d, b)``.
+
+        Directions by sampling-importance-resampling from the first randomization's points
+        (``∝ W (1 − G²)^{−(d+1)/2}``), then (THEORY §5) ``r² ~ Gamma((d+1)/2,
+        2τ/(λ(1 − G²)))`` and ``a | r, v ~ N(−r G, τ/λ)``.
+
+        Returns
+        -------
+        ndarray of shape (N, d+2)
+        """
+        rng = np.random.default_rng(seed)
+        ref = self._ref
+        V, W = self._proposal.sample(self._seeds[0])
+        G = ref._G(V, self._Rs[0])
+        om = (1.0 - G) * (1.0 + G)
+        pr = W * ref._h(om)
+        idx = rng.choice(len(pr), size=int(N), p=pr / pr.sum())
+        v, g, o = V[idx], G[idx], om[idx]
+        r = np.sqrt(rng.gamma(ref.p, 2 * self.tau / (self.lam * o)))
+        a = -r * g + math.sqrt(self.tau / self.lam) * rng.standard_normal(int(N))
+        return np.column_stack([a, r[:, None] * v])
+
     def as_dict(self) -> dict:
         out = super().as_dict()
         out.update({"method": "qmc", "f_stderr": [float(v) for v in self.f_stderr],
@@ -423,6 +446,9 @@ class QMCGibbsReference(GibbsReference):
             raise GibbsInputError("<gibbs>", "randomizations",
                                   f"at least 2 are needed for an error bar, got {randomizations}")
         super().__init__(X, y, lam, **kw)
+        # Newton on a sample needs to converge only far below the sampling error (and the
+        # round-off eps/(1 − max|G|) of 1 − G² bounds what it can reach)
+        self.tol = max(self.tol, 1e-3 * float(rtol))
         self.target_rtol = float(rtol)
         self.K = int(randomizations)
         self.points = 2 ** max(4, int(round(math.log2(points))))
@@ -515,6 +541,14 @@ class QMCGibbsReference(GibbsReference):
                 for k in range(self.K + self.max_adapt)]
 
     # -- one temperature -----------------------------------------------------------------------
+    def _towards(self, R, R1):
+        """Half the furthest feasible point ``R + 2^{-i}(R1 − R)`` from feasible ``R``
+        (``max|G_R|`` is convex in ``R``, so the segment up to it is feasible)."""
+        s = 1.0
+        while s > 1e-3 and self.exact_max_abs_G(R + s * (R1 - R)) >= 1.0 - 1e-12:
+            s *= 0.5
+        return R + 0.5 * s * (R1 - R)
+
     def _adapt(self, R, tau_prev, tau, seeds, M, depth=0):
         """Newton on pilot samples, the proposal rebuilt at each result, until Newton converges
         and the peaks stay put; else through an intermediate temperature (``√(τ_prev τ)``, or
@@ -530,10 +564,7 @@ class QMCGibbsReference(GibbsReference):
                 # the sample's optimum lies beyond the true barrier (the proposal missed a
                 # sharper peak): restart at the furthest feasible point of R + 2^-i (R1 − R)
                 # (max|G_R| is convex in R), with the proposal built there
-                s = 1.0
-                while s > 1e-3 and self.exact_max_abs_G(R + s * (R1 - R)) >= 1.0 - 1e-12:
-                    s *= 0.5
-                R = R + 0.5 * s * (R1 - R)
+                R = self._towards(R, R1)
                 peaks = self.peaks(R)
                 continue
             R = R1
@@ -558,6 +589,7 @@ class QMCGibbsReference(GibbsReference):
         seeds = self._seeds(tau)
         M = self.points
         R, prop, peaks, iters = self._adapt(R, tau_prev, tau, seeds[self.K:], M)
+        retries = 0
         while True:
             prop = prop.resized(M)
             fs, Rs, logI = [], [], []
@@ -566,12 +598,23 @@ class QMCGibbsReference(GibbsReference):
                 Rk, ev, it, ok = self._newton(R, tau, self.max_newton)
                 iters += it
                 if not ok or self.exact_max_abs_G(Rk) >= 1.0:
-                    raise GibbsConvergenceError(
-                        f"residual {np.max(np.abs(ev['grad'])):.3e} at tau={tau:g} on "
-                        f"randomization {k} after {it} Newton steps")
+                    # this scramble's optimum is beyond the true barrier: adapt again from
+                    # the furthest feasible point towards it
+                    if retries >= 3:
+                        raise GibbsConvergenceError(
+                            f"residual {np.max(np.abs(ev['grad'])):.3e}, max|G| = "
+                            f"{self.exact_max_abs_G(Rk):.6f} at tau={tau:g} on randomization "
+                            f"{k} after {it} Newton steps")
+                    retries += 1
+                    R = self._towards(R, Rk)
+                    R, prop, peaks, it = self._adapt(R, tau, tau, seeds[self.K:], prop.M)
+                    iters += it
+                    break
                 fs.append(ev["f"])
                 Rs.append(Rk)
                 logI.append(ev["logI"])
+            if len(fs) < self.K:
+                continue
             F = np.asarray(fs)
             f = F.mean(axis=0)
             se = F.std(axis=0, ddof=1) / math.sqrt(self.K)
