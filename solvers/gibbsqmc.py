@@ -62,6 +62,7 @@ from solvers.gibbs import (GibbsConvergenceError, GibbsInputError, GibbsReferenc
                            check_taus)
 from solvers.patterns import TooManyPatterns, activation_patterns
 
+_EPS = np.finfo(float).eps
 #: Peaks with ``1 − G²`` above this are left to the uniform component.
 PEAK_DELTA = 0.5
 #: ... and so are peaks with ``δ`` more than this factor above the sharpest one.
@@ -446,9 +447,6 @@ class QMCGibbsReference(GibbsReference):
             raise GibbsInputError("<gibbs>", "randomizations",
                                   f"at least 2 are needed for an error bar, got {randomizations}")
         super().__init__(X, y, lam, **kw)
-        # Newton on a sample needs to converge only far below the sampling error (and the
-        # round-off eps/(1 − max|G|) of 1 − G² bounds what it can reach)
-        self.tol = max(self.tol, 1e-3 * float(rtol))
         self.target_rtol = float(rtol)
         self.K = int(randomizations)
         self.points = 2 ** max(4, int(round(math.log2(points))))
@@ -490,7 +488,17 @@ class QMCGibbsReference(GibbsReference):
         return f
 
     def _rule(self, R, rtol=None):
-        return self._sample
+        """The fixed sample; its ``error`` is the round-off of the sums at ``R`` (``G``
+        carries ``eps Σ|R_j|φ_j/λ``, amplified by ``(2p+2)·2|G|/(1 − G²)``), which bounds how
+        far Newton can converge (as for the quadrature)."""
+        S = self._sample
+        G = S.Phi @ R / self.lam
+        om = (1.0 - G) * (1.0 + G)
+        h = self._h(om)
+        noise = _EPS * (4.0 + (4 * self.p + 4) * np.abs(G) * (S.Phi @ np.abs(R) / self.lam) / om)
+        err = np.concatenate([[float(S.W @ (h * noise))],
+                              (S.W * np.abs(G) * h / om * noise) @ S.Phi])
+        return _SampleRule(S.V, S.W, err, S.Phi)
 
     # -- peaks and samples ---------------------------------------------------------------------
     def peaks(self, R) -> list:
