@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
+import logging
 import sys
 import time
-
-import logging
 
 import numpy as np
 
@@ -88,7 +86,7 @@ def main(argv=None):
         f, se, tint = time_average(ds.X, ds.y, a.lam, a.tau, eta, theta0, steps,
                                    a.observe_every, a.seed + 1)
         runs[eta] = (f, se, tint, time.time() - t0)
-    (f1, se1, ti1, s1), (f2, se2, ti2, s2) = runs[a.eta], runs[a.eta / 2]
+    (f1, _se1, _ti1, s1), (f2, se2, ti2, s2) = runs[a.eta], runs[a.eta / 2]
     bias = np.abs(f1 - f2)                                   # bias of the eta/2 run, to O(eta)
     diff = np.abs(f2 - ref.f_train)
     allowed = 3 * se2 + bias + ref.f_stderr

@@ -58,8 +58,13 @@ from scipy.special import betaincinv, gammaln, ndtri
 from scipy.stats import qmc
 
 from solvers.convex import cell_maxima
-from solvers.gibbs import (GibbsConvergenceError, GibbsInputError, GibbsReference, GibbsSolution,
-                           check_taus)
+from solvers.gibbs import (
+    GibbsConvergenceError,
+    GibbsInputError,
+    GibbsReference,
+    GibbsSolution,
+    check_taus,
+)
 from solvers.patterns import TooManyPatterns, activation_patterns
 
 _EPS = np.finfo(float).eps
@@ -272,9 +277,9 @@ class Proposal:
         W = np.exp(-self.logpdf(V)) / self.M
         return V, W
 
-    def resized(self, M: int) -> "Proposal":
+    def resized(self, M: int) -> Proposal:
         """The same mixture with about ``M`` points per randomization (``M`` a power of two)."""
-        k = int(round(math.log2(M / self.M)))
+        k = round(math.log2(M / self.M))
         return Proposal(self.d, self.components, [c * 2 ** k if k >= 0 else max(1, c >> -k)
                                                   for c in self.counts])
 
@@ -326,7 +331,7 @@ def build_proposal(peaks: list, d: int, M: int, one_minus_G2=None,
         counts += list(M * w)
     else:
         counts = [M]
-    counts = [2 ** max(4, int(round(math.log2(c)))) for c in counts]
+    counts = [2 ** max(4, round(math.log2(c))) for c in counts]
     return Proposal(d, comps, counts)
 
 
@@ -449,7 +454,7 @@ class QMCGibbsReference(GibbsReference):
         super().__init__(X, y, lam, **kw)
         self.target_rtol = float(rtol)
         self.K = int(randomizations)
-        self.points = 2 ** max(4, int(round(math.log2(points))))
+        self.points = 2 ** max(4, round(math.log2(points)))
         self.max_points = int(max_points)
         self.seed = int(seed)
         self.max_adapt = int(max_adapt)
@@ -504,7 +509,7 @@ class QMCGibbsReference(GibbsReference):
     def peaks(self, R) -> list:
         """Maximisers of ``±G_R`` on the activation cells with ``1 − G² ≤ PEAK_DELTA`` and
         within ``PEAK_RANGE`` of the sharpest, merged where they coincide (sharpest first)."""
-        vals, args, C = cell_maxima(R, self.X, self.lam, self.patterns)
+        vals, args, _C = cell_maxima(R, self.X, self.lam, self.patterns)
         g = vals.ravel()
         dl = (1 - g) * (1 + g)
         if g.max() <= 0 or dl.min() > PEAK_DELTA:
@@ -545,7 +550,7 @@ class QMCGibbsReference(GibbsReference):
         self._sample = _SampleRule(V, W, np.zeros(self.n + 1), np.maximum(V @ self.Xt.T, 0.0))
 
     def _seeds(self, tau):
-        return [[self.seed, int(round(1e6 * -math.log10(tau))) & 0x7FFFFFFF, k]
+        return [[self.seed, round(1e6 * -math.log10(tau)) & 0x7FFFFFFF, k]
                 for k in range(self.K + self.max_adapt)]
 
     # -- one temperature -----------------------------------------------------------------------
@@ -640,7 +645,7 @@ class QMCGibbsReference(GibbsReference):
             need = M * (err / target) ** 2
             if M >= self.max_points or need > 4 * self.max_points:
                 return None, (err, target, prop.M)
-            M = min(self.max_points, 2 ** int(math.ceil(math.log2(need))))
+            M = min(self.max_points, 2 ** math.ceil(math.log2(need)))
         Rm = np.mean(Rs, axis=0)
         sol = QMCGibbsSolution(
             tau=float(tau), lam=self.lam, X=self.X, y=self.y, R=Rm, f_train=f,
@@ -694,7 +699,7 @@ class QMCGibbsReference(GibbsReference):
                 break
             mid = math.sqrt(lo * hi)
             try:
-                sol, bad = self._solve_one(Rlo, lo, mid)
+                sol, _bad = self._solve_one(Rlo, lo, mid)
             except GibbsConvergenceError:
                 sol = None
             if sol is not None:

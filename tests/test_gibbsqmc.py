@@ -12,8 +12,14 @@ import pytest
 from scipy.special import gammaln
 
 from solvers.gibbs import gibbs
-from solvers.gibbsqmc import (Cone, GibbsAccuracyError, Peak, QMCGibbsReference,
-                              build_proposal, gibbs_qmc)
+from solvers.gibbsqmc import (
+    Cone,
+    GibbsAccuracyError,
+    Peak,
+    QMCGibbsReference,
+    build_proposal,
+    gibbs_qmc,
+)
 
 
 def _area(d):
@@ -181,7 +187,6 @@ def _config(tmp_path, X, y, lam, taus):
 
 def test_cli_gibbs_any_d(tmp_path, capsys):
     from meanfield.cli import main
-    X, y, s = None, None, None
     rng = np.random.default_rng(5)
     X, y = rng.standard_normal((6, 3)), rng.standard_normal(6)
     cfg = _config(tmp_path, X, y, 0.1, [2e-2, 0.0])
