@@ -146,7 +146,7 @@ def convex_distance(run, stage: int | None = None, window: float = 0.5) -> dict:
     ref = convex_reference(run.X, run.y, lam)
     return {"tau": taus[stage], **_distances(f, se, ref.f_train),
             "max_abs_G": float(ref.max_abs_G), "duality_gap": float(ref.duality_gap),
-            "n_rays": len(ref.weights)}
+            "n_rays": int(len(ref.weights))}
 
 
 def match_rays(directions, signs, weights, ref_directions, ref_signs, ref_weights,

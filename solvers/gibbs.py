@@ -97,7 +97,7 @@ class GibbsSolution:
     n_nodes: int
     iterations: int
     log_I: float = 0.0
-    _ref: GibbsReference = field(default=None, repr=False)
+    _ref: "GibbsReference" = field(default=None, repr=False)
     _rule: object = field(default=None, repr=False)
 
     @property
