@@ -459,6 +459,7 @@ class QMCGibbsReference(GibbsReference):
         self.seed = int(seed)
         self.max_adapt = int(max_adapt)
         self._sample = None
+        self._sticky = []
 
     # -- the pieces GibbsReference asks for ------------------------------------------------------
     def _check_dimension(self, d):
@@ -526,7 +527,17 @@ class QMCGibbsReference(GibbsReference):
             on = np.abs(self.Xt @ v) <= 1e-9 * nx
             out.append(Peak(v=v, g=float(g[k]), delta=float(dl[k]),
                             normal=(self.Xt[on] / nx[on, None]).T))
+        for q in self._sticky:
+            if not any(float(q.v @ a.v) > 1 - 1e-12 and a.delta <= q.delta for a in out):
+                out.append(q)
         return out
+
+    def _remember_escape(self, R):
+        """A sample's optimum went beyond the barrier near ``R``: keep the sharpest peak there
+        in every later proposal at this temperature, with its (small) ``δ``."""
+        pk = self.peaks(R)
+        if pk:
+            self._sticky.append(min(pk, key=lambda q: q.delta))
 
     def _peaks_match(self, old, new) -> bool:
         """Every sharp peak (``δ`` within a factor 16 of the sharpest) of either list sits
@@ -579,6 +590,7 @@ class QMCGibbsReference(GibbsReference):
                 # sharper peak): restart at the furthest feasible point of R + 2^-i (R1 − R)
                 # (max|G_R| is convex in R), with the proposal built there
                 R = self._towards(R, R1)
+                self._remember_escape(R)
                 peaks = self.peaks(R)
                 continue
             R = R1
@@ -607,6 +619,7 @@ class QMCGibbsReference(GibbsReference):
         Returns (solution, None) or (None, (error, target, points)) when out of reach."""
         seeds = self._seeds(tau)
         M = self.points
+        self._sticky = []
         R, prop, peaks, iters = self._adapt(R, tau_prev, tau, seeds[self.K:], M)
         retries = 0
         while True:
@@ -619,13 +632,14 @@ class QMCGibbsReference(GibbsReference):
                 if not ok or self.exact_max_abs_G(Rk) >= 1.0:
                     # this scramble's optimum is beyond the true barrier: adapt again from
                     # the furthest feasible point towards it
-                    if retries >= 3:
+                    if retries >= 6:
                         raise GibbsConvergenceError(
                             f"residual {np.max(np.abs(ev['grad'])):.3e}, max|G| = "
                             f"{self.exact_max_abs_G(Rk):.6f} at tau={tau:g} on randomization "
                             f"{k} after {it} Newton steps")
                     retries += 1
                     R = self._towards(R, Rk)
+                    self._remember_escape(R)
                     R, prop, peaks, it = self._adapt(R, tau, tau, seeds[self.K:], prop.M)
                     iters += it
                     break
