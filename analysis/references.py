@@ -15,9 +15,16 @@ References are cached per (data, ``lam``, ``tau``) for the life of the process.
 from __future__ import annotations
 
 import math
+import time
+from typing import Any
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
+
+from analysis.time_average import time_average_predictor
+from solvers.convex import convex
+from solvers.gibbs import GibbsConvergenceError, gibbs
+from solvers.gibbsqmc import GibbsAccuracyError, QMCGibbsReference, gibbs_qmc
 
 _CACHE: dict = {}
 
@@ -44,10 +51,8 @@ def gibbs_reference(X, y, lam, tau):
     k = _key(np.ascontiguousarray(X, float), np.ascontiguousarray(y, float), lam, tau)
     if k not in _CACHE:
         if np.shape(X)[1] <= 2:
-            from solvers.gibbs import gibbs
             _CACHE[k] = gibbs(X, y, lam, float(tau))
         else:
-            from solvers.gibbsqmc import gibbs_qmc
             _CACHE[k] = gibbs_qmc(X, y, lam, float(tau), rtol=QMC_RTOL)
     if isinstance(_CACHE[k], Exception):
         raise _CACHE[k]
@@ -56,7 +61,6 @@ def gibbs_reference(X, y, lam, tau):
 
 def convex_reference(X, y, lam):
     """Cached :class:`solvers.convex.ConvexSolution`."""
-    from solvers.convex import convex
     k = _key(np.ascontiguousarray(X, float), np.ascontiguousarray(y, float), lam, None)
     if k not in _CACHE:
         _CACHE[k] = convex(X, y, lam)
@@ -70,7 +74,6 @@ def stage_of_frame(run, k: int) -> int:
 
 
 def _particles(run, stage, window):
-    from solvers.langevin import time_average_predictor
     return time_average_predictor(run, stage, window)
 
 
@@ -106,10 +109,8 @@ def gibbs_distance(run, stage: int, window: float = 0.5) -> dict:
     solvers.gibbs.GibbsConvergenceError
         The reference did not converge.
     """
-    import time
     lam = float(run.config["dynamics"]["lam"])
     tau = float(run.config["dynamics"]["taus"][stage])
-    from solvers.gibbsqmc import GibbsAccuracyError
     if run.d > QMC_MAX_D:
         return {"tau": tau, "skipped": f"Gibbs reference too costly for d = {run.d} > "
                                        f"{QMC_MAX_D} (randomized QMC)"}
@@ -209,7 +210,7 @@ def match_rays(directions, signs, weights, ref_directions, ref_signs, ref_weight
             "max_weight_error": max((p["weight_error"] for p in pairs), default=math.nan)}
 
 
-def compare_run(run, window: float = 0.5, rays_by_stage: dict | None = None) -> dict:
+def compare_run(run: Any, window: float = 0.5, rays_by_stage: dict | None = None) -> dict:
     """All reference comparisons of a run: per stage the Gibbs distance (``τ > 0``),
     the convex distance at the coldest stage, and, when ``rays_by_stage[stage]`` gives
     ``(directions, signs, weights)`` measured at the coldest stage, their matching to the
@@ -265,11 +266,9 @@ def prefetch_gibbs(run) -> None:
     if not todo:
         return
     if run.d <= 2:
-        from solvers.gibbs import gibbs
         for t, sol in zip(todo, gibbs(X, y, lam, todo)):
             _CACHE[_key(X, y, lam, t)] = sol
         return
-    from solvers.gibbsqmc import GibbsAccuracyError, QMCGibbsReference
     ref = QMCGibbsReference(X, y, lam, rtol=QMC_RTOL)
     R = None
     for i, t in enumerate(todo):
@@ -301,7 +300,6 @@ def report_section(run, rep: dict, window: float = 0.5, max_P: int = 20000) -> d
         rays_by_stage = {cold: (np.array([q["direction"] for q in rs]),
                                 np.array([q["sign"] for q in rs]),
                                 np.array([q["weight"] for q in rs]))}
-    from solvers.gibbs import GibbsConvergenceError
     try:
         return compare_run(run, window, rays_by_stage)
     except (ValueError, GibbsConvergenceError) as exc:   # no observations, or no convergence

@@ -12,7 +12,7 @@
 Imports are lazy: numba, scipy and Clarabel load on first use.
 """
 
-from meanfield._lazy import exports
+from solvers._lazy import exports
 
 _EXPORTS = {
     "simulate": "solvers.langevin:simulate",
@@ -23,7 +23,7 @@ _EXPORTS = {
     "QMCGibbsSolution": "solvers.gibbsqmc:QMCGibbsSolution",
     "convex": "solvers.convex:convex",
     "ConvexSolution": "solvers.convex:ConvexSolution",
-    "activation_patterns": "solvers.patterns:activation_patterns",
+    "activation_patterns": "solvers.activation_regions:activation_patterns",
     "gd": "solvers.highdim_gd:gd",
     "GDResult": "solvers.highdim_gd:GDResult",
     "step_size": "solvers.highdim_gd:step_size",

@@ -57,6 +57,7 @@ import numpy as np
 from scipy.special import betaincinv, gammaln, ndtri
 from scipy.stats import qmc
 
+from solvers.activation_regions import TooManyPatterns, activation_patterns
 from solvers.convex import cell_maxima
 from solvers.gibbs import (
     GibbsConvergenceError,
@@ -65,7 +66,6 @@ from solvers.gibbs import (
     GibbsSolution,
     check_taus,
 )
-from solvers.patterns import TooManyPatterns, activation_patterns
 
 _EPS = np.finfo(float).eps
 #: Peaks with ``1 − G²`` above this are left to the uniform component.
