@@ -178,18 +178,8 @@ def cell_maxima(R, X, lam, patterns=None):
 
 
 def max_abs_G(R, X, lam, patterns=None):
-    """Exact ``max_v |G_R(v)|`` over ``S^d`` and a maximiser (see :func:`cell_maxima`).
-
-    Parameters
-    ----------
-    R : ndarray (n,); X : ndarray (n, d); lam : float
-    patterns : ndarray (P, n) bool, optional
-        The realisable patterns of ``X`` (computed when omitted).
-
-    Returns
-    -------
-    (value, v) : (float, ndarray (d+1,))
-    """
+    """Exact ``max_v |G_R(v)|`` over ``S^d`` and a maximiser ``v`` (d+1,): the largest of
+    :func:`cell_maxima` (same parameters)."""
     vals, args, _ = cell_maxima(R, X, lam, patterns)
     k, i = np.unravel_index(int(np.argmax(vals)), vals.shape)
     if vals[k, i] <= 0:

@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 import pytest
+from conftest import toml
 from scipy.special import gammaln
 
 from solvers.gibbs import gibbs
@@ -178,10 +179,10 @@ def test_out_of_reach_search_names_the_coldest_reachable_tau():
 
 
 def _config(tmp_path, X, y, lam, taus):
-    text = (f'[data]\nkind = "inline"\nX = {np.asarray(X).tolist()}\ny = {np.asarray(y, float).tolist()}\n'
-            f"[dynamics]\nlam = {lam}\ntaus = {list(taus)}\n")
     p = tmp_path / "c.toml"
-    p.write_text(text)
+    p.write_text(toml({"data": {"kind": "inline", "X": np.asarray(X, float).tolist(),
+                                "y": np.asarray(y, float).tolist()},
+                       "dynamics": {"lam": lam, "taus": list(taus)}}))
     return str(p)
 
 
