@@ -76,7 +76,8 @@ def main(argv=None):
     from solvers.gibbsqmc import gibbs_qmc
     ds = gaussian(a.n, a.d, a.seed)
     t0 = time.time()
-    ref = gibbs_qmc(ds.X, ds.y, a.lam, a.tau, rtol=a.rtol)
+    # continuation from tau = 1e-2 (a cold reference from scratch may need many restarts)
+    ref = gibbs_qmc(ds.X, ds.y, a.lam, sorted({1e-2, a.tau}, reverse=True), rtol=a.rtol)[-1]
     t_ref = time.time() - t0
     theta0 = ref.sample_particles(a.n_particles, seed=a.seed)
     runs = {}
