@@ -244,3 +244,32 @@ def test_particles_keep_the_qmc_gibbs_measure_d3():
     # and the check can fail: a reference at the wrong temperature is far outside
     wrong = gibbs_qmc(X, y, lam, 4 * tau, rtol=1e-3)
     assert np.any(np.abs(f2 - wrong.f_train) > allowed)
+
+
+@pytest.mark.slow
+def test_analyze_references_use_qmc_for_d3(tmp_path):
+    """``analyze``'s reference section has a Gibbs distance for a d = 3 run (QMC), equal to
+    the distance to the QMC reference computed directly."""
+    import numba
+
+    from analysis.references import QMC_RTOL, compare_run
+    from analysis.time_average import time_average_predictor
+    from meanfield import config, runner
+    from meanfield.store import open_run
+    numba.set_num_threads(1)
+    rng = np.random.default_rng(5)
+    X, y = rng.standard_normal((6, 3)), rng.standard_normal(6)
+    cfg = config.from_dict({"data": {"kind": "inline", "X": X.tolist(), "y": y.tolist()},
+                            "model": {"n_particles": 200},
+                            "dynamics": {"lam": 0.1, "eta": 0.1, "taus": [2e-2],
+                                         "steps_per_tau": 2000},
+                            "output": {"observe_every": 10, "snapshots_per_tau": 1}})
+    runner.run(cfg, tmp_path / "r.h5", progress=False)
+    run = open_run(tmp_path / "r.h5")
+    rep = compare_run(run)
+    g = rep["gibbs"][0]
+    assert g["method"] == "qmc" and "skipped" not in g
+    f, _ = time_average_predictor(run, 0, 0.5)
+    ref = gibbs_qmc(X, y, 0.1, 2e-2, rtol=QMC_RTOL)
+    assert g["max_abs_diff"] == pytest.approx(np.max(np.abs(f - ref.f_train)), abs=1e-12)
+    assert g["quad_error"] == pytest.approx(ref.quad_error)
