@@ -33,7 +33,7 @@ _CACHE: dict = {}
 QMC_RTOL = 1e-3
 #: Largest input dimension for which ``analyze`` computes the Gibbs reference (the QMC cost
 #: grows quickly with ``d``; docs/theory.md).
-QMC_MAX_D = 6
+QMC_MAX_D = 5
 
 
 def _key(X, y, lam, tau):
@@ -120,7 +120,9 @@ def gibbs_distance(run, stage: int, window: float = 0.5) -> dict:
     t0 = time.time()
     try:
         ref = gibbs_reference(run.X, run.y, lam, tau)
-    except GibbsAccuracyError as exc:
+    except (GibbsAccuracyError, GibbsConvergenceError) as exc:
+        if run.d <= 2:
+            raise
         return {"tau": tau, "skipped": f"Gibbs reference (qmc): {exc}"}
     out = {"tau": tau, **_distances(f, se, ref.f_train), "max_abs_G": float(ref.max_abs_G),
            "residual": float(ref.residual), "quad_error": float(ref.quad_error),
@@ -253,8 +255,8 @@ def prefetch_gibbs(run) -> None:
     """Solve the Gibbs references of all positive temperatures of a run's ladder at once, by
     continuation from hot to cold (much faster than cold temperatures from scratch), and cache
     them for :func:`gibbs_distance`. Does nothing when ``d > QMC_MAX_D``. With QMC
-    (``d > 2``) a temperature whose accuracy is out of reach is cached as its
-    :class:`solvers.gibbsqmc.GibbsAccuracyError`, and so are the colder ones."""
+    (``d > 2``) a temperature whose accuracy is out of reach, or whose fixed point is not
+    found, is cached as its error (reported as skipped), and so are the colder ones."""
     if run.d > QMC_MAX_D:
         return
     lam = float(run.config["dynamics"]["lam"])
@@ -274,7 +276,7 @@ def prefetch_gibbs(run) -> None:
     for i, t in enumerate(todo):
         try:
             sol = ref.solve([t], R0=R)[0]
-        except GibbsAccuracyError as exc:
+        except (GibbsAccuracyError, GibbsConvergenceError) as exc:
             for t2 in todo[i:]:
                 _CACHE[_key(X, y, lam, t2)] = exc
             return
