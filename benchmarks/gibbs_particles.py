@@ -24,23 +24,13 @@ import numpy as np
 logging.getLogger("emcee").setLevel(logging.ERROR)
 
 
-class _Recorder:
-    def __init__(self):
-        self.R = []
-
-    def append_observations(self, rows):
-        self.R.extend(r["residuals"] for r in rows)
-
-    def append_frame(self, *a):
-        pass
-
-
 def time_average(X, y, lam, tau, eta, theta0, steps, observe_every, seed, burn=0.1):
     """Mean predictor, its MCSE and the integrated autocorrelation times (in observations)."""
     from emcee.autocorr import integrated_time
 
     from meanfield import config as _config
     from meanfield.data import Dataset
+    from meanfield.runner import make_stepper
     from solvers.langevin import SolverState, simulate
     cfg = _config.from_dict({
         "data": {"kind": "inline", "X": X.tolist(), "y": y.tolist()},
@@ -48,10 +38,10 @@ def time_average(X, y, lam, tau, eta, theta0, steps, observe_every, seed, burn=0
         "dynamics": {"lam": lam, "eta": eta, "taus": [tau], "steps_per_tau": int(steps),
                      "seed": int(seed)},
         "output": {"observe_every": int(observe_every), "snapshots_per_tau": 1}})
-    rec = _Recorder()
-    simulate(cfg, Dataset(X, y, "inline"), writer=rec, state=SolverState(theta=theta0.copy()),
-             progress=False)
-    F = np.asarray(rec.R) * len(y) + y[None, :]
+    resid = [obs.residuals.copy() for _, obs, _ in
+             simulate(make_stepper(cfg, Dataset(X, y, "inline")), cfg.schedule,
+                      SolverState(theta=theta0.copy()), init_scale=cfg.model.init_scale)]
+    F = np.asarray(resid) * len(y) + y[None, :]
     F = F[int(burn * len(F)):]
     tint = np.array([float(integrated_time(F[:, j], quiet=True)[0]) for j in range(F.shape[1])])
     mcse = F.std(axis=0, ddof=1) * np.sqrt(tint / F.shape[0])

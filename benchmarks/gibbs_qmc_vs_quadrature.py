@@ -36,7 +36,7 @@ def main(argv=None):
     for name in a.sets:
         cfg = config.load(root / f"{name}.toml")
         ds = data.from_config(cfg)
-        lam = cfg.dynamics["lam"]
+        lam = cfg.dynamics.lam
         taus = [t for t in cfg.taus if t > 0]
         quad = gibbs(ds.X, ds.y, lam, taus)
         ref = QMCGibbsReference(ds.X, ds.y, lam, rtol=a.rtol)

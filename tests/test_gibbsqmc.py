@@ -30,7 +30,7 @@ def _area(d):
 def _data(name):
     from meanfield import config, data
     cfg = config.load(f"data/{name}.toml")
-    return data.from_config(cfg), cfg.dynamics["lam"], cfg.taus
+    return data.from_config(cfg), cfg.dynamics.lam, cfg.taus
 
 
 # ---------------------------------------------------------------------------------------------

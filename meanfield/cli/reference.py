@@ -60,9 +60,9 @@ def register(sub):
 def _problem(path):
     """Config, data set and weight decay; relu only."""
     cfg = _config.load(path)
-    if cfg.model["activation"] != "relu":
+    if cfg.model.activation != "relu":
         raise ConfigError(cfg.source, "model.activation",
-                          f"the exact references are for relu, got {cfg.model['activation']!r}")
+                          f"the exact references are for relu, got {cfg.model.activation!r}")
     return cfg, _data.from_config(cfg)
 
 
@@ -92,9 +92,9 @@ def main_gibbs(args) -> int:
     t0 = time.time()
     try:
         if method == "quadrature":
-            ref = GibbsReference(ds.X, ds.y, cfg.dynamics["lam"])
+            ref = GibbsReference(ds.X, ds.y, cfg.dynamics.lam)
         else:
-            ref = QMCGibbsReference(ds.X, ds.y, cfg.dynamics["lam"], rtol=args.rtol)
+            ref = QMCGibbsReference(ds.X, ds.y, cfg.dynamics.lam, rtol=args.rtol)
         sols = ref.solve(taus)
     except GibbsInputError as exc:
         _reraise(exc, cfg)
@@ -111,7 +111,7 @@ def main_gibbs(args) -> int:
     if args.json:
         print(json.dumps(docs[0] if args.tau is not None else docs))
         return 0
-    print(f"Gibbs reference  {cfg.source}  n={ds.n} d={ds.d} lam={cfg.dynamics['lam']:g}  "
+    print(f"Gibbs reference  {cfg.source}  n={ds.n} d={ds.d} lam={cfg.dynamics.lam:g}  "
           f"method={method}  ({secs:.1f} s)")
     for s in sols:
         what = "quadrature error" if method == "quadrature" else \
@@ -128,7 +128,7 @@ def main_convex(args) -> int:
     cfg, ds = _problem(args.config)
     t0 = time.time()
     try:
-        sol = convex(ds.X, ds.y, cfg.dynamics["lam"])
+        sol = convex(ds.X, ds.y, cfg.dynamics.lam)
     except ConvexInputError as exc:
         _reraise(exc, cfg)
     except ConvexSolverError as exc:
@@ -141,7 +141,7 @@ def main_convex(args) -> int:
         print(json.dumps(doc))
         return 0
     print(f"convex (tau -> 0) reference  {cfg.source}  n={ds.n} d={ds.d} "
-          f"lam={cfg.dynamics['lam']:g}  patterns P={sol.n_patterns}  ({secs:.1f} s)")
+          f"lam={cfg.dynamics.lam:g}  patterns P={sol.n_patterns}  ({secs:.1f} s)")
     print(f"max|G| = {sol.max_abs_G:.10f}   certificate error = {sol.certificate_error():.1e}   "
           f"duality gap = {sol.duality_gap:.1e}")
     print("  f_train = " + " ".join(f"{v:.8f}" for v in sol.f_train))
