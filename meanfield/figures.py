@@ -226,7 +226,7 @@ def plot_directions(path, theta, rays=None, title=""):
     return path
 
 
-def plot_ladder(path, taus, series: dict, title="low-temperature limit"):
+def plot_ladder(path, taus, series: dict, title="low-temperature limit", references=None):
     """Curves against the temperature ``τ`` (log axis, hot on the left, cold on the right).
 
     Parameters
@@ -239,6 +239,9 @@ def plot_ladder(path, taus, series: dict, title="low-temperature limit"):
         Panel label -> values per ``τ`` (``nan`` for missing); labels starting with ``rays`` or
         ``hyperplanes`` get integer ticks. One panel per entry.
     title : str
+    references : dict, optional
+        Panel label -> ``(value, legend)``: a dashed horizontal reference line on that panel
+        (e.g. the convex ``τ → 0`` reference's ray count).
 
     Returns
     -------
@@ -254,6 +257,10 @@ def plot_ladder(path, taus, series: dict, title="low-temperature limit"):
                                  constrained_layout=True, squeeze=False)
         for ax, (lab, vals) in zip(axes.ravel(), series.items()):
             ax.plot(taus, np.asarray(vals, float), "o-")
+            if references and lab in references and references[lab][0] is not None:
+                val, legend = references[lab]
+                ax.axhline(val, ls="--", color="0.4", lw=1, label=legend)
+                ax.legend(fontsize=7)
             if lab.startswith(("rays", "hyperplanes")):
                 ax.yaxis.get_major_locator().set_params(integer=True)
             ax.set_xscale("log")
