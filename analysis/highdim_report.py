@@ -150,6 +150,8 @@ def read_h5(path) -> dict:
 def plot(path, summary: dict) -> Path:
     """Log-log figure of the gap and relative gap against ``d`` (one line per ``n``), with
     95 % intervals and the fitted slope; PNG via the Agg canvas (no display needed)."""
+    from analysis.plots import import_matplotlib
+    import_matplotlib()
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter

@@ -9,9 +9,31 @@ STYLE = {"figure.dpi": 120, "axes.grid": True, "grid.alpha": 0.3, "font.size": 9
          "axes.titlesize": 10, "savefig.bbox": "tight"}
 
 
-def _plt():
+def import_matplotlib():
+    """Import and return :mod:`matplotlib` for writing PNG files with the Agg backend.
+
+    The figures never need the backend named by ``MPLBACKEND``; a value that matplotlib
+    rejects (``MPLBACKEND=nonsense`` makes ``import matplotlib`` raise ``ValueError``) is
+    set aside while importing, so that the figures are still written.
+    """
+    import os
+    import sys
+    if "matplotlib" not in sys.modules and "MPLBACKEND" in os.environ:
+        try:
+            import matplotlib
+        except ValueError:
+            saved = os.environ.pop("MPLBACKEND")
+            try:
+                import matplotlib
+            finally:
+                os.environ["MPLBACKEND"] = saved
     import matplotlib
     matplotlib.use("Agg", force=False)
+    return matplotlib
+
+
+def _plt():
+    import_matplotlib()
     import matplotlib.pyplot as plt
     return plt
 

@@ -463,9 +463,8 @@ def write_figures(result: dict, outdir) -> list:
     """Write ``J_tau.png``, ``K_tau.png``, ``risk_tau.png`` (mean ± std over seeds, one line
     per parameter point) and ``w2_width.png`` (``W_2`` to the widest run against ``N``, log-log,
     with an ``N^{-1/2}`` guide). Figures with no finite data are skipped. Returns the paths."""
-    import matplotlib
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    from analysis.plots import _plt
+    plt = _plt()
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     lines: "OrderedDict[str, list]" = OrderedDict()
