@@ -56,7 +56,7 @@ def _holder(fd) -> str:
 
 
 @contextlib.contextmanager
-def claim(output, field: str = ""):
+def claim(output, field: str = "", lock=None):
     """Own ``output`` for the duration of the ``with`` block.
 
     Parameters
@@ -65,6 +65,8 @@ def claim(output, field: str = ""):
         The output (file or folder) to own. Its folder must exist and be writable.
     field : str
         The option that named the output (e.g. ``"-o"``), for messages.
+    lock : path-like, optional
+        The lock file (default :func:`lock_path`); a study directory keeps its own inside.
 
     Raises
     ------
@@ -75,8 +77,8 @@ def claim(output, field: str = ""):
     """
     import fcntl
     out = Path(output)
-    lock = lock_path(out)
-    check_writable_dir(out.absolute().parent, out, field)
+    lock = lock_path(out) if lock is None else Path(lock)
+    check_writable_dir(lock.absolute().parent, out, field)
     while True:
         try:
             fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)

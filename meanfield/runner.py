@@ -15,6 +15,7 @@ uninterrupted run. An existing ``RUN.h5`` is not touched until a new run complet
 
 from __future__ import annotations
 
+import numbers
 import os
 import signal
 import threading
@@ -260,6 +261,13 @@ def run(cfg, output=None, *, overwrite=False, resume=False, progress=None, threa
     dataset = _data.from_config(cfg)
     out = Path(output) if output is not None else Path(default_output(cfg))
     _check_output_dir(out)
+    if threads is not None:
+        import numba
+        limit = int(numba.config.NUMBA_NUM_THREADS)
+        if isinstance(threads, bool) or not (isinstance(threads, numbers.Integral)
+                                             and 1 <= threads <= limit):
+            raise InputError("--threads", "", f"must be in [1, {limit}] (NUMBA_NUM_THREADS of "
+                                              f"this process), got {threads!r}")
     with _ownership.claim(out, "-o"):
         return _run_owned(cfg, dataset, out, overwrite=overwrite, resume=resume,
                           progress=progress, threads=threads, log=log, outcome=outcome)
@@ -284,6 +292,9 @@ def _run_owned(cfg, dataset, out, *, overwrite, resume, progress, threads, log, 
         return out
 
     from solvers.langevin import SolverState, row_counts, simulate
+    if threads:
+        import numba
+        numba.set_num_threads(int(threads))
     state = None
     if plan == "resume":
         state, meta = _ckpt.load(paths.ckpt, SolverState)
@@ -322,9 +333,6 @@ def _run_owned(cfg, dataset, out, *, overwrite, resume, progress, threads, log, 
             if paths.creating.exists():
                 paths.creating.unlink()
             raise
-    if threads:
-        import numba
-        numba.set_num_threads(int(threads))
 
     def save_checkpoint(st):
         with _Writing(paths.ckpt, "; the previous checkpoint is kept"):
