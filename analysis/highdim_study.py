@@ -328,15 +328,29 @@ def loglog_fit(samples, ds, ns, seed=0, n_resamples=2000) -> dict:
     return out
 
 
+def converged_trials(cell) -> np.ndarray:
+    """Boolean mask (T,) of the trials of a cell whose GD reached its limit (``tol``) within
+    ``max_steps``; only those have a gap to the minimum-norm solution."""
+    return np.asarray(cell["converged"]).astype(bool)
+
+
 def summarize(p: StudyParams, cells: list) -> dict:
-    """The ``--json`` document: per-cell statistics and log-log slopes (module docstring)."""
+    """The ``--json`` document: per-cell statistics and log-log slopes (module docstring).
+
+    Gaps, relative gaps and the slopes use the converged trials only (an unconverged GD is
+    not at its limit, its gap says nothing about the limit). A cell is flagged
+    ``"in_fit": false`` when none of its trials converged; it is then left out of the fits
+    and its gap statistics are empty. ``"converged_cells"`` counts the cells in the fits.
+    """
     rows = []
     for c in cells:
         cf = c["closed_form_residual"]
+        ok = converged_trials(c)
         rows.append({
             "n": c["n"], "d": c["d"], "trials": int(c["gap"].size), "eta": c["eta"],
-            "gap": mean_ci(c["gap"]),
-            "rel_gap": mean_ci(c["rel_gap"]),
+            "converged_trials": int(ok.sum()), "in_fit": bool(ok.any()),
+            "gap": mean_ci(c["gap"][ok]),
+            "rel_gap": mean_ci(c["rel_gap"][ok]),
             "wstar_norm": mean_ci(c["wstar_norm"]),
             "frozen_fraction": [float(f) for f in c["frozen"].mean(axis=0)],
             "frozen_from_step1_fraction": float(np.mean(c["frozen"].all(axis=1)
@@ -354,7 +368,11 @@ def summarize(p: StudyParams, cells: list) -> dict:
             "steps_mean": float(c["n_steps"].mean()),
             "last_change_max": int(c["last_change"].max()),
         })
-    slopes = {key: loglog_fit([c[key] for c in cells], [c["d"] for c in cells],
-                              [c["n"] for c in cells], seed=p.seed)
+    fit = [c for c in cells if converged_trials(c).any()]
+    slopes = {key: loglog_fit([c[key][converged_trials(c)] for c in fit], [c["d"] for c in fit],
+                              [c["n"] for c in fit], seed=p.seed)
               for key in ("gap", "rel_gap")}
-    return {"params": p.to_dict(), "cells": rows, "slopes": slopes}
+    return {"params": p.to_dict(), "cells": rows, "slopes": slopes,
+            "converged_cells": len(fit),
+            "excluded_cells": [{"n": c["n"], "d": c["d"]} for c in cells
+                               if not converged_trials(c).any()]}
