@@ -58,6 +58,24 @@ SECTIONS = ("data", "model", "dynamics", "output")
 #: Largest generated data set (``gaussian`` n, ``grid`` points_per_axis**d).
 MAX_POINTS = 10**6
 
+#: Largest global step index the noise counter can key (``solvers._kernels.MAX_STEP``):
+#: ``steps_per_tau * len(taus)`` must not exceed it.
+MAX_STEPS = 2**31 - 1
+#: Largest number of noise draws per step (``solvers._kernels.MAX_DRAWS``):
+#: ``n_particles * (d + 2)`` must stay below it.
+MAX_DRAWS = 2**32
+#: Largest particle count (the particles of one frame, N (d+2) float64, must fit in memory).
+MAX_PARTICLES = 10**8
+#: Largest input dimension of a generated data set.
+MAX_DIM = 10**5
+#: Bound on the magnitude of every float parameter, so that the products and squares the
+#: dynamics forms (eta*tau, tau/lam, init_scale**2, norm**2) stay far from overflow.
+MAX_FLOAT = 1e15
+#: Most snapshot frames of a run.
+MAX_FRAMES = 10**6
+#: Smallest lam: the stationary scale tau/lam and mean(y**2)/lam must stay finite.
+MIN_LAM = 1e-15
+
 
 @dataclass
 class RunConfig:
@@ -134,7 +152,11 @@ def _check(cond: bool, src: str, fld: str, reason: str) -> None:
         raise ConfigError(src, fld, reason)
 
 
-def _num(tbl, key, src, sec, *, positive=False, nonneg=False, integer=False, minimum=None):
+def _num(tbl, key, src, sec, *, positive=False, nonneg=False, integer=False, minimum=None,
+         maximum=None, why=""):
+    """Check ``tbl[key]``: type, finiteness, sign, ``[minimum, maximum]`` (the bound and
+    ``why`` it exists are named in the message). Floats are bounded by :data:`MAX_FLOAT`
+    and integers by :data:`MAX_STEPS` unless ``maximum`` says otherwise."""
     v = tbl[key]
     fld = f"{sec}.{key}"
     if integer:
@@ -148,6 +170,12 @@ def _num(tbl, key, src, sec, *, positive=False, nonneg=False, integer=False, min
         _check(v >= 0, src, fld, f"must be >= 0, got {v!r}")
     if minimum is not None:
         _check(v >= minimum, src, fld, f"must be >= {minimum}, got {v!r}")
+    if maximum is None:
+        maximum, why = ((MAX_STEPS, why or "the largest count a run can hold") if integer
+                        else (MAX_FLOAT, why or "larger values overflow the dynamics"))
+    bound = str(maximum) if isinstance(maximum, int) else f"{maximum:g}"
+    _check(abs(v) <= maximum, src, fld, f"must be <= {bound}"
+           + (f" ({why})" if why else "") + f", got {v!r}")
     return v
 
 
@@ -212,7 +240,8 @@ def validate(raw: dict, source: str = "<config>", base_dir: str | os.PathLike = 
             path = Path(base_dir) / path
         data["path"] = str(path.resolve())
     elif kind == "two_point":
-        _num(data, "d", src, "data", integer=True, minimum=1)
+        _num(data, "d", src, "data", integer=True, minimum=1, maximum=MAX_DIM,
+             why="largest generated dimension")
         _num(data, "norm", src, "data", positive=True)
         _check(data["labels"] in ("even", "odd"), src, "data.labels",
                f"must be 'even' or 'odd', got {data['labels']!r}")
@@ -220,17 +249,24 @@ def validate(raw: dict, source: str = "<config>", base_dir: str | os.PathLike = 
         data["norm"] = float(data["norm"])
         data["y"] = float(data["y"])
     elif kind == "gaussian":
-        _num(data, "n", src, "data", integer=True, minimum=1)
-        _num(data, "d", src, "data", integer=True, minimum=1)
-        _num(data, "seed", src, "data", integer=True, nonneg=True)
+        _num(data, "n", src, "data", integer=True, minimum=1, maximum=MAX_POINTS * 10,
+             why="largest generated data set")
+        _num(data, "d", src, "data", integer=True, minimum=1, maximum=MAX_DIM,
+             why="largest generated dimension")
+        _num(data, "seed", src, "data", integer=True, nonneg=True, maximum=2**63 - 1,
+             why="a 64-bit seed")
         _check(data["n"] * data["d"] <= MAX_POINTS * 10, src, "data.n",
                f"n*d = {data['n'] * data['d']} exceeds {MAX_POINTS * 10} values")
     elif kind == "grid":
-        _num(data, "d", src, "data", integer=True, minimum=1)
-        _num(data, "points_per_axis", src, "data", integer=True, minimum=1)
+        _num(data, "d", src, "data", integer=True, minimum=1, maximum=MAX_DIM,
+             why="largest generated dimension")
+        _num(data, "points_per_axis", src, "data", integer=True, minimum=1, maximum=MAX_POINTS,
+             why="largest generated data set")
         _num(data, "extent", src, "data", positive=True)
-        _num(data, "seed", src, "data", integer=True, nonneg=True)
-        _check(data["points_per_axis"] ** data["d"] <= MAX_POINTS, src, "data.points_per_axis",
+        _num(data, "seed", src, "data", integer=True, nonneg=True, maximum=2**63 - 1,
+             why="a 64-bit seed")
+        _check(data["points_per_axis"] == 1 or data["d"] * math.log(data["points_per_axis"])
+               <= math.log(MAX_POINTS) + 1e-9, src, "data.points_per_axis",
                f"points_per_axis**d = {data['points_per_axis']}**{data['d']} exceeds "
                f"{MAX_POINTS} points")
         data["extent"] = float(data["extent"])
@@ -260,7 +296,8 @@ def validate(raw: dict, source: str = "<config>", base_dir: str | os.PathLike = 
     m, dyn, out = tables["model"], tables["dynamics"], tables["output"]
     _check(isinstance(m["activation"], str) and m["activation"] in ACTIVATIONS, src,
            "model.activation", f"must be one of {', '.join(ACTIVATIONS)}, got {m['activation']!r}")
-    _num(m, "n_particles", src, "model", integer=True, minimum=1)
+    _num(m, "n_particles", src, "model", integer=True, minimum=1, maximum=MAX_PARTICLES,
+         why="particles held in memory")
     _num(m, "init_scale", src, "model", positive=True)
     _num(m, "sharpness", src, "model", positive=True)
     _num(m, "cap", src, "model", positive=True)
@@ -268,6 +305,8 @@ def validate(raw: dict, source: str = "<config>", base_dir: str | os.PathLike = 
         m[k] = float(m[k])
 
     _num(dyn, "lam", src, "dynamics", positive=True)
+    _check(dyn["lam"] >= MIN_LAM, src, "dynamics.lam", f"must be >= {MIN_LAM:g} (tau/lam and "
+           f"mean(y^2)/lam must stay finite), got {dyn['lam']!r}")
     _num(dyn, "eta", src, "dynamics", positive=True)
     taus = dyn["taus"]
     if _is_num(taus):
@@ -278,11 +317,15 @@ def validate(raw: dict, source: str = "<config>", base_dir: str | os.PathLike = 
         _check(_is_num(t) and math.isfinite(float(t)), src, f"dynamics.taus[{i}]",
                f"must be a finite number, got {t!r}")
         _check(t >= 0, src, f"dynamics.taus[{i}]", f"temperature must be >= 0, got {t!r}")
+        _check(t <= MAX_FLOAT, src, f"dynamics.taus[{i}]", f"must be <= {MAX_FLOAT:g} (larger "
+               f"values overflow the dynamics), got {t!r}")
     dyn["taus"] = [float(t) for t in taus]
-    _num(dyn, "steps_per_tau", src, "dynamics", integer=True, minimum=1)
+    _num(dyn, "steps_per_tau", src, "dynamics", integer=True, minimum=1,
+         maximum=MAX_STEPS // len(taus), why=f"steps_per_tau * {len(taus)} temperatures must "
+         f"not exceed the noise counter's {MAX_STEPS} steps")
     _num(dyn, "batch_size", src, "dynamics", integer=True, nonneg=True)
-    _num(dyn, "seed", src, "dynamics", integer=True, nonneg=True)
-    _check(dyn["seed"] < 2**63, src, "dynamics.seed", "must be < 2**63")
+    _num(dyn, "seed", src, "dynamics", integer=True, nonneg=True, maximum=2**63 - 1,
+         why="a 64-bit seed")
     dyn["lam"] = float(dyn["lam"])
     dyn["eta"] = float(dyn["eta"])
     _check(dyn["eta"] * dyn["lam"] < 2.0, src, "dynamics.eta",
@@ -293,9 +336,30 @@ def validate(raw: dict, source: str = "<config>", base_dir: str | os.PathLike = 
     _num(out, "checkpoint_every", src, "output", integer=True, minimum=1)
     _check(out["snapshots_per_tau"] <= dyn["steps_per_tau"], src, "output.snapshots_per_tau",
            f"must be <= dynamics.steps_per_tau ({dyn['steps_per_tau']})")
+    _check(len(taus) * out["snapshots_per_tau"] <= MAX_FRAMES, src, "output.snapshots_per_tau",
+           f"{len(taus)} temperatures * {out['snapshots_per_tau']} snapshots exceed "
+           f"{MAX_FRAMES} frames (each frame holds every particle)")
 
     return RunConfig(data=data, model=m, dynamics=dyn, output=out, source=src,
                      base_dir=str(base_dir))
+
+
+def check_against_data(cfg: RunConfig, n: int, d: int) -> None:
+    """The limits that depend on the data set (``n`` points in dimension ``d``).
+
+    Raises
+    ------
+    ConfigError
+        ``dynamics.batch_size > n``, or ``n_particles * (d + 2)`` noise draws per step beyond
+        the noise counter (:data:`MAX_DRAWS`).
+    """
+    src = cfg.source
+    b = int(cfg.dynamics["batch_size"])
+    _check(b <= n, src, "dynamics.batch_size", f"must be <= the number of samples n={n}, got {b}")
+    N = cfg.n_particles
+    _check(N * (d + 2) < MAX_DRAWS, src, "model.n_particles",
+           f"n_particles * (d+2) = {N * (d + 2)} noise draws per step, must be < 2**32 (the "
+           f"noise counter's limit)")
 
 
 def loads(text: str, source: str = "<string>", base_dir: str | os.PathLike = ".") -> RunConfig:

@@ -259,6 +259,7 @@ def run(cfg, output=None, *, overwrite=False, resume=False, progress=None, threa
     elif not isinstance(cfg, _config.RunConfig):
         cfg = _config.load(cfg)
     dataset = _data.from_config(cfg)
+    _config.check_against_data(cfg, dataset.n, dataset.d)
     out = Path(output) if output is not None else Path(default_output(cfg))
     _check_output_dir(out)
     if threads is not None:
