@@ -7,6 +7,7 @@ A data set is ``X`` of shape ``(n, d)`` and ``y`` of shape ``(n,)``, float64. Li
 from __future__ import annotations
 
 import os
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,10 +47,18 @@ class Dataset:
         return np.hstack([self.X, np.ones((self.n, 1))])
 
 
-def check_arrays(X, y, source: str = "<data>") -> Dataset:
+def _row_name(i: int, rows=None) -> str:
+    """Where row ``i`` (0-based) is, for a person: its line in the file when known."""
+    if rows is not None:
+        return f"line {rows[i]}"
+    return f"row {i} (0-based)"
+
+
+def check_arrays(X, y, source: str = "<data>", rows=None) -> Dataset:
     """Validate and normalise ``X`` (n, d) and ``y`` (n,) into a :class:`Dataset`.
 
-    A 1-D ``X`` is read as ``d = 1``.
+    A 1-D ``X`` is read as ``d = 1``. ``rows`` (optional) gives the 1-based file line of each
+    row, used in messages instead of the 0-based row index.
 
     Raises
     ------
@@ -79,10 +88,10 @@ def check_arrays(X, y, source: str = "<data>") -> Dataset:
                                      f"y has {y.shape[0]} entries")
     if not np.all(np.isfinite(X)):
         i = int(np.argwhere(~np.isfinite(X))[0, 0])
-        raise DataError(source, "X", f"NaN or Inf in row {i}")
+        raise DataError(source, "X", f"NaN or Inf in {_row_name(i, rows)}")
     if not np.all(np.isfinite(y)):
         i = int(np.argwhere(~np.isfinite(y))[0, 0])
-        raise DataError(source, "y", f"NaN or Inf in entry {i}")
+        raise DataError(source, "y", f"NaN or Inf in {_row_name(i, rows)}")
     return Dataset(np.ascontiguousarray(X), np.ascontiguousarray(y), Path(source).name)
 
 
@@ -95,9 +104,10 @@ def _is_number(s: str) -> bool:
 
 
 def _load_csv(path: Path) -> Dataset:
-    rows = []
+    rows, lines = [], []
     ncol = None
-    with open(path, "r", encoding="utf-8") as fh:
+    # utf-8-sig: a byte-order mark (as spreadsheet programs write) is not part of the first field
+    with open(path, "r", encoding="utf-8-sig") as fh:
         for lineno, line in enumerate(fh, start=1):
             s = line.strip()
             if not s or s.startswith("#"):
@@ -116,12 +126,25 @@ def _load_csv(path: Path) -> Dataset:
                 raise DataError(str(path), f"line {lineno}",
                                 f"expected {ncol} columns, got {len(vals)}")
             rows.append(vals)
+            lines.append(lineno)
     if not rows:
         raise DataError(str(path), "", "empty data set (no numeric rows)")
     A = np.array(rows, dtype=np.float64)
     if A.shape[1] < 2:
         raise DataError(str(path), "", "need at least 2 columns (inputs..., y)")
-    return check_arrays(A[:, :-1], A[:, -1], str(path))
+    return check_arrays(A[:, :-1], A[:, -1], str(path), rows=lines)
+
+
+#: The first bytes of the binary formats (``.npz`` is a zip archive).
+_MAGIC = {".npy": b"\x93NUMPY", ".npz": b"PK\x03\x04"}
+
+
+def _check_magic(p: Path, suffix: str, src: str) -> None:
+    with open(p, "rb") as fh:
+        head = fh.read(len(_MAGIC[suffix]))
+    if head != _MAGIC[suffix]:
+        kind = "NumPy .npy file" if suffix == ".npy" else "NumPy .npz archive (zip)"
+        raise DataError(src, "", f"not a {kind}: it starts with {head!r}")
 
 
 def load_file(path: str | os.PathLike) -> Dataset:
@@ -153,11 +176,13 @@ def load_file(path: str | os.PathLike) -> Dataset:
         if suffix == ".csv":
             ds = _load_csv(p)
         elif suffix == ".npy":
+            _check_magic(p, suffix, src)
             A = np.load(p, allow_pickle=False)
             if A.ndim != 2 or A.shape[1] < 2:
                 raise DataError(src, "", f"expected a 2-D array with >= 2 columns, got {A.shape}")
             ds = check_arrays(A[:, :-1], A[:, -1], src)
         elif suffix == ".npz":
+            _check_magic(p, suffix, src)
             with np.load(p, allow_pickle=False) as z:
                 for k in ("X", "y"):
                     if k not in z.files:
@@ -167,18 +192,24 @@ def load_file(path: str | os.PathLike) -> Dataset:
             raise DataError(src, "", f"unknown data file type '{suffix}' (use .csv, .npy or .npz)")
     except DataError:
         raise
+    except UnicodeDecodeError:
+        raise DataError(src, "", "not a UTF-8 text file") from None
     except ValueError as exc:
         msg = str(exc)
         if "pickle" in msg.lower():
             raise DataError(src, "", "holds pickled objects, which are refused "
                                      "(save plain numeric arrays)") from None
-        raise DataError(src, "", f"cannot read: {msg}") from None
+        raise DataError(src, "", f"cannot read: {msg.splitlines()[0] if msg else exc!r}") \
+            from None
     except PermissionError:
         raise DataError(src, "", "permission denied") from None
     except OSError as exc:
-        raise DataError(src, "", f"cannot read: {exc}") from None
-    except UnicodeDecodeError:
-        raise DataError(src, "", "not a UTF-8 text file") from None
+        raise DataError(src, "", f"cannot read: {exc.strerror or exc}") from None
+    except (EOFError, TypeError, IndexError, KeyError, zipfile.BadZipFile) as exc:
+        # truncated or damaged archives, structured or odd dtypes
+        raise DataError(src, "", f"damaged or unusable array file ({type(exc).__name__}: "
+                                 f"{str(exc).splitlines()[0][:80] if str(exc) else ''})") \
+            from None
     return Dataset(ds.X, ds.y, p.name)
 
 

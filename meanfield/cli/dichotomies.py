@@ -34,13 +34,19 @@ def load_inputs(path: str):
     meanfield.errors.InputError
         The file cannot be used.
     """
+    from meanfield.errors import DataError
+    name = Path(path).name.lower()
     suffix = Path(path).suffix.lower()
     if suffix == ".toml":
         from meanfield import config, data
         return data.from_config(config.load(path)).X
-    if suffix in (".h5", ".hdf5"):
+    if suffix in (".h5", ".hdf5") or name.endswith((".h5.part", ".hdf5.part")):
         from meanfield.store import open_run
         return open_run(path).X
+    if suffix not in (".csv", ".npy", ".npz"):
+        raise DataError(str(path), "", f"unknown file type '{suffix}' (use a data file .csv, "
+                                       ".npy or .npz, a config .toml, or a run file .h5 or "
+                                       ".h5.part)")
     from meanfield.data import load_file
     return load_file(path).X
 
