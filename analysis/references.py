@@ -256,8 +256,10 @@ def report_section(run, rep: dict, window: float = 0.5, max_P: int = 20000) -> d
         rays_by_stage = {cold: (np.array([q["direction"] for q in rs]),
                                 np.array([q["sign"] for q in rs]),
                                 np.array([q["weight"] for q in rs]))}
+    from solvers.convex import ConvexSolverError
     from solvers.gibbs import GibbsConvergenceError
     try:
         return compare_run(run, window, rays_by_stage)
-    except (ValueError, GibbsConvergenceError) as exc:   # no observations, or no convergence
+    except (ValueError, GibbsConvergenceError, ConvexSolverError) as exc:
+        # no observations, no convergence, or data the solvers cannot resolve
         return {"skipped": str(exc)}

@@ -171,8 +171,12 @@ def analyze_run(path, outdir=None, figures: bool = True, *, reference=None, w2: 
     cvx = None
     if references and reference is None and P <= 20000:
         from analysis.references import convex_reference
-        cvx = convex_reference(run.X, run.y, float(run.config["dynamics"]["lam"]))
-        reference = cvx.f_train
+        from solvers.convex import ConvexSolverError
+        try:
+            cvx = convex_reference(run.X, run.y, float(run.config["dynamics"]["lam"]))
+            reference = cvx.f_train
+        except ConvexSolverError:
+            cvx = None              # the references section then says why it was skipped
     rows = ladder(run, snaps, reference, w2)
     lam = float(run.config["dynamics"]["lam"])
     last = snaps[-1] if snaps else None

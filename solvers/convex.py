@@ -197,6 +197,15 @@ def convex(X, y, lam: float, *, tol: float = 1e-12, ray_tol: float = 1e-7,
     ConvexSolverError
         Clarabel did not report an optimal (or almost optimal) solution.
     """
+    from solvers._failures import numerical_failures
+    with numerical_failures(ConvexSolverError, "convex reference", X):
+        return _convex(X, y, lam, tol=tol, ray_tol=ray_tol, merge_angle=merge_angle,
+                       max_patterns=max_patterns)
+
+
+def _convex(X, y, lam: float, *, tol: float = 1e-12, ray_tol: float = 1e-7,
+            merge_angle: float = 1e-5, max_patterns: int = 20_000) -> ConvexSolution:
+    """The body of :func:`convex`."""
     X = np.asarray(X, dtype=float)
     y = np.asarray(y, dtype=float).ravel()
     if X.ndim == 1:

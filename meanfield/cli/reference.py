@@ -61,6 +61,7 @@ def _reraise(exc, cfg):
 
 def main_gibbs(args) -> int:
     from meanfield.errors import InputError
+    from solvers._failures import numerical_failures
     from solvers.gibbs import GibbsConvergenceError, GibbsInputError, GibbsReference
     cfg, ds = _problem(args.config)
     if args.tau is not None:
@@ -74,8 +75,9 @@ def main_gibbs(args) -> int:
             raise InputError(cfg.source, "dynamics.taus", "no temperature > 0")
     t0 = time.time()
     try:
-        ref = GibbsReference(ds.X, ds.y, cfg.dynamics["lam"])
-        sols = ref.solve(taus)
+        with numerical_failures(GibbsConvergenceError, "Gibbs reference", ds.X):
+            ref = GibbsReference(ds.X, ds.y, cfg.dynamics["lam"])
+            sols = ref.solve(taus)
     except GibbsInputError as exc:
         _reraise(exc, cfg)
     except GibbsConvergenceError as exc:
