@@ -22,6 +22,9 @@ def import_matplotlib():
         try:
             import matplotlib
         except ValueError:
+            for name in [m for m in sys.modules if m == "matplotlib"
+                         or m.startswith("matplotlib.")]:
+                del sys.modules[name]       # the half-imported package, imported again below
             saved = os.environ.pop("MPLBACKEND")
             try:
                 import matplotlib
