@@ -23,6 +23,14 @@ from meanfield.errors import InputError
 _SOURCE = "command line"
 
 
+#: Largest count an option takes (sample sizes, dimensions).
+MAX_COUNT = 10**8
+#: Largest data set of one trial, n*d values (float64).
+MAX_VALUES = 10**8
+#: Steepest covariance spectrum: lambda_k ~ k^-a must stay above the smallest float.
+MAX_SPECTRUM_A = 100.0
+
+
 @dataclass(frozen=True)
 class StudyParams:
     """Parameters of a study (the options of ``meanfield highdim``).
@@ -76,17 +84,19 @@ class StudyParams:
         from meanfield.highdim_data import LABELS, NORMALIZE
         from solvers.highdim_gd import INITS
 
-        def posint(v, opt):
+        def posint(v, opt, maximum=MAX_COUNT, why="the largest count the kernels take"):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
                 raise InputError(_SOURCE, opt, f"must be a positive integer, got {v!r}")
+            if v > maximum:
+                raise InputError(_SOURCE, opt, f"must be <= {maximum} ({why}), got {v!r}")
 
         def finite(v, opt):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
                 raise InputError(_SOURCE, opt, f"must be a finite number, got {v!r}")
 
-        posint(self.neurons, "--neurons")
-        posint(self.trials, "--trials")
-        posint(self.max_steps, "--max-steps")
+        posint(self.neurons, "--neurons", 10**4, "neurons held per trial")
+        posint(self.trials, "--trials", 10**6, "trials per cell")
+        posint(self.max_steps, "--max-steps", 2**31 - 1, "the GD step counter")
         for opt, vals in (("--n", self.ns), ("--d", self.ds)):
             if not vals:
                 raise InputError(_SOURCE, opt, "needs at least one value")
@@ -94,13 +104,16 @@ class StudyParams:
                 posint(v, opt)
             if len(set(vals)) != len(vals):
                 raise InputError(_SOURCE, opt, f"repeated values in {list(vals)}")
+        if max(self.ns) * max(self.ds) > MAX_VALUES:
+            raise InputError(_SOURCE, "--d", f"n*d = {max(self.ns) * max(self.ds)} exceeds "
+                                             f"{MAX_VALUES} values (the data must fit in memory)")
         if max(self.ns) > min(self.ds):
             raise InputError(_SOURCE, "--d", f"every d must be >= every n (got n up to "
                                              f"{max(self.ns)}, d from {min(self.ds)})")
         if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) \
-                or self.seed < 0:
+                or not 0 <= self.seed < 2**63:
             raise InputError(_SOURCE, "--seed",
-                             f"must be a non-negative integer, got {self.seed!r}")
+                             f"must be an integer in [0, 2**63), got {self.seed!r}")
         for opt, v in (("--c", self.c), ("--eps", self.eps), ("--spectrum-a", self.a),
                        ("--tol", self.tol)):
             finite(v, opt)
@@ -108,10 +121,15 @@ class StudyParams:
             raise InputError(_SOURCE, "--c", f"must lie in (0, 2), got {self.c!r}")
         if self.eps <= 0:
             raise InputError(_SOURCE, "--eps", f"must be positive, got {self.eps!r}")
-        if self.a < 0:
-            raise InputError(_SOURCE, "--spectrum-a", f"must be >= 0, got {self.a!r}")
-        if self.tol < 0:
-            raise InputError(_SOURCE, "--tol", f"must be >= 0, got {self.tol!r}")
+        if not 0 <= self.a <= MAX_SPECTRUM_A:
+            raise InputError(_SOURCE, "--spectrum-a", f"must be in [0, {MAX_SPECTRUM_A:g}] "
+                                                      "(steeper spectra underflow), got "
+                                                      f"{self.a!r}")
+        if not 0 <= self.tol < 1:
+            raise InputError(_SOURCE, "--tol", f"must be in [0, 1), got {self.tol!r}")
+        if self.eps > 1e15:
+            raise InputError(_SOURCE, "--eps", f"must be <= 1e+15 (larger starts overflow), "
+                                               f"got {self.eps!r}")
         for opt, v, allowed in (("--init", self.init, INITS), ("--labels", self.labels, LABELS),
                                 ("--normalize", self.normalize, NORMALIZE)):
             if v not in allowed:

@@ -359,3 +359,40 @@ def test_report_counts(capsys):
     """Prints how many commands the generated cases ran (run with ``-s`` to see it)."""
     with capsys.disabled():
         print(f"\nproperty tests: {CALLS['commands']} commands, exit codes {CALLS['exit']}")
+
+
+@given(tbls=tables(), axes=st.dictionaries(
+    st.sampled_from(["dynamics.seed", "dynamics.lam", "model.n_particles", "dynamics.bogus",
+                     "sweep"]),
+    st.one_of(st.lists(st.integers(0, 3), min_size=1, max_size=2),
+              st.lists(st.floats(0.01, 0.5), min_size=1, max_size=2), bad_value()),
+    max_size=2), mode=st.sampled_from(["--dry-run", "--serial"]))
+def test_generated_studies_through_sweep(workdir, tbls, axes, mode):
+    with case_dir(workdir) as root:
+        doc = {"data": {"kind": "gaussian", "n": 4, "d": 1}, **tbls}
+        text = "".join(f"[{sec}]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in tbl.items())
+                       for sec, tbl in doc.items())
+        text += "[sweep]\n" + "".join(f'"{k}" = {toml_value(v)}\n' for k, v in axes.items())
+        (root / "s.toml").write_text(text)
+        command(root, ["sweep", "s.toml", "-o", "st", mode, "--threads", "1", "--quiet"],
+                outputs=["st"])
+
+
+@given(args=st.fixed_dictionaries({}, optional={
+    "--neurons": st.one_of(st.sampled_from(["1", "2"]), st.text(max_size=3)),
+    "--n": st.one_of(st.sampled_from(["4", "4,6"]), st.text(max_size=4)),
+    "--d": st.one_of(st.sampled_from(["8", "8,16"]), st.sampled_from(["0", "-3", "1e400"])),
+    "--trials": st.sampled_from(["1", "2", "0", "x"]),
+    "--c": st.sampled_from(["0.5", "0.002", "2", "nan", "-1"]),
+    "--init": st.sampled_from(["zero", "random", "all_active", "nope"]),
+    "--max-steps": st.sampled_from(["50", "3000", "0", "99999999999999999999"]),
+    "--tol": st.sampled_from(["1e-12", "0", "inf"]),
+    "--spectrum-a": st.sampled_from(["0", "1", "1e308"]),
+}))
+def test_generated_highdim_arguments(workdir, args):
+    with case_dir(workdir) as root:
+        argv = ["highdim", "-o", "hd", "--quiet", "--d", "8", "--n", "4", "--trials", "1",
+                "--max-steps", "200"]
+        for k, v in args.items():
+            argv += [k, v]
+        command(root, argv, outputs=["hd"])
