@@ -127,7 +127,7 @@ def test_pairs_of_runs_on_one_output(tiny, tmp_path):
     rng = np.random.default_rng(int(os.environ.get("MEANFIELD_PAIRS_SEED", "17")))
     env = dict(os.environ, PYTHONPATH=str(REPO), NUMBA_NUM_THREADS="1")
     ref = single.read_bytes()
-    outcomes = []
+    outcomes, losers = [], []
     for k in range(pairs):
         out = tmp_path / f"s{k}.h5"
         cmd = [sys.executable, "-m", "meanfield", "run", str(cfg), "-o", str(out), "--quiet"]
@@ -145,11 +145,14 @@ def test_pairs_of_runs_on_one_output(tiny, tmp_path):
         for code, err in res:
             if code == 2:
                 assert len(err.strip().splitlines()) == 1, err
+                losers.append("in use" if "in use" in err else "exists" if "exists" in err
+                              else err.strip())
         assert out.read_bytes() == ref, f"pair {k}: the finished file differs from a single run"
         assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(f"s{k}.")) == \
             [f"s{k}.h5"]
     print(f"{pairs} pairs: outcomes {sorted(set(outcomes))}, "
-          f"{sum(o == (0, 2) for o in outcomes)} with a refused loser")
+          f"{sum(o == (0, 2) for o in outcomes)} with a refused loser; losers refused as "
+          f"{ {m: losers.count(m) for m in set(losers)} }")
 
 
 # ------------------------------------------------------------ 2. damaged metadata, readers

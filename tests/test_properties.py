@@ -31,7 +31,7 @@ from meanfield import cli  # noqa: E402
 
 settings.register_profile("ci", max_examples=12, deadline=None, derandomize=True,
                           suppress_health_check=list(HealthCheck), print_blob=True)
-settings.register_profile("full", max_examples=700, deadline=None,
+settings.register_profile("full", max_examples=500, deadline=None,
                           suppress_health_check=list(HealthCheck), print_blob=True)
 settings.load_profile(os.environ.get("MEANFIELD_HYPOTHESIS", "ci"))
 if os.environ.get("MEANFIELD_HYPOTHESIS_EXAMPLES"):
