@@ -26,25 +26,9 @@ from meanfield import cli
 
 REPO = Path(__file__).resolve().parents[1]
 
-TINY = """\
-[data]
-kind = "gaussian"
-n = 5
-d = 2
-seed = 1
-[model]
-n_particles = 64
-[dynamics]
-lam = 0.05
-eta = 0.05
-taus = [1e-2, 1e-3]
-steps_per_tau = 300
-seed = 3
-[output]
-observe_every = 20
-snapshots_per_tau = 3
-checkpoint_every = 100
-"""
+from test_resume import TINY as _TINY
+
+TINY = _TINY.format(ckpt=100)
 
 
 def checksums(root: Path) -> dict:
@@ -522,8 +506,7 @@ def test_an_invalid_mplbackend_does_not_stop_the_figures(tiny, tmp_path):
 def test_ctrl_c_on_a_sweep_counts_jobs_whose_files_are_complete(tmp_path, monkeypatch):
     """A job that finished its run file just as the driver was interrupted is ``done`` in the
     manifest, not ``pending``."""
-    from meanfield.sweep import Study
-    from meanfield.sweep import execute
+    from meanfield.sweep import Study, execute
     from meanfield.sweep import manifest as man
     study_file = tmp_path / "study.toml"
     study_file.write_text(TINY + '[sweep]\n"dynamics.seed" = [0, 1]\n')

@@ -11,7 +11,6 @@ the number of examples per test.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import math
 import os
@@ -24,10 +23,10 @@ import numpy as np
 import pytest
 
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from meanfield import cli  # noqa: E402
+from meanfield import cli
 
 settings.register_profile("ci", max_examples=12, deadline=None, derandomize=True,
                           suppress_health_check=list(HealthCheck), print_blob=True)
@@ -43,31 +42,9 @@ if os.environ.get("MEANFIELD_HYPOTHESIS_EXAMPLES"):
 #: Every command invocation of this module, for the report (``-s`` prints the totals).
 CALLS = {"commands": 0, "exit": {}}
 
-TINY = """\
-[data]
-kind = "gaussian"
-n = 5
-d = 2
-seed = 1
-[model]
-n_particles = 32
-[dynamics]
-taus = [1e-2, 1e-3]
-steps_per_tau = 60
-seed = 3
-[output]
-observe_every = 10
-snapshots_per_tau = 2
-checkpoint_every = 20
-"""
-
+from test_faults import TINY, checksums
 
 # ----------------------------------------------------------------------------- harness
-
-def _tree(root: Path) -> dict:
-    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
-
 
 def command(root: Path, argv, outputs=()):
     """Run ``meanfield ARGV`` in-process in ``root`` and check the invariants.
@@ -75,7 +52,7 @@ def command(root: Path, argv, outputs=()):
     ``outputs``: names (relative to ``root``) a successful command may create or change.
     Returns the exit code.
     """
-    before = _tree(root)
+    before = checksums(root)
     err, out = io.StringIO(), io.StringIO()
     cwd = os.getcwd()
     os.chdir(root)
@@ -99,12 +76,12 @@ def command(root: Path, argv, outputs=()):
         assert len(lines) == 1 and lines[0].startswith("meanfield"), (argv, text)
     if code == 1:
         assert lines and lines[-1].startswith("meanfield"), (argv, text)
-    after = _tree(root)
+    after = checksums(root)
     allowed = set()
     if code == 0:
         for o in outputs:
-            allowed |= {k for k in set(before) | set(after) if k == o or k.startswith(o + "/")
-                        or k.startswith(o + ".")}
+            allowed |= {k for k in set(before) | set(after) if k == o
+                        or k.startswith((o + "/", o + "."))}
     changed = {k for k in set(before) | set(after) if before.get(k) != after.get(k)} - allowed
     if code != 0:
         # a failed or refused command leaves what existed as it was; a diverged run keeps its
