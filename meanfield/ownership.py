@@ -8,8 +8,7 @@ fails at once with :class:`OutputBusy` (one line, exit code 2) before it reads, 
 writes anything. The kernel drops the lock when its owner exits, however it exits (even
 ``SIGKILL``), so a stale lock file never blocks a later run.
 
-Folders written as a whole (reports) go through :func:`replacing_dir`: everything is written
-into a temporary sibling folder that is renamed into place only when complete.
+Folders written as a whole (reports) go through :func:`meanfield.atomic.replacing_dir`.
 """
 
 from __future__ import annotations
@@ -17,8 +16,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 from meanfield.errors import InputError
@@ -116,82 +113,3 @@ def claim(output, field: str = "", lock=None):
         with contextlib.suppress(OSError):
             os.unlink(lock)
         os.close(fd)
-
-
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
-
-
-@contextlib.contextmanager
-def replacing_dir(final, field: str = "-o", replaceable=None):
-    """Yield a temporary folder next to ``final``; when the block succeeds it becomes
-    ``final`` (replacing an existing one), otherwise it is deleted and ``final`` is untouched.
-
-    Parameters
-    ----------
-    final : path-like
-        The folder to produce. The caller owns it (:func:`claim`).
-    field : str
-        The option that named it, for messages.
-    replaceable : callable(Path) -> bool, optional
-        Decides whether an existing ``final`` may be replaced (e.g. it holds only files of a
-        previous report); default: always.
-
-    Raises
-    ------
-    InputError
-        ``final`` exists and may not be replaced, or a file could not be written (the message
-        names it, under its final name, and the reason, e.g. "File too large").
-    """
-    final = Path(final)
-    parent = final.absolute().parent
-    if final.exists() and not final.is_dir():
-        raise InputError(str(final), field, "is a file, expected a folder")
-    if final.exists() and replaceable is not None and not replaceable(final):
-        raise InputError(str(final), field, "holds files this command did not write; choose "
-                                            "another folder (nothing was replaced)")
-    try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=parent))
-    except OSError as exc:
-        raise InputError(str(final), field, f"cannot write in {parent} "
-                                            f"({exc.strerror or exc})") from None
-    try:
-        try:
-            yield tmp
-        except OSError as exc:
-            from meanfield.failures import describe
-            what, reason = describe(exc, tmp, within=tmp)
-            with contextlib.suppress(ValueError):
-                what = final / Path(what).relative_to(tmp.absolute())
-                what = what.with_name(what.name.removesuffix(".tmp"))
-            raise InputError(str(what), "", f"cannot write ({reason}); nothing written to "
-                                            f"{final}") from None
-        old = None
-        try:
-            os.chmod(tmp, 0o777 & ~_umask())
-            if final.exists():
-                old = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".old",
-                                            dir=parent))
-                os.replace(final, old / final.name)
-            os.replace(tmp, final)
-        except OSError as exc:
-            if old is not None and (old / final.name).exists() and not final.exists():
-                os.replace(old / final.name, final)
-            raise InputError(str(final), field, f"cannot replace ({exc.strerror or exc}); "
-                                                "left as it was") from None
-        finally:
-            if old is not None:
-                _remove(old)
-    finally:
-        if tmp.exists():
-            _remove(tmp)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask

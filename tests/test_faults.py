@@ -198,7 +198,7 @@ def test_a_failing_numba_cache_is_named_not_the_run_file(tiny, tmp_path, capsys,
                                                          file_size_limit):
     import numba
 
-    import solvers.langevin as lg
+    import meanfield.runner as runner_module
     cfg, _ = tiny
     cache = tmp_path / "cache"
     cache.mkdir()
@@ -223,7 +223,7 @@ def test_a_failing_numba_cache_is_named_not_the_run_file(tiny, tmp_path, capsys,
             kernelmod.k(np.ones(3))
         finally:
             file_size_limit(resource.RLIM_INFINITY)
-    monkeypatch.setattr(lg, "simulate", simulate)
+    monkeypatch.setattr(runner_module, "simulate", simulate)
     out = tmp_path / "us.h5"
     line = one_line(capsys, cli.main(["run", str(cfg), "-o", str(out), "--quiet"]))
     assert "numba cache file " + str(cache) in line and "File too large" in line
@@ -247,7 +247,7 @@ def test_analyze_next_to_a_run_in_a_read_only_folder_is_refused_before_work(
     refused before the run is analysed."""
     import errno
 
-    import analysis.report
+    import meanfield.report
     _, run = tiny
     ro = tmp_path / "ro"
     ro.mkdir()
@@ -268,7 +268,7 @@ def test_analyze_next_to_a_run_in_a_read_only_folder_is_refused_before_work(
         raise AssertionError("the run was analysed although its report cannot be written")
     monkeypatch.setattr(os, "open", refuse)
     monkeypatch.setattr(os, "mkdir", no_mkdir)
-    monkeypatch.setattr(analysis.report, "analyze_run", analysed)
+    monkeypatch.setattr(meanfield.report, "analyze_run", analysed)
     line = one_line(capsys, cli.main(["analyze", str(ro / "run.h5"), "--no-w2"]))
     assert "run-report" in line and "Read-only file system" in line
 
@@ -358,7 +358,7 @@ def test_highdim_with_no_converged_trial_is_an_error(tmp_path, capsys):
 
 
 def test_highdim_fits_leave_unconverged_cells_out_and_flag_them():
-    from analysis.highdim_study import StudyParams, summarize
+    from meanfield.highdim.experiment import StudyParams, summarize
     p = StudyParams(neurons=1, ns=(20,), ds=(200, 400, 800), trials=3, c=0.5)
     rng = np.random.default_rng(0)
     cells = []
