@@ -26,9 +26,9 @@ from meanfield import cli
 
 REPO = Path(__file__).resolve().parents[1]
 
-from test_resume import TINY as _TINY
+from conftest import tiny_toml
 
-TINY = _TINY.format(ckpt=100)
+TINY = tiny_toml({"output.checkpoint_every": 100})
 
 
 def checksums(root: Path) -> dict:
