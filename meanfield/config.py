@@ -318,8 +318,11 @@ def validate(raw: dict, source: str = "<config>", base_dir: str | os.PathLike = 
         _check(_is_num(t) and math.isfinite(float(t)), src, f"dynamics.taus[{i}]",
                f"must be a finite number, got {t!r}")
         _check(t >= 0, src, f"dynamics.taus[{i}]", f"temperature must be >= 0, got {t!r}")
-        _check(t <= MAX_FLOAT, src, f"dynamics.taus[{i}]", f"must be <= {MAX_FLOAT:g} (larger "
-               f"values overflow the dynamics), got {t!r}")
+        # the noise variance 2*eta*tau and the stationary scale tau/lam are formed: both must
+        # be finite floats (a noise that overflows later is reported as a divergence)
+        _check(math.isfinite(2.0 * float(dyn["eta"]) * t) and math.isfinite(t / dyn["lam"]), src,
+               f"dynamics.taus[{i}]", f"2*eta*tau and tau/lam must be finite floats "
+               f"(below {sys.float_info.max:.3g}), got tau={t!r}")
     dyn["taus"] = [float(t) for t in taus]
     _num(dyn, "steps_per_tau", src, "dynamics", integer=True, minimum=1,
          maximum=MAX_STEPS // len(taus), why=f"steps_per_tau * {len(taus)} temperatures must "
