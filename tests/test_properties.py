@@ -301,11 +301,18 @@ def test_generated_configs_through_run_inspect_analyze_references(workdir, tbls,
             command(root, ["reference", "convex", "c.toml", "--json"])
 
 
-@given(mutation=st.one_of(
-    st.tuples(st.just("truncate"), st.floats(0, 1)),
-    st.tuples(st.just("flip"), st.lists(st.tuples(st.floats(0, 1), st.integers(0, 7)),
-                                        min_size=1, max_size=8)),
-    st.tuples(st.just("zero"), st.floats(0, 1), st.integers(1, 4096))),
+#: Mutations of a run file. A zeroed block can land in HDF5's global heap, and reading a
+#: variable-length string attribute then loops forever inside the HDF5 library (no Python
+#: code runs, so nothing in-process can stop it); MEANFIELD_HYPOTHESIS_NO_ZERO=1 leaves that
+#: mutation out of long runs.
+MUTATIONS = [st.tuples(st.just("truncate"), st.floats(0, 1)),
+             st.tuples(st.just("flip"), st.lists(st.tuples(st.floats(0, 1), st.integers(0, 7)),
+                                                 min_size=1, max_size=8))]
+if not os.environ.get("MEANFIELD_HYPOTHESIS_NO_ZERO"):
+    MUTATIONS.append(st.tuples(st.just("zero"), st.floats(0, 1), st.integers(1, 4096)))
+
+
+@given(mutation=st.one_of(*MUTATIONS),
     command_name=st.sampled_from(["inspect", "dichotomies", "analyze", "resume"]))
 def test_damaged_run_files_through_every_reader(workdir, tiny_run, mutation, command_name):
     cfg, good = tiny_run
