@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 
@@ -17,13 +15,10 @@ def time_average_predictor(run, stage: int, window: float = 0.5):
     stderr : ndarray (n,)   naive standard error (ignores autocorrelation)
     """
     obs = run.observables
-    taus = np.asarray(run.config["dynamics"]["taus"], dtype=float)
-    T = int(run.config["dynamics"]["steps_per_tau"])
     steps = obs["residuals"]["step"]
-    lo = stage * T + int(math.floor((1 - window) * T))
-    hi = (stage + 1) * T
+    lo, hi = run.schedule.last_part(stage, window)
     sel = (steps > lo) & (steps <= hi)
     if not np.any(sel):
-        raise ValueError(f"no observations in stage {stage} (tau={taus[stage]:g})")
+        raise ValueError(f"no observations in stage {stage} (tau={run.taus[stage]:g})")
     F = obs["residuals"]["value"][sel] * run.n + run.y[None, :]
     return F.mean(axis=0), F.std(axis=0, ddof=1) / np.sqrt(max(1, F.shape[0] - 1))

@@ -86,7 +86,7 @@ def register(sub):
 
 def main(args) -> int:
     """Run ``meanfield highdim`` with the parsed ``args``; returns the exit code."""
-    from meanfield import ownership
+    from meanfield import figures, ownership
     from meanfield.highdim import output as report
     from meanfield.highdim.experiment import StudyParams, run_study, summarize
 
@@ -119,7 +119,8 @@ def main(args) -> int:
                              f"{params.tol:g}); nothing written: raise --max-steps or --c\n")
             return 1
         try:
-            report.plot(png, summary)   # the figure first: a failure leaves no data file behind
+            # the figure first: a failure leaves no data file behind
+            figures.highdim_figure(png, summary)
             report.write_h5(h5, params, cells, summary)
         except OSError as exc:
             from meanfield.failures import describe
