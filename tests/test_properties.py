@@ -339,12 +339,6 @@ def test_damaged_run_files_through_every_reader(workdir, tiny_run, mutation, com
         command(root, argv, outputs=["rep"])
 
 
-def test_report_counts(capsys):
-    """Prints how many commands the generated cases ran (run with ``-s`` to see it)."""
-    with capsys.disabled():
-        print(f"\nproperty tests: {CALLS['commands']} commands, exit codes {CALLS['exit']}")
-
-
 @given(tbls=tables(), axes=st.dictionaries(
     st.sampled_from(["dynamics.seed", "dynamics.lam", "model.n_particles", "dynamics.bogus",
                      "sweep"]),
@@ -380,3 +374,9 @@ def test_generated_highdim_arguments(workdir, args):
         for k, v in args.items():
             argv += [k, v]
         command(root, argv, outputs=["hd"])
+
+
+def test_report_counts(capsys):
+    """Prints how many commands the generated cases ran (run with ``-s`` to see it)."""
+    with capsys.disabled():
+        print(f"\nproperty tests: {CALLS['commands']} commands, exit codes {CALLS['exit']}")
