@@ -22,7 +22,7 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from analysis.time_average import time_average_predictor
-from solvers.convex import convex
+from solvers.convex import ConvexSolverError, convex
 from solvers.gibbs import GibbsConvergenceError, gibbs
 from solvers.gibbsqmc import GibbsAccuracyError, QMCGibbsReference, gibbs_qmc
 
@@ -303,5 +303,6 @@ def report_section(run, rep: dict, window: float = 0.5, max_P: int = 20000) -> d
                                 np.array([q["weight"] for q in rs]))}
     try:
         return compare_run(run, window, rays_by_stage)
-    except (ValueError, GibbsConvergenceError) as exc:   # no observations, or no convergence
+    except (ValueError, GibbsConvergenceError, ConvexSolverError) as exc:
+        # no observations, no convergence, or data the solvers cannot resolve
         return {"skipped": str(exc)}

@@ -26,6 +26,7 @@ from analysis.ray_checks import sensitivity as ray_sensitivity
 from analysis.rays import RayResult, find_rays
 from analysis.references import convex_reference, report_section
 from solvers import numpy_model
+from solvers.convex import ConvexSolverError
 from solvers.geometry import Kink
 
 
@@ -377,8 +378,11 @@ def analyze(run: Any, *, reference: ArrayLike | Callable | None = None, w2: bool
         convex = references
     cvx = None
     if (references or convex) and dc.P <= 20000:
-        cvx = convex_reference(run.X, run.y, run.lam)
-        if reference is None:
+        try:
+            cvx = convex_reference(run.X, run.y, run.lam)
+        except ConvexSolverError:
+            pass                # data the solver cannot resolve: the references section says so
+        if cvx is not None and reference is None:
             reference = cvx.f_train
     tp = None
     if two_point.detect(run.X, run.y) is not None:

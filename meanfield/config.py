@@ -126,6 +126,27 @@ def validate(raw: dict, source: str = "<config>", base_dir: str | os.PathLike = 
                      source=str(source), base_dir=str(base_dir))
 
 
+def check_against_data(cfg: RunConfig, n: int, d: int) -> None:
+    """The limits that depend on the data set (``n`` points in dimension ``d``).
+
+    Raises
+    ------
+    ConfigError
+        ``dynamics.batch_size > n``, or ``n_particles * (d + 2)`` noise draws per step beyond
+        the noise counter (:data:`meanfield.tables.MAX_DRAWS`).
+    """
+    from meanfield.tables import MAX_DRAWS
+    b = int(cfg.dynamics.batch_size)
+    if b > n:
+        raise ConfigError(cfg.source, "dynamics.batch_size",
+                          f"must be <= the number of samples n={n}, got {b}")
+    N = cfg.n_particles
+    if N * (d + 2) >= MAX_DRAWS:
+        raise ConfigError(cfg.source, "model.n_particles",
+                          f"n_particles * (d+2) = {N * (d + 2)} noise draws per step, must be "
+                          f"< 2**32 (the noise counter's limit)")
+
+
 def loads(text: str, source: str = "<string>", base_dir: str | os.PathLike = ".") -> RunConfig:
     """Parse and validate a config given as TOML text.
 

@@ -7,6 +7,7 @@ A data set is ``X`` of shape ``(n, d)`` and ``y`` of shape ``(n,)``, float64. Li
 from __future__ import annotations
 
 import os
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,17 +51,18 @@ class Dataset:
         return lifted(self.X)
 
 
-def check_arrays(X, y, source: str = "<data>") -> Dataset:
+def check_arrays(X, y, source: str = "<data>", rows=None) -> Dataset:
     """Validate and normalise ``X`` (n, d) and ``y`` (n,) into a :class:`Dataset`.
 
-    A 1-D ``X`` is read as ``d = 1``.
+    A 1-D ``X`` is read as ``d = 1``. ``rows`` (optional) gives the 1-based file line of each
+    row, used in messages instead of the 0-based row index.
 
     Raises
     ------
     DataError
         Empty data, non-numeric values, NaN/Inf, or ``len(X) != len(y)``.
     """
-    X, y = check_xy(X, y, source)
+    X, y = check_xy(X, y, source, rows=rows)
     return Dataset(X, y, Path(source).name)
 
 
@@ -73,9 +75,10 @@ def _is_number(s: str) -> bool:
 
 
 def _load_csv(path: Path) -> Dataset:
-    rows = []
+    rows, lines = [], []
     ncol = None
-    with open(path, encoding="utf-8") as fh:
+    # utf-8-sig: a byte-order mark (as spreadsheet programs write) is not part of the first field
+    with open(path, encoding="utf-8-sig") as fh:
         for lineno, line in enumerate(fh, start=1):
             s = line.strip()
             if not s or s.startswith("#"):
@@ -94,12 +97,25 @@ def _load_csv(path: Path) -> Dataset:
                 raise DataError(str(path), f"line {lineno}",
                                 f"expected {ncol} columns, got {len(vals)}")
             rows.append(vals)
+            lines.append(lineno)
     if not rows:
         raise DataError(str(path), "", "empty data set (no numeric rows)")
     A = np.array(rows, dtype=np.float64)
     if A.shape[1] < 2:
         raise DataError(str(path), "", "need at least 2 columns (inputs..., y)")
-    return check_arrays(A[:, :-1], A[:, -1], str(path))
+    return check_arrays(A[:, :-1], A[:, -1], str(path), rows=lines)
+
+
+#: The first bytes of the binary formats (``.npz`` is a zip archive).
+_MAGIC = {".npy": b"\x93NUMPY", ".npz": b"PK\x03\x04"}
+
+
+def _check_magic(p: Path, suffix: str, src: str) -> None:
+    with open(p, "rb") as fh:
+        head = fh.read(len(_MAGIC[suffix]))
+    if head != _MAGIC[suffix]:
+        kind = "NumPy .npy file" if suffix == ".npy" else "NumPy .npz archive (zip)"
+        raise DataError(src, "", f"not a {kind}: it starts with {head!r}")
 
 
 def load_file(path: str | os.PathLike) -> Dataset:
@@ -131,11 +147,13 @@ def load_file(path: str | os.PathLike) -> Dataset:
         if suffix == ".csv":
             ds = _load_csv(p)
         elif suffix == ".npy":
+            _check_magic(p, suffix, src)
             A = np.load(p, allow_pickle=False)
             if A.ndim != 2 or A.shape[1] < 2:
                 raise DataError(src, "", f"expected a 2-D array with >= 2 columns, got {A.shape}")
             ds = check_arrays(A[:, :-1], A[:, -1], src)
         elif suffix == ".npz":
+            _check_magic(p, suffix, src)
             with np.load(p, allow_pickle=False) as z:
                 for k in ("X", "y"):
                     if k not in z.files:
@@ -145,18 +163,24 @@ def load_file(path: str | os.PathLike) -> Dataset:
             raise DataError(src, "", f"unknown data file type '{suffix}' (use .csv, .npy or .npz)")
     except DataError:
         raise
+    except UnicodeDecodeError:
+        raise DataError(src, "", "not a UTF-8 text file") from None
     except ValueError as exc:
         msg = str(exc)
         if "pickle" in msg.lower():
             raise DataError(src, "", "holds pickled objects, which are refused "
                                      "(save plain numeric arrays)") from None
-        raise DataError(src, "", f"cannot read: {msg}") from None
+        raise DataError(src, "", f"cannot read: {msg.splitlines()[0] if msg else exc!r}") \
+            from None
     except PermissionError:
         raise DataError(src, "", "permission denied") from None
     except OSError as exc:
-        raise DataError(src, "", f"cannot read: {exc}") from None
-    except UnicodeDecodeError:
-        raise DataError(src, "", "not a UTF-8 text file") from None
+        raise DataError(src, "", f"cannot read: {exc.strerror or exc}") from None
+    except (EOFError, TypeError, IndexError, KeyError, zipfile.BadZipFile) as exc:
+        # truncated or damaged archives, structured or odd dtypes
+        raise DataError(src, "", f"damaged or unusable array file ({type(exc).__name__}: "
+                                 f"{str(exc).splitlines()[0][:80] if str(exc) else ''})") \
+            from None
     return Dataset(ds.X, ds.y, p.name)
 
 

@@ -22,10 +22,35 @@ def save(fig, path, **kw) -> None:
         fig.savefig(tmp, **kw)
 
 
-def _plt():
-    # Deferred on purpose: Matplotlib is heavy, and pyplot must see the Agg backend first.
+def import_matplotlib():
+    """Import and return :mod:`matplotlib` for writing PNG files with the Agg backend.
+
+    The figures never need the backend named by ``MPLBACKEND``; a value that matplotlib
+    rejects (``MPLBACKEND=nonsense`` makes ``import matplotlib`` raise ``ValueError``) is
+    set aside while importing, so that the figures are still written.
+    """
+    import os
+    import sys
+    if "matplotlib" not in sys.modules and "MPLBACKEND" in os.environ:
+        try:
+            import matplotlib
+        except ValueError:
+            for name in [m for m in sys.modules if m == "matplotlib"
+                         or m.startswith("matplotlib.")]:
+                del sys.modules[name]       # the half-imported package, imported again below
+            saved = os.environ.pop("MPLBACKEND")
+            try:
+                import matplotlib
+            finally:
+                os.environ["MPLBACKEND"] = saved
     import matplotlib
     matplotlib.use("Agg", force=False)
+    return matplotlib
+
+
+def _plt():
+    # Deferred on purpose: Matplotlib is heavy, and pyplot must see the Agg backend first.
+    import_matplotlib()
     import matplotlib.pyplot as plt
     return plt
 
@@ -359,6 +384,7 @@ def highdim_figure(path, summary: dict) -> Path:
     """Log-log figure of the gap and relative gap against ``d`` (one line per ``n``), with
     95 % intervals and the fitted slope; PNG via the Agg canvas (no display needed)."""
     # Deferred on purpose, like _plt: Matplotlib is heavy (this figure needs no pyplot).
+    import_matplotlib()
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter

@@ -15,8 +15,8 @@ uninterrupted run. An existing ``RUN.h5`` is not touched until a new run complet
 
 from __future__ import annotations
 
+import numbers
 import os
-import re
 import signal
 import threading
 from collections.abc import Callable
@@ -30,9 +30,10 @@ from meanfield import atomic
 from meanfield import checkpoint as _ckpt
 from meanfield import config as _config
 from meanfield import data as _data
+from meanfield import failures as _failures
+from meanfield import ownership as _ownership
 from meanfield.errors import (
     CheckpointError,
-    ConfigError,
     DivergenceError,
     InputError,
     Interrupted,
@@ -128,8 +129,11 @@ def _plan(paths: RunPaths, cfg, overwrite: bool, resume: bool) -> str:
         # no checkpoint: killed before the first one, or finished but not yet renamed
         try:
             part = open_run(paths.part)
-        except RunFileError:
-            return "fresh"      # killed while creating the file: nothing to keep
+        except RunFileError as exc:
+            # RUN.h5.part only ever appears complete (it is laid out under another name), so
+            # an unreadable one is not an interrupted run of ours: leave it alone
+            raise RunFileError(str(paths.part), "", f"{exc.reason}; cannot resume from it; "
+                                                    "pass --overwrite to start over") from None
         _check_same_physics(cfg, part.physics_hash, paths.part)
         return "finalize" if part.complete else "fresh"
     if paths.final.exists():
@@ -186,15 +190,16 @@ class _Writing:
     def __exit__(self, typ, exc, tb):
         if typ is None or isinstance(exc, InputError):
             return False
-        if issubclass(typ, OSError):
-            reason = exc.strerror or str(exc).split("(")[0].strip() or typ.__name__
-        elif issubclass(typ, RuntimeError) and "write failed" in str(exc):
-            # h5py reports HDF5 I/O failures as RuntimeError("... error message = 'REASON' ...")
-            m = re.search(r"error message = '([^']*)'", str(exc))
-            reason = m.group(1) if m else "HDF5 write failed"
-        else:
+        if not (issubclass(typ, OSError)
+                or (issubclass(typ, RuntimeError) and "write failed" in str(exc))):
             return False
-        raise InputError(str(self.path), "", f"cannot write ({reason}){self.hint}") from None
+        # h5py reports HDF5 I/O failures as RuntimeError("... error message = 'REASON' ...");
+        # a failing numba cache or another file is named as itself, not as the run file
+        what, reason = _failures.describe(exc, self.path)
+        if what.startswith(str(self.path)):        # RUN.h5.part.tmp and the like
+            what = str(self.path)
+        hint = self.hint if what == str(self.path) else ""
+        raise InputError(what, "", f"cannot write ({reason}){hint}") from None
 
 
 def _finalize(paths: RunPaths) -> None:
@@ -289,7 +294,8 @@ def _resume_command(cfg, out: Path) -> str:
 
 def run(cfg: _config.RunConfig | str | os.PathLike | None, output: str | os.PathLike | None = None,
         *, overwrite: bool = False, resume: bool = False, progress: bool | None = None,
-        threads: int | None = None, log: Callable[[str], None] | None = None) -> Path:
+        threads: int | None = None, log: Callable[[str], None] | None = None,
+        outcome: dict | None = None) -> Path:
     """Integrate the temperature ladder of ``cfg`` and write the run file.
 
     Parameters
@@ -311,6 +317,9 @@ def run(cfg: _config.RunConfig | str | os.PathLike | None, output: str | os.Path
         numba threads for the kernels.
     log : callable(str), optional
         Receives one-line status messages (resuming, signals).
+    outcome : dict, optional
+        Receives ``"plan"``: ``"fresh"``, ``"resume"``, ``"finalize"`` or ``"done"`` (nothing
+        was written because the output was already complete).
 
     Returns
     -------
@@ -322,6 +331,8 @@ def run(cfg: _config.RunConfig | str | os.PathLike | None, output: str | os.Path
     InputError
         Invalid config or data; output in the way without ``overwrite``/``resume``; a resume
         under another config; unwritable directory; a write failure (full disk).
+    meanfield.ownership.OutputBusy
+        Another process is writing the same output (nothing was read or written).
     meanfield.errors.Interrupted
         SIGINT/SIGTERM: a checkpoint was written, the run can be resumed.
     meanfield.errors.DivergenceError
@@ -337,19 +348,31 @@ def run(cfg: _config.RunConfig | str | os.PathLike | None, output: str | os.Path
     elif not isinstance(cfg, _config.RunConfig):
         cfg = _config.load(cfg)
     dataset = _data.from_config(cfg)
-    if cfg.dynamics.batch_size > dataset.n:
-        raise ConfigError(cfg.source, "dynamics.batch_size", f"must be <= the number of samples "
-                                                             f"n={dataset.n}, got "
-                                                             f"{cfg.dynamics.batch_size}")
+    _config.check_against_data(cfg, dataset.n, dataset.d)
     out = Path(output) if output is not None else Path(default_output(cfg))
-    paths = RunPaths.of(out)
     _check_output_dir(out)
+    if threads is not None:
+        limit = int(numba.config.NUMBA_NUM_THREADS)
+        if isinstance(threads, bool) or not (isinstance(threads, numbers.Integral)
+                                             and 1 <= threads <= limit):
+            raise InputError("--threads", "", f"must be in [1, {limit}] (NUMBA_NUM_THREADS of "
+                                              f"this process), got {threads!r}")
+    with _ownership.claim(out, "-o"):
+        return _run_owned(cfg, dataset, out, overwrite=overwrite, resume=resume,
+                          progress=progress, threads=threads, log=log, outcome=outcome)
+
+
+def _run_owned(cfg, dataset, out, *, overwrite, resume, progress, threads, log, outcome):
+    """:func:`run` once the output is owned by this process."""
+    paths = RunPaths.of(out)
     # Idle OpenMP workers of the kernels spin by default. When cores are shared (other jobs,
     # several runs at once) a step then waits for a descheduled spinning thread: measured 7x
     # slower on a busy 2-core machine. Sleeping workers instead cost one thread wake-up per
     # parallel pass. An explicit setting in the environment wins.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     plan = _plan(paths, cfg, overwrite, resume)
+    if outcome is not None:
+        outcome["plan"] = plan
     if plan == "done":
         log(f"{out} is already complete")
         return out

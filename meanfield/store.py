@@ -330,6 +330,13 @@ class RunWriter:
         self.close()
 
 
+#: What h5py raises on a file it cannot read: damaged metadata (a bad local heap or object
+#: header signature is a ``RuntimeError``), truncation (``OSError``), missing or mistyped
+#: objects and attributes (``KeyError``, ``TypeError``, ``ValueError``, ``IndexError``).
+READ_ERRORS = (KeyError, OSError, RuntimeError, ValueError, TypeError, IndexError,
+               AttributeError)
+
+
 def _h5_reason(exc) -> str:
     """The first clause of an HDF5 error message, e.g. ``unable to open file``, or what a
     failure to lock the file means."""
@@ -340,6 +347,8 @@ def _h5_reason(exc) -> str:
                     "'meanfield run'")
         return ("file locking failed; on a network file system set "
                 "HDF5_USE_FILE_LOCKING=FALSE (docs/format.md)")
+    if isinstance(exc, RuntimeError) and len(msg) < 200:
+        return msg.strip()           # e.g. "Unable to ... (bad local heap signature)"
     msg = msg.split("(")[0].strip().strip("'\"")
     return (msg[msg.index("]") + 1:] if msg.startswith("[Errno") else msg).strip() \
         or type(exc).__name__
@@ -433,12 +442,28 @@ class Run:
                         int(out["snapshots_per_tau"]))
 
     def frame(self, k):
-        """Particles of frame ``k``: ndarray of shape (N, d+2), rows (a, w, b)."""
+        """Particles of frame ``k``: ndarray of shape (N, d+2), rows (a, w, b).
+
+        Raises
+        ------
+        IndexError
+            ``k`` out of range.
+        RunFileError
+            The frame cannot be read (damaged file) or has the wrong shape.
+        """
         if not -self.n_frames <= k < self.n_frames:
             raise IndexError(f"frame {k} out of range ({self.n_frames} frames)")
         k %= self.n_frames
-        with h5py.File(self.path, "r") as f:
-            return np.asarray(f["particles/neurons/position/value"][k])
+        try:
+            with h5py.File(self.path, "r") as f:
+                theta = np.asarray(f["particles/neurons/position/value"][k], dtype=np.float64)
+        except READ_ERRORS as exc:
+            raise RunFileError(self.path, f"frame {k}", f"damaged run file, cannot read "
+                                                       f"({_h5_reason(exc)})") from None
+        if theta.ndim != 2 or theta.shape != (self.n_particles, self.d + 2):
+            raise RunFileError(self.path, f"frame {k}", f"shape {theta.shape}, expected "
+                                                       f"{(self.n_particles, self.d + 2)}")
+        return theta
 
 
 def open_run(path: str | os.PathLike) -> Run:
@@ -505,5 +530,5 @@ def open_run(path: str | os.PathLike) -> Run:
                        physics_hash=str(p.attrs.get("physics_hash", "")))
     except RunFileError:
         raise
-    except (KeyError, OSError, ValueError, TypeError) as exc:
+    except READ_ERRORS as exc:
         raise RunFileError(src, "", f"damaged or incomplete run file ({_h5_reason(exc)})") from None

@@ -14,6 +14,7 @@ import dataclasses
 import difflib
 import math
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -25,6 +26,23 @@ ACTIVATIONS = ("relu", "softplus", "capped")
 
 #: Largest generated data set (``gaussian`` n, ``grid`` points_per_axis**d).
 MAX_POINTS = 10**6
+#: Largest global step index the noise counter can key (``solvers._kernels.MAX_STEP``):
+#: ``steps_per_tau * len(taus)`` must not exceed it; also the bound of the other counts.
+MAX_STEPS = 2**31 - 1
+#: Noise draws per step must stay below this (``solvers._kernels.MAX_DRAWS``):
+#: ``n_particles * (d + 2) < MAX_DRAWS``.
+MAX_DRAWS = 2**32
+#: Largest particle count (the particles of one frame, N (d+2) float64, must fit in memory).
+MAX_PARTICLES = 10**8
+#: Largest input dimension of a generated data set.
+MAX_DIM = 10**5
+#: Bound on the magnitude of the float parameters (not the temperatures), so that the
+#: products and squares the dynamics forms (init_scale**2, norm**2, eta*lam) stay finite.
+MAX_FLOAT = 1e15
+#: Smallest lam: the stationary scale tau/lam and mean(y**2)/lam must stay finite.
+MIN_LAM = 1e-15
+#: Most snapshot frames of a run.
+MAX_FRAMES = 10**6
 
 
 # --- checks shared by the tables ------------------------------------------------------------
@@ -51,7 +69,11 @@ def _check(cond: bool, src: str, fld: str, reason: str) -> None:
         raise ConfigError(src, fld, reason)
 
 
-def _num(tbl, key, src, sec, *, positive=False, nonneg=False, integer=False, minimum=None):
+def _num(tbl, key, src, sec, *, positive=False, nonneg=False, integer=False, minimum=None,
+         maximum=None, why=""):
+    """Check ``tbl[key]``: type, finiteness, sign, ``[minimum, maximum]`` (the bound and
+    ``why`` it exists are named in the message). Floats are bounded by :data:`MAX_FLOAT`
+    and integers by :data:`MAX_STEPS` unless ``maximum`` says otherwise."""
     v = tbl[key]
     fld = f"{sec}.{key}"
     if integer:
@@ -65,6 +87,12 @@ def _num(tbl, key, src, sec, *, positive=False, nonneg=False, integer=False, min
         _check(v >= 0, src, fld, f"must be >= 0, got {v!r}")
     if minimum is not None:
         _check(v >= minimum, src, fld, f"must be >= {minimum}, got {v!r}")
+    if maximum is None:
+        maximum, why = ((MAX_STEPS, why or "the largest count a run can hold") if integer
+                        else (MAX_FLOAT, why or "larger values overflow the dynamics"))
+    bound = str(maximum) if isinstance(maximum, int) else f"{maximum:g}"
+    _check(abs(v) <= maximum, src, fld, f"must be <= {bound}"
+           + (f" ({why})" if why else "") + f", got {v!r}")
     return v
 
 
@@ -93,7 +121,8 @@ def _filled(tbl: dict, cls) -> dict[str, Any]:
 
 _INT1 = {"integer": True, "minimum": 1}
 _POSITIVE = {"positive": True}
-_SEED = {"integer": True, "nonneg": True}
+_SEED = {"integer": True, "nonneg": True, "maximum": 2**63 - 1, "why": "a 64-bit seed"}
+_DIM = {"integer": True, "minimum": 1, "maximum": MAX_DIM, "why": "largest generated dimension"}
 
 
 def _nums(table, src: str, **checks) -> None:
@@ -130,7 +159,7 @@ class TwoPointData:
     y: float = 1.0
 
     def _validated(self, src: str, base_dir) -> TwoPointData:
-        _nums(self, src, d=_INT1, norm=_POSITIVE)
+        _nums(self, src, d=_DIM, norm=_POSITIVE)
         _check(self.labels in ("even", "odd"), src, "data.labels",
                f"must be 'even' or 'odd', got {self.labels!r}")
         _nums(self, src, y={})
@@ -150,7 +179,8 @@ class GaussianData:
     seed: int = 0
 
     def _validated(self, src: str, base_dir) -> GaussianData:
-        _nums(self, src, n=_INT1, d=_INT1, seed=_SEED)
+        _nums(self, src, n={"integer": True, "minimum": 1, "maximum": MAX_POINTS * 10,
+                            "why": "largest generated data set"}, d=_DIM, seed=_SEED)
         _check(self.n * self.d <= MAX_POINTS * 10, src, "data.n",
                f"n*d = {self.n * self.d} exceeds {MAX_POINTS * 10} values")
         return self
@@ -167,8 +197,13 @@ class GridData:
     seed: int = 0
 
     def _validated(self, src: str, base_dir) -> GridData:
-        _nums(self, src, d=_INT1, points_per_axis=_INT1, extent=_POSITIVE, seed=_SEED)
-        _check(self.points_per_axis ** self.d <= MAX_POINTS, src, "data.points_per_axis",
+        _nums(self, src, d=_DIM, points_per_axis={"integer": True, "minimum": 1,
+                                                   "maximum": MAX_POINTS,
+                                                   "why": "largest generated data set"},
+              extent=_POSITIVE, seed=_SEED)
+        # by logarithms: points_per_axis**d itself can be astronomically large
+        _check(self.points_per_axis == 1 or self.d * math.log(self.points_per_axis)
+               <= math.log(MAX_POINTS) + 1e-9, src, "data.points_per_axis",
                f"points_per_axis**d = {self.points_per_axis}**{self.d} exceeds "
                f"{MAX_POINTS} points")
         return dataclasses.replace(self, extent=float(self.extent))
@@ -282,7 +317,8 @@ class ModelConfig(_Table):
         _check(isinstance(m["activation"], str) and m["activation"] in ACTIVATIONS, src,
                "model.activation",
                f"must be one of {', '.join(ACTIVATIONS)}, got {m['activation']!r}")
-        _num(m, "n_particles", src, "model", integer=True, minimum=1)
+        _num(m, "n_particles", src, "model", integer=True, minimum=1, maximum=MAX_PARTICLES,
+             why="particles held in memory")
         for k in ("init_scale", "sharpness", "cap"):
             _num(m, k, src, "model", positive=True)
             m[k] = float(m[k])
@@ -321,6 +357,8 @@ class DynamicsConfig(_Table):
     @staticmethod
     def _checked(dyn: dict, src: str) -> dict:
         _num(dyn, "lam", src, "dynamics", positive=True)
+        _check(dyn["lam"] >= MIN_LAM, src, "dynamics.lam", f"must be >= {MIN_LAM:g} (tau/lam "
+               f"and mean(y^2)/lam must stay finite), got {dyn['lam']!r}")
         _num(dyn, "eta", src, "dynamics", positive=True)
         taus = dyn["taus"]
         if _is_num(taus):
@@ -331,11 +369,18 @@ class DynamicsConfig(_Table):
             _check(_is_num(t) and math.isfinite(float(t)), src, f"dynamics.taus[{i}]",
                    f"must be a finite number, got {t!r}")
             _check(t >= 0, src, f"dynamics.taus[{i}]", f"temperature must be >= 0, got {t!r}")
+            # the noise variance 2*eta*tau and the stationary scale tau/lam are formed: both
+            # must be finite floats (a noise that overflows later is reported as a divergence)
+            _check(math.isfinite(2.0 * float(dyn["eta"]) * t) and math.isfinite(t / dyn["lam"]),
+                   src, f"dynamics.taus[{i}]", f"2*eta*tau and tau/lam must be finite floats "
+                   f"(below {sys.float_info.max:.3g}), got tau={t!r}")
         dyn["taus"] = tuple(float(t) for t in taus)
-        _num(dyn, "steps_per_tau", src, "dynamics", integer=True, minimum=1)
+        _num(dyn, "steps_per_tau", src, "dynamics", integer=True, minimum=1,
+             maximum=MAX_STEPS // len(taus), why=f"steps_per_tau * {len(taus)} temperatures "
+             f"must not exceed the noise counter's {MAX_STEPS} steps")
         _num(dyn, "batch_size", src, "dynamics", integer=True, nonneg=True)
-        _num(dyn, "seed", src, "dynamics", integer=True, nonneg=True)
-        _check(dyn["seed"] < 2**63, src, "dynamics.seed", "must be < 2**63")
+        _num(dyn, "seed", src, "dynamics", integer=True, nonneg=True, maximum=2**63 - 1,
+             why="a 64-bit seed")
         dyn["lam"] = float(dyn["lam"])
         dyn["eta"] = float(dyn["eta"])
         _check(dyn["eta"] * dyn["lam"] < 2.0, src, "dynamics.eta",
@@ -371,6 +416,10 @@ class OutputConfig(_Table):
         _check(out["snapshots_per_tau"] <= dynamics.steps_per_tau, src,
                "output.snapshots_per_tau",
                f"must be <= dynamics.steps_per_tau ({dynamics.steps_per_tau})")
+        n_taus = len(dynamics.taus)
+        _check(n_taus * out["snapshots_per_tau"] <= MAX_FRAMES, src, "output.snapshots_per_tau",
+               f"{n_taus} temperatures * {out['snapshots_per_tau']} snapshots exceed "
+               f"{MAX_FRAMES} frames (each frame holds every particle)")
         return out
 
 

@@ -221,6 +221,15 @@ def convex(X, y, lam: float, *, tol: float = 1e-12, ray_tol: float = 1e-7,
     ConvexSolverError
         Clarabel did not report an optimal (or almost optimal) solution.
     """
+    from solvers._failures import numerical_failures
+    with numerical_failures(ConvexSolverError, "convex reference", X):
+        return _convex(X, y, lam, tol=tol, ray_tol=ray_tol, merge_angle=merge_angle,
+                       max_patterns=max_patterns)
+
+
+def _convex(X, y, lam: float, *, tol: float = 1e-12, ray_tol: float = 1e-7,
+            merge_angle: float = 1e-5, max_patterns: int = 20_000) -> ConvexSolution:
+    """The body of :func:`convex`."""
     X, y = check_xy(X, y, "<convex>")
     if not (lam > 0 and math.isfinite(lam)):
         raise ConvexInputError("<convex>", "lam", f"must be a finite number > 0, got {lam!r}")

@@ -480,8 +480,13 @@ def gibbs(X, y, lam: float, tau, **kw):
 
     Raises
     ------
-    GibbsInputError, GibbsConvergenceError
+    GibbsInputError
+    GibbsConvergenceError
+        No convergence, or a numerical failure (singular systems, overflow) on data whose
+        magnitudes the quadrature cannot resolve.
     """
-    ref = GibbsReference(X, y, lam, **kw)
-    sols = ref.solve(np.atleast_1d(tau))
+    from solvers._failures import numerical_failures
+    with numerical_failures(GibbsConvergenceError, "Gibbs reference", X):
+        ref = GibbsReference(X, y, lam, **kw)
+        sols = ref.solve(np.atleast_1d(tau))
     return sols if np.ndim(tau) else sols[0]

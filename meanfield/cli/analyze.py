@@ -52,12 +52,35 @@ def _check_outdir(outdir: Path) -> None:
         raise InputError(str(outdir), "-o", "is a file, expected a report directory")
 
 
+def _holds_only(names):
+    """Whether a folder holds only files named in ``names`` (or matching ``*.png``, for
+    ``"*.png"`` in ``names``): a previous report that may be replaced."""
+    def check(folder: Path) -> bool:
+        return all(p.is_file() and (p.name in names or ("*.png" in names
+                                                         and p.suffix == ".png"))
+                   for p in folder.iterdir())
+    return check
+
+
+def _writing_report(outdir: Path, names):
+    """Own ``outdir`` and write the report into a temporary folder that replaces it when
+    complete (a failure leaves ``outdir`` as it was and names the file it could not write)."""
+    import contextlib
+
+    from meanfield import atomic, ownership
+    _check_outdir(outdir)
+    stack = contextlib.ExitStack()
+    stack.enter_context(ownership.claim(outdir, "-o"))
+    return stack, atomic.replacing_dir(outdir, "-o", _holds_only(names))
+
+
 def _study(args) -> int:
     from meanfield.sweep.summary import analyze_study, format_markdown, to_json, write_report
-    res = analyze_study(args.run, w2=not args.no_w2)
     outdir = Path(args.outdir) if args.outdir else Path(str(Path(args.run).resolve()) + "-report")
-    _check_outdir(outdir)
-    write_report(res, outdir, figures=not args.no_figures)
+    stack, replacing = _writing_report(outdir, {"study.json", "study.md", "*.png"})
+    with stack, replacing as tmp:
+        res = analyze_study(args.run, w2=not args.no_w2)
+        write_report(res, tmp, figures=not args.no_figures)
     print(to_json(res) if args.json else format_markdown(res))
     if not args.json:
         sys.stderr.write(f"meanfield: report in {outdir}/study.md\n")
@@ -66,7 +89,7 @@ def _study(args) -> int:
 
 def main(args) -> int:
     """Run ``meanfield analyze`` with the parsed ``args``; returns the exit code."""
-    from meanfield.report import analyze_run
+    from meanfield.report import FIGURES, analyze_run
     from meanfield.sweep.summary import is_study_dir
     if is_study_dir(args.run):
         return _study(args)
@@ -77,11 +100,12 @@ def main(args) -> int:
     if not args.halo_ratio >= 0:
         raise InputError("--halo-ratio", "", f"must be >= 0, got {args.halo_ratio}")
     outdir = Path(args.outdir) if args.outdir else Path(str(Path(args.run).with_suffix("")) + "-report")
-    _check_outdir(outdir)
-    rep = analyze_run(args.run, outdir, figures=not args.no_figures, w2=not args.no_w2,
-                      references=not args.no_references, min_mass_frac=args.min_mass,
-                      sensitivity=not args.no_sensitivity,
-                      g_ray=args.g_ray, halo_ratio=args.halo_ratio)
+    stack, replacing = _writing_report(outdir, {"report.json", "report.md", *FIGURES})
+    with stack, replacing as tmp:
+        rep = analyze_run(args.run, tmp, figures=not args.no_figures, w2=not args.no_w2,
+                          references=not args.no_references, min_mass_frac=args.min_mass,
+                          sensitivity=not args.no_sensitivity,
+                          g_ray=args.g_ray, halo_ratio=args.halo_ratio)
     if not rep["complete"]:
         sys.stderr.write(f"meanfield: warning: {args.run} is an incomplete run "
                          f"({len(rep['snapshots'])} snapshot frames so far)\n")

@@ -74,6 +74,7 @@ def _reraise(exc, cfg):
 
 def main_gibbs(args) -> int:
     """Run ``meanfield reference gibbs`` with the parsed ``args``; returns the exit code."""
+    from solvers._failures import numerical_failures
     from solvers.gibbs import GibbsConvergenceError, GibbsInputError, GibbsReference
     from solvers.gibbsqmc import GibbsAccuracyError, QMCGibbsReference
     cfg, ds = _problem(args.config)
@@ -91,11 +92,12 @@ def main_gibbs(args) -> int:
             raise InputError(cfg.source, "dynamics.taus", "no temperature > 0")
     t0 = time.time()
     try:
-        if method == "quadrature":
-            ref = GibbsReference(ds.X, ds.y, cfg.dynamics.lam)
-        else:
-            ref = QMCGibbsReference(ds.X, ds.y, cfg.dynamics.lam, rtol=args.rtol)
-        sols = ref.solve(taus)
+        with numerical_failures(GibbsConvergenceError, "Gibbs reference", ds.X):
+            if method == "quadrature":
+                ref = GibbsReference(ds.X, ds.y, cfg.dynamics.lam)
+            else:
+                ref = QMCGibbsReference(ds.X, ds.y, cfg.dynamics.lam, rtol=args.rtol)
+            sols = ref.solve(taus)
     except GibbsInputError as exc:
         _reraise(exc, cfg)
     except GibbsAccuracyError as exc:

@@ -29,6 +29,14 @@ from solvers.highdim_gd import INITS, default_signs, gd, initial_weights, step_s
 _SOURCE = "command line"
 
 
+#: Largest count an option takes (sample sizes, dimensions).
+MAX_COUNT = 10**8
+#: Largest data set of one trial, n*d values (float64).
+MAX_VALUES = 10**8
+#: Steepest covariance spectrum: lambda_k ~ k^-a must stay above the smallest float.
+MAX_SPECTRUM_A = 100.0
+
+
 @dataclass(frozen=True)
 class StudyParams:
     """Parameters of a study (the options of ``meanfield highdim``).
@@ -80,17 +88,19 @@ class StudyParams:
 
     def __post_init__(self):
 
-        def posint(v, opt):
+        def posint(v, opt, maximum=MAX_COUNT, why="the largest count the kernels take"):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
                 raise InputError(_SOURCE, opt, f"must be a positive integer, got {v!r}")
+            if v > maximum:
+                raise InputError(_SOURCE, opt, f"must be <= {maximum} ({why}), got {v!r}")
 
         def finite(v, opt):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
                 raise InputError(_SOURCE, opt, f"must be a finite number, got {v!r}")
 
-        posint(self.neurons, "--neurons")
-        posint(self.trials, "--trials")
-        posint(self.max_steps, "--max-steps")
+        posint(self.neurons, "--neurons", 10**4, "neurons held per trial")
+        posint(self.trials, "--trials", 10**6, "trials per cell")
+        posint(self.max_steps, "--max-steps", 2**31 - 1, "the GD step counter")
         for opt, vals in (("--n", self.ns), ("--d", self.ds)):
             if not vals:
                 raise InputError(_SOURCE, opt, "needs at least one value")
@@ -98,13 +108,16 @@ class StudyParams:
                 posint(v, opt)
             if len(set(vals)) != len(vals):
                 raise InputError(_SOURCE, opt, f"repeated values in {list(vals)}")
+        if max(self.ns) * max(self.ds) > MAX_VALUES:
+            raise InputError(_SOURCE, "--d", f"n*d = {max(self.ns) * max(self.ds)} exceeds "
+                                             f"{MAX_VALUES} values (the data must fit in memory)")
         if max(self.ns) > min(self.ds):
             raise InputError(_SOURCE, "--d", f"every d must be >= every n (got n up to "
                                              f"{max(self.ns)}, d from {min(self.ds)})")
         if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) \
-                or self.seed < 0:
+                or not 0 <= self.seed < 2**63:
             raise InputError(_SOURCE, "--seed",
-                             f"must be a non-negative integer, got {self.seed!r}")
+                             f"must be an integer in [0, 2**63), got {self.seed!r}")
         for opt, v in (("--c", self.c), ("--eps", self.eps), ("--spectrum-a", self.a),
                        ("--tol", self.tol)):
             finite(v, opt)
@@ -112,10 +125,15 @@ class StudyParams:
             raise InputError(_SOURCE, "--c", f"must lie in (0, 2), got {self.c!r}")
         if self.eps <= 0:
             raise InputError(_SOURCE, "--eps", f"must be positive, got {self.eps!r}")
-        if self.a < 0:
-            raise InputError(_SOURCE, "--spectrum-a", f"must be >= 0, got {self.a!r}")
-        if self.tol < 0:
-            raise InputError(_SOURCE, "--tol", f"must be >= 0, got {self.tol!r}")
+        if not 0 <= self.a <= MAX_SPECTRUM_A:
+            raise InputError(_SOURCE, "--spectrum-a", f"must be in [0, {MAX_SPECTRUM_A:g}] "
+                                                      "(steeper spectra underflow), got "
+                                                      f"{self.a!r}")
+        if not 0 <= self.tol < 1:
+            raise InputError(_SOURCE, "--tol", f"must be in [0, 1), got {self.tol!r}")
+        if self.eps > 1e15:
+            raise InputError(_SOURCE, "--eps", f"must be <= 1e+15 (larger starts overflow), "
+                                               f"got {self.eps!r}")
         for opt, v, allowed in (("--init", self.init, INITS), ("--labels", self.labels, LABELS),
                                 ("--normalize", self.normalize, NORMALIZE)):
             if v not in allowed:
@@ -251,15 +269,29 @@ def run_study(p: StudyParams, progress=None) -> list:
     return cells
 
 
+def converged_trials(cell) -> np.ndarray:
+    """Boolean mask (T,) of the trials of a cell whose GD reached its limit (``tol``) within
+    ``max_steps``; only those have a gap to the minimum-norm solution."""
+    return np.asarray(cell["converged"]).astype(bool)
+
+
 def summarize(p: StudyParams, cells: list) -> dict:
-    """The ``--json`` document: per-cell statistics and log-log slopes (module docstring)."""
+    """The ``--json`` document: per-cell statistics and log-log slopes (module docstring).
+
+    Gaps, relative gaps and the slopes use the converged trials only (an unconverged GD is
+    not at its limit, its gap says nothing about the limit). A cell is flagged
+    ``"in_fit": false`` when none of its trials converged; it is then left out of the fits
+    and its gap statistics are empty. ``"converged_cells"`` counts the cells in the fits.
+    """
     rows = []
     for c in cells:
         cf = c["closed_form_residual"]
+        ok = converged_trials(c)
         rows.append({
             "n": c["n"], "d": c["d"], "trials": int(c["gap"].size), "eta": c["eta"],
-            "gap": mean_ci(c["gap"]),
-            "rel_gap": mean_ci(c["rel_gap"]),
+            "converged_trials": int(ok.sum()), "in_fit": bool(ok.any()),
+            "gap": mean_ci(c["gap"][ok]),
+            "rel_gap": mean_ci(c["rel_gap"][ok]),
             "wstar_norm": mean_ci(c["wstar_norm"]),
             "frozen_fraction": [float(f) for f in c["frozen"].mean(axis=0)],
             "frozen_from_step1_fraction": float(np.mean(c["frozen"].all(axis=1)
@@ -277,7 +309,11 @@ def summarize(p: StudyParams, cells: list) -> dict:
             "steps_mean": float(c["n_steps"].mean()),
             "last_change_max": int(c["last_change"].max()),
         })
-    slopes = {key: loglog_fit([c[key] for c in cells], [c["d"] for c in cells],
-                              [c["n"] for c in cells], seed=p.seed)
+    fit = [c for c in cells if converged_trials(c).any()]
+    slopes = {key: loglog_fit([c[key][converged_trials(c)] for c in fit], [c["d"] for c in fit],
+                              [c["n"] for c in fit], seed=p.seed)
               for key in ("gap", "rel_gap")}
-    return {"params": p.to_dict(), "cells": rows, "slopes": slopes}
+    return {"params": p.to_dict(), "cells": rows, "slopes": slopes,
+            "converged_cells": len(fit),
+            "excluded_cells": [{"n": c["n"], "d": c["d"]} for c in cells
+                               if not converged_trials(c).any()]}
