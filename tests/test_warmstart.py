@@ -1,0 +1,60 @@
+"""Warm start from the convex τ → 0 solution (solvers/warmstart.py, THEORY §4).
+
+Oracles: the placed particles' predictor (meanfield.model, independent of the convex solver's
+own predict) equals the convex predictor; the neurons are balanced with the least weight decay
+(λ Σ r² = λ N ‖c‖₁); the spread has the Ornstein–Uhlenbeck variance τ/λ.
+"""
+
+import numpy as np
+import pytest
+
+from meanfield import model
+from solvers.convex import convex
+from solvers.warmstart import convex_particles, ray_counts
+
+PLANE8 = np.array([[-1.5, -1.0], [-0.5, 1.2], [0.8, -1.3], [1.6, 0.4],
+                   [-1.1, 0.3], [0.2, 0.1], [1.0, 1.5], [-0.3, -1.8]])
+PLANE8_Y = np.array([1.0, -0.5, 0.5, 1.2, -0.8, 0.3, -1.0, 0.9])
+
+
+@pytest.mark.parametrize("w,N", [([0.5, -0.3, 0.2], 10), ([1e-9, 1.0], 7), ([2.0], 3),
+                                 ([0.1, 0.1, 0.1], 3)])
+def test_ray_counts(w, N):
+    c = ray_counts(w, N)
+    assert c.sum() == N and np.all(c >= 1)
+    share = N * np.abs(w) / np.sum(np.abs(w))
+    assert np.all(np.abs(c - share) < len(w) + 1)
+
+
+def test_placed_particles_reproduce_the_convex_predictor():
+    lam = 0.05
+    sol = convex(PLANE8, PLANE8_Y, lam)
+    theta = convex_particles(sol.directions, sol.weights, 1001, tau=0.0, lam=lam, seed=0)
+    assert theta.shape == (1001, 4)
+    np.testing.assert_allclose(model.predict(theta, PLANE8), sol.f_train, rtol=0, atol=1e-12)
+    # balanced (|a| = |u|) with sign(a) = sign(c) on its ray, weight decay λ N ‖c‖₁
+    np.testing.assert_allclose(np.abs(theta[:, 0]), np.linalg.norm(theta[:, 1:], axis=1),
+                               rtol=1e-14)
+    np.testing.assert_allclose(0.5 * np.sum(theta ** 2), 1001 * np.sum(np.abs(sol.weights)),
+                               rtol=1e-12)
+
+
+def test_thermal_spread_and_seed():
+    V = np.array([[0.6, 0.0, 0.8]])
+    tau, lam = 0.02, 0.5
+    a = convex_particles(V, [1.5], 40000, tau=tau, lam=lam, seed=3)
+    b = convex_particles(V, [1.5], 40000, tau=tau, lam=lam, seed=3)
+    assert np.array_equal(a, b)
+    base = convex_particles(V, [1.5], 40000, tau=0.0, lam=lam, seed=3)
+    dev = a - base
+    np.testing.assert_allclose(dev.var(axis=0), tau / lam, rtol=4 * np.sqrt(2 / 40000))
+    assert not np.array_equal(a, convex_particles(V, [1.5], 40000, tau=tau, lam=lam, seed=4))
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="no ray"):
+        convex_particles(np.zeros((0, 3)), [], 10, tau=0.0, lam=0.1, seed=0)
+    with pytest.raises(ValueError, match="one particle per ray"):
+        convex_particles(np.eye(3), [1.0, 1.0, 1.0], 2, tau=0.0, lam=0.1, seed=0)
+    with pytest.raises(ValueError, match="lam"):
+        convex_particles(np.eye(3), [1.0, 1.0, 1.0], 5, tau=0.0, lam=0.0, seed=0)
