@@ -1,0 +1,77 @@
+"""Shared pieces of the accuracy benchmarks: sampling the predictor along a run and its
+time average with an autocorrelation-aware Monte Carlo standard error.
+
+The MCSE of the time average of a stationary series ``x_1..x_M`` is
+``sqrt(var(x) · τ_int / M)`` with the integrated autocorrelation time ``τ_int`` in samples
+(Sokal's automatic window, ``emcee.autocorr.integrated_time`` with ``c = 5``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def integrated_time(x) -> float:
+    """Integrated autocorrelation time (in samples, ``>= 1``) of a 1-D series; Sokal's
+    window (``emcee.autocorr.integrated_time(quiet=True)``). A constant series gives 1."""
+    from emcee.autocorr import integrated_time as _it
+    x = np.asarray(x, dtype=float)
+    if x.size < 8 or not np.ptp(x) > 0:
+        return 1.0
+    with np.errstate(all="ignore"):
+        t = float(_it(x, c=5, tol=0, quiet=True)[0])
+    return max(1.0, t) if math.isfinite(t) else float(x.size)
+
+
+def time_average(F):
+    """Mean, MCSE and ``τ_int`` per column of a (M, n) series.
+
+    Returns
+    -------
+    mean, mcse, tau_int : ndarray (n,)
+    """
+    F = np.asarray(F, dtype=float)
+    M = F.shape[0]
+    tau = np.array([integrated_time(F[:, j]) for j in range(F.shape[1])])
+    var = F.var(axis=0, ddof=1) if M > 1 else np.zeros(F.shape[1])
+    return F.mean(axis=0), np.sqrt(var * tau / max(M, 1)), tau
+
+
+def sample_predictor(stepper, theta, tau, step0, nsteps, every):
+    """Advance ``theta`` by ``nsteps`` steps at temperature ``tau`` from global step ``step0``,
+    recording the predictor on the training points every ``every`` steps.
+
+    Returns
+    -------
+    F : ndarray (nsteps // every, n)
+    step : int
+        The global step after the last recorded sample.
+
+    Raises
+    ------
+    FloatingPointError
+        The kernel reported NaN/Inf (step size beyond the stability limit).
+    """
+    m = nsteps // every
+    F = np.empty((m, stepper.n))
+    step = step0
+    for k in range(m):
+        if stepper.advance(theta, tau, step, every):
+            raise FloatingPointError(f"diverged by step {step + every} (eta={stepper.eta:g})")
+        step += every
+        F[k] = stepper.f
+    return F, step
+
+
+def advance(stepper, theta, tau, step0, nsteps, chunk=100_000):
+    """Advance without recording (burn-in); returns the new global step."""
+    step = step0
+    while step < step0 + nsteps:
+        k = min(chunk, step0 + nsteps - step)
+        if stepper.advance(theta, tau, step, k):
+            raise FloatingPointError(f"diverged by step {step + k} (eta={stepper.eta:g})")
+        step += k
+    return step
+
