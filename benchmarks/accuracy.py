@@ -9,8 +9,22 @@ The MCSE of the time average of a stationary series ``x_1..x_M`` is
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: Shipped data sets of the accuracy benchmarks: (csv, λ of their config).
+PROBLEMS = {"plane8": ("data/plane8.csv", 0.05), "d12": ("data/skm22_d12.csv", 0.003),
+            "d7": ("data/skm22_d7.csv", 0.003)}
+
+
+def load(name):
+    """``X`` (n, d), ``y`` (n,), ``λ`` of a shipped data set."""
+    from meanfield.data import load_file
+    path, lam = PROBLEMS[name]
+    ds = load_file(os.path.join(ROOT, path))
+    return np.ascontiguousarray(ds.X, float), np.ascontiguousarray(ds.y, float), lam
 
 
 def integrated_time(x) -> float:

@@ -30,20 +30,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.accuracy import advance, sample_predictor, time_average  # noqa: E402
+from benchmarks.accuracy import (PROBLEMS, advance, load, sample_predictor,  # noqa: E402
+                                 time_average)
 from benchmarks.common import set_threads  # noqa: E402
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-#: The shipped data sets used here: (csv, λ).
-PROBLEMS = {"plane8": ("data/plane8.csv", 0.05), "d12": ("data/skm22_d12.csv", 0.003),
-            "d7": ("data/skm22_d7.csv", 0.003)}
-
-
-def load(name):
-    from meanfield.data import load_file
-    path, lam = PROBLEMS[name]
-    ds = load_file(os.path.join(ROOT, path))
-    return np.ascontiguousarray(ds.X, float), np.ascontiguousarray(ds.y, float), lam
 
 
 def equilibrated(X, y, lam, tau, N, equil, seed, eta=0.05):
@@ -74,7 +63,10 @@ def measure(X, y, lam, tau, theta0, integrator, eta, burn, T, seed, sample_dt=0.
     return m, se, time.perf_counter() - t0
 
 
-def fit(rows, p_grid=np.arange(0.5, 3.01, 0.05)):
+P_GRID = np.arange(0.5, 3.01, 0.05)
+
+
+def fit(rows, p_grid=P_GRID):
     """Weighted least-squares fit of ``e = A_integ η^p_integ + B/N + C`` per training point.
 
     ``rows``: list of ``(integrator, eta, N, e (n,), se (n,))``. Returns a dict with ``p``
@@ -100,7 +92,7 @@ def fit(rows, p_grid=np.arange(0.5, 3.01, 0.05)):
         if best is None or chi2 < best[0]:
             best = (chi2, ps, np.array(coef))
     chi2, ps, coef = best
-    out = {"p": dict(zip(integs, ps)), "A": {i: coef[:, k] for k, i in enumerate(integs)},
+    out = {"p": dict(zip(integs, ps, strict=True)), "A": {i: coef[:, k] for k, i in enumerate(integs)},
            "B": coef[:, len(integs)], "C": coef[:, len(integs) + 1], "chi2": chi2,
            "dof": E.size - coef.size - len(integs)}
     return out
@@ -137,7 +129,7 @@ def main(argv=None):
     configs += [(i, args.N_eta, n) for i in args.integrators for n in args.Ns]
     starts = {}
     rows = []
-    print(f"\n| integrator | eta | N | max\\|f̄ − f_Gibbs\\| | max MCSE | wall s |")
+    print("\n| integrator | eta | N | max\\|f̄ − f_Gibbs\\| | max MCSE | wall s |")
     print("|---|---|---|---|---|---|")
     for integ, eta, N in configs:
         if N not in starts:

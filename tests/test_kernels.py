@@ -2,7 +2,8 @@
 
 Oracles: the NumPy reference step of meanfield.model given the same noise and minibatch
 (THEORY §2), the exact Ornstein–Uhlenbeck variances of the Euler–Maruyama and
-Leimkuhler–Matthews chains with the data term off, and the kernel itself run with other thread counts and other chunkings (bitwise).
+Leimkuhler–Matthews chains with the data term off, and the kernel itself run with other
+thread counts and other chunkings (bitwise).
 All tests use d = 2 so that the kernels compile once (one specialisation per d).
 """
 
