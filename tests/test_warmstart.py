@@ -58,3 +58,20 @@ def test_bad_input():
         convex_particles(np.eye(3), [1.0, 1.0, 1.0], 2, tau=0.0, lam=0.1, seed=0)
     with pytest.raises(ValueError, match="lam"):
         convex_particles(np.eye(3), [1.0, 1.0, 1.0], 5, tau=0.0, lam=0.0, seed=0)
+
+
+def test_compare_ladders_matches_temperatures_and_standardises():
+    from analysis.ladders import compare_ladders
+    hot = [(1e-2, [1.0, 2.0], [0.1, 0.1]), (1e-3, [1.0, 2.0], [0.01, 0.03])]
+    cold = [(1e-4, [0.0, 0.0], [1.0, 1.0]), (1e-3 * (1 + 1e-12), [1.04, 1.9], [0.03, 0.04]),
+            (1e-2, [1.0, 2.0], [0.0, 0.0])]
+    rows = compare_ladders(hot, cold)
+    assert [r.tau for r in rows] == [1e-2, 1e-3]
+    assert (rows[0].stage_a, rows[0].stage_b, rows[0].max_abs_diff, rows[0].z) == (0, 2, 0, 0)
+    r = rows[1]
+    assert (r.stage_a, r.stage_b) == (1, 1)
+    assert abs(r.max_abs_diff - 0.1) < 1e-12
+    assert abs(r.z - 0.1 / 0.05) < 1e-12          # point 2: 0.1 / sqrt(0.03² + 0.04²)
+    assert r.to_dict()["mcse_b"] == 0.04
+    with pytest.raises(ValueError, match="same data"):
+        compare_ladders([(1.0, [1.0], [0.1])], [(1.0, [1.0, 2.0], [0.1, 0.1])])
