@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import json
 
+# Deferred on purpose: the modules behind this command load numba, h5py, SciPy, POT or
+# Matplotlib, so they are imported when the command runs, not when `meanfield --help` or
+# a usage error is answered.
+
 
 def register(sub):
+    """Add the ``inspect`` command to the subparsers ``sub``."""
     p = sub.add_parser("inspect", help="summarise a run file (frames, config, completeness)",
                        description="Print a summary of a run file: schema version, sizes, "
                                    "frames (step, time, tau), whether the run completed.")
@@ -26,6 +31,7 @@ def summary(run) -> dict:
 
 
 def main(args) -> int:
+    """Run ``meanfield inspect`` with the parsed ``args``; returns the exit code."""
     from meanfield.store import open_run
     run = open_run(args.run)
     doc = summary(run)
