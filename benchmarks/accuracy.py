@@ -3,12 +3,12 @@ time average with an autocorrelation-aware Monte Carlo standard error.
 
 The MCSE of the time average of a stationary series ``x_1..x_M`` is
 ``sqrt(var(x) · τ_int / M)`` with the integrated autocorrelation time ``τ_int`` in samples
-(Sokal's automatic window, ``emcee.autocorr.integrated_time`` with ``c = 5``).
+(Sokal's automatic window, ``emcee.autocorr.integrated_time`` with ``c = 5``;
+``analysis.time_average.mean_and_mcse``).
 """
 
 from __future__ import annotations
 
-import math
 import os
 
 import numpy as np
@@ -27,30 +27,11 @@ def load(name):
     return np.ascontiguousarray(ds.X, float), np.ascontiguousarray(ds.y, float), lam
 
 
-def integrated_time(x) -> float:
-    """Integrated autocorrelation time (in samples, ``>= 1``) of a 1-D series; Sokal's
-    window (``emcee.autocorr.integrated_time(quiet=True)``). A constant series gives 1."""
-    from emcee.autocorr import integrated_time as _it
-    x = np.asarray(x, dtype=float)
-    if x.size < 8 or not np.ptp(x) > 0:
-        return 1.0
-    with np.errstate(all="ignore"):
-        t = float(_it(x, c=5, tol=0, quiet=True)[0])
-    return max(1.0, t) if math.isfinite(t) else float(x.size)
-
-
 def time_average(F):
-    """Mean, MCSE and ``τ_int`` per column of a (M, n) series.
-
-    Returns
-    -------
-    mean, mcse, tau_int : ndarray (n,)
-    """
-    F = np.asarray(F, dtype=float)
-    M = F.shape[0]
-    tau = np.array([integrated_time(F[:, j]) for j in range(F.shape[1])])
-    var = F.var(axis=0, ddof=1) if M > 1 else np.zeros(F.shape[1])
-    return F.mean(axis=0), np.sqrt(var * tau / max(M, 1)), tau
+    """Mean, MCSE and ``τ_int`` per column of a (M, n) series
+    (``analysis.time_average.mean_and_mcse``)."""
+    from analysis.time_average import mean_and_mcse
+    return mean_and_mcse(F)
 
 
 def sample_predictor(stepper, theta, tau, step0, nsteps, every):
