@@ -4,9 +4,9 @@ A config has four tables (the public interface, documented in ``docs/cli.md``)::
 
     [data]      kind = "file" | "two_point" | "gaussian" | "grid" | "inline"
     [model]     activation = "relu" | "softplus" | "capped"; n_particles = 4000;
-                init_scale = 1.0; sharpness = 10.0; cap = 3.0
-    [dynamics]  lam = 0.05; eta = 0.05; taus = [1e-2, 1e-3, 1e-4]; steps_per_tau = 40000
-                batch_size = 0; seed = 0
+                init = "random" | "convex"; init_scale = 1.0; sharpness = 10.0; cap = 3.0
+    [dynamics]  lam = 0.05; eta = 0.05; integrator = "em" | "lm";
+                taus = [1e-2, 1e-3, 1e-4]; steps_per_tau = 40000; batch_size = 0; seed = 0
     [output]    observe_every = 100; snapshots_per_tau = 1; checkpoint_every = 10000
 
 Every problem is reported as :class:`meanfield.errors.ConfigError` naming the file, the field
@@ -36,6 +36,10 @@ from meanfield.errors import ConfigError
 
 #: Activations the kernels implement (THEORY §3).
 ACTIVATIONS = ("relu", "softplus", "capped")
+#: Integrators (THEORY §2): Euler–Maruyama, Leimkuhler–Matthews.
+INTEGRATORS = ("em", "lm")
+#: Initialisations: i.i.d. Gaussian, or the convex τ → 0 solution's rays (THEORY §2.2).
+INITS = ("random", "convex")
 
 # Per data kind: allowed keys and their defaults (None = required).
 DATA_KINDS: dict[str, dict[str, Any]] = {
@@ -47,9 +51,9 @@ DATA_KINDS: dict[str, dict[str, Any]] = {
 }
 
 DEFAULTS: dict[str, dict[str, Any]] = {
-    "model": {"activation": "relu", "n_particles": 4000, "init_scale": 1.0,
+    "model": {"activation": "relu", "n_particles": 4000, "init": "random", "init_scale": 1.0,
               "sharpness": 10.0, "cap": 3.0},
-    "dynamics": {"lam": 0.05, "eta": 0.05, "taus": [1e-2, 1e-3, 1e-4],
+    "dynamics": {"lam": 0.05, "eta": 0.05, "integrator": "em", "taus": [1e-2, 1e-3, 1e-4],
                  "steps_per_tau": 40000, "batch_size": 0, "seed": 0},
     "output": {"observe_every": 100, "snapshots_per_tau": 1, "checkpoint_every": 10000},
 }
@@ -261,6 +265,8 @@ def validate(raw: dict, source: str = "<config>", base_dir: str | os.PathLike = 
     m, dyn, out = tables["model"], tables["dynamics"], tables["output"]
     _check(isinstance(m["activation"], str) and m["activation"] in ACTIVATIONS, src,
            "model.activation", f"must be one of {', '.join(ACTIVATIONS)}, got {m['activation']!r}")
+    _check(isinstance(m["init"], str) and m["init"] in INITS, src, "model.init",
+           f"must be one of {', '.join(INITS)}, got {m['init']!r}")
     _num(m, "n_particles", src, "model", integer=True, minimum=1)
     _num(m, "init_scale", src, "model", positive=True)
     _num(m, "sharpness", src, "model", positive=True)
@@ -270,6 +276,9 @@ def validate(raw: dict, source: str = "<config>", base_dir: str | os.PathLike = 
 
     _num(dyn, "lam", src, "dynamics", positive=True)
     _num(dyn, "eta", src, "dynamics", positive=True)
+    _check(isinstance(dyn["integrator"], str) and dyn["integrator"] in INTEGRATORS, src,
+           "dynamics.integrator",
+           f"must be one of {', '.join(INTEGRATORS)}, got {dyn['integrator']!r}")
     taus = dyn["taus"]
     if _is_num(taus):
         taus = [taus]

@@ -59,6 +59,17 @@ def initial_particles(n_particles: int, d: int, init_scale: float, seed: int) ->
     return init_scale * rng.standard_normal((n_particles, d + 2))
 
 
+def convex_start(X, y, n_particles: int, lam: float, tau: float, seed: int) -> np.ndarray:
+    """Particles on the rays of the convex ``τ → 0`` solution (``solvers.convex``) with their
+    weights and an ``N(0, τ/λ)`` spread at the first temperature ``tau``
+    (:func:`solvers.warmstart.convex_particles`), shape (N, d+2)."""
+    from solvers.convex import convex
+    from solvers.warmstart import convex_particles
+    sol = convex(X, y, lam)
+    return convex_particles(sol.directions, sol.weights, n_particles, tau=tau, lam=lam,
+                            seed=seed)
+
+
 def snapshot_steps(steps_per_tau: int, snapshots_per_tau: int) -> list[int]:
     """Steps within a stage (1-based counts) after which a snapshot frame is written: evenly
     spaced over the second half of the stage, the last at its end."""
@@ -163,7 +174,10 @@ def simulate(cfg: Any, dataset: Any, writer: Any = None, state: SolverState | No
     snaps = snapshot_steps(T, int(out["snapshots_per_tau"]))
 
     if state is None:
-        state = SolverState(theta=initial_particles(N, d, mod["init_scale"], seed))
+        if mod.get("init", "random") == "convex":
+            state = SolverState(theta=convex_start(X, y, N, lam, taus[0], seed))
+        else:
+            state = SolverState(theta=initial_particles(N, d, mod["init_scale"], seed))
     theta = np.ascontiguousarray(state.theta, dtype=np.float64)
     state.theta = theta
     stepper = _stepper_from_config(cfg, X, y)

@@ -1,14 +1,14 @@
 """Warm start from the convex τ → 0 solution (solvers/warmstart.py, THEORY §4).
 
-Oracles: the placed particles' predictor (meanfield.model, independent of the convex solver's
-own predict) equals the convex predictor; the neurons are balanced with the least weight decay
+Oracles: the placed particles' predictor (solvers.numpy_model, independent of the convex
+solver's own predict) equals the convex predictor; the neurons are balanced with the least weight decay
 (λ Σ r² = λ N ‖c‖₁); the spread has the Ornstein–Uhlenbeck variance τ/λ.
 """
 
 import numpy as np
 import pytest
 
-from meanfield import model
+from solvers import numpy_model as model
 from solvers.convex import convex
 from solvers.warmstart import convex_particles, ray_counts
 
@@ -75,3 +75,43 @@ def test_compare_ladders_matches_temperatures_and_standardises():
     assert r.to_dict()["mcse_b"] == 0.04
     with pytest.raises(ValueError, match="same data"):
         compare_ladders([(1.0, [1.0], [0.1])], [(1.0, [1.0, 2.0], [0.1, 0.1])])
+
+
+def test_convex_init_lm_cold_to_hot_run_resumes_bitwise(tmp_path, monkeypatch):
+    """model.init = "convex" with a ladder run cold to hot under Leimkuhler–Matthews: the
+    first particles are the convex rays (the first observation's predictor is the convex one
+    to within the one step and the tiny spread), and a run stopped at a boundary inside the
+    first stage and resumed (across the temperature change) equals the uninterrupted run."""
+    from conftest import tiny_toml
+    from test_resume import assert_identical, stop_after
+
+    from meanfield import config, runner
+    from meanfield.errors import Interrupted
+    from meanfield.store import open_run
+    path = tmp_path / "cold.toml"
+    path.write_text(tiny_toml({"model.init": "convex", "dynamics.integrator": "lm",
+                               "dynamics.taus": [1e-6, 1e-3], "dynamics.eta": 0.01,
+                               "output.observe_every": 1, "output.checkpoint_every": 7}))
+    cfg = config.load(path)
+    ref = runner.run(cfg, tmp_path / "ref.h5", progress=False, threads=1)
+    run = open_run(ref)
+    sol = convex(run.X, run.y, 0.05)
+    f1 = run.observables["residuals"]["value"][0] * run.n + run.y
+    assert np.max(np.abs(f1 - sol.f_train)) < 0.05 * np.max(np.abs(sol.f_train))
+    out = tmp_path / "run.h5"
+    with monkeypatch.context() as m:
+        stop_after(m, 290)
+        with pytest.raises(Interrupted):
+            runner.run(config.load(path), out, progress=False, threads=1)
+    runner.run(config.load(path), out, resume=True, progress=False, threads=1)
+    assert assert_identical(ref, out) > 0
+
+
+def test_config_rejects_unknown_integrator_and_init(tmp_path):
+    from conftest import tiny_toml
+
+    from meanfield import config
+    from meanfield.errors import ConfigError
+    for key, bad in (("dynamics.integrator", "rk4"), ("model.init", "zeros")):
+        with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+            config.loads(tiny_toml({key: bad}), "t.toml", tmp_path)
