@@ -30,8 +30,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.accuracy import (PROBLEMS, advance, load, sample_predictor,  # noqa: E402
-                                 time_average)
+from benchmarks.accuracy import PROBLEMS, advance, load, sample_predictor, time_average  # noqa: E402
 from benchmarks.common import set_threads  # noqa: E402
 
 
