@@ -256,7 +256,8 @@ def cli_per_step(N, n, d, threads, short=5_000, long=30_000, reps=2, integrator=
             t0 = time.perf_counter()
             subprocess.run([sys.executable, "-m", "meanfield", "run", cfg, "-o",
                             os.path.join(tmp, "out.h5"), "--overwrite", "--quiet",
-                            "--threads", str(threads)], check=True, env=env, cwd=tmp)
+                            "--threads", str(threads)], check=True, env=env, cwd=tmp,
+                           capture_output=True)
             return time.perf_counter() - t0
         run(short)
         t_short = min(run(short) for _ in range(reps))
