@@ -39,14 +39,11 @@ def predictor_series(run, stage: int, window: float = 0.5):
         No observation in that part of the stage.
     """
     obs = run.observables
-    taus = np.asarray(run.config["dynamics"]["taus"], dtype=float)
-    T = int(run.config["dynamics"]["steps_per_tau"])
     steps = obs["residuals"]["step"]
-    lo = stage * T + int(math.floor((1 - window) * T))
-    hi = (stage + 1) * T
+    lo, hi = run.schedule.last_part(stage, window)
     sel = (steps > lo) & (steps <= hi)
     if not np.any(sel):
-        raise ValueError(f"no observations in stage {stage} (tau={taus[stage]:g})")
+        raise ValueError(f"no observations in stage {stage} (tau={run.taus[stage]:g})")
     return obs["residuals"]["value"][sel] * run.n + run.y[None, :]
 
 

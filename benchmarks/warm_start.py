@@ -74,29 +74,29 @@ def main(argv=None):
     args = ap.parse_args(argv)
     set_threads(args.threads)
     from meanfield import config, data
+    from meanfield.runner import make_stepper
     from solvers.gibbs import gibbs
     from solvers.langevin import convex_start, initial_particles
-    from solvers.stepper import from_config
     cfg = config.load(args.config)
     ds = data.from_config(cfg)
     X, y = np.ascontiguousarray(ds.X, float), np.ascontiguousarray(ds.y, float)
     dyn = cfg.dynamics
-    lam, taus, T = dyn["lam"], cfg.taus, int(dyn["steps_per_tau"])
-    every = int(cfg.output["observe_every"])
+    lam, taus, T = dyn.lam, list(cfg.taus), int(dyn.steps_per_tau)
+    every = int(cfg.output.observe_every)
     cold = int(np.argmin(taus))
     tau = taus[cold]
     zc = z_critical(len(y))
     ref = gibbs(X, y, lam, tau).f_train if X.shape[1] <= 2 and tau > 0 else None
-    print(f"{os.path.basename(args.config)}: N={cfg.n_particles} eta={dyn['eta']:g} "
+    print(f"{os.path.basename(args.config)}: N={cfg.n_particles} eta={dyn.eta:g} "
           f"lam={lam:g}; coldest tau={tau:g}; z_crit={zc:.2f}; threads {args.threads}; "
           f"load {os.getloadavg()[0]:.1f}")
-    seed = int(dyn["seed"])
+    seed = int(dyn.seed)
     out = {}
     for start in ("hot", "warm"):
         t0 = time.perf_counter()
-        st = from_config(cfg, X, y)
+        st = make_stepper(cfg, ds)
         if start == "hot":
-            th = initial_particles(cfg.n_particles, X.shape[1], cfg.model["init_scale"], seed)
+            th = initial_particles(cfg.n_particles, X.shape[1], cfg.model.init_scale, seed)
             step = 0
             for s in range(cold):
                 step = advance(st, th, taus[s], step, T)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numba
+from tqdm.auto import tqdm
 
 from meanfield import atomic
 from meanfield import checkpoint as _ckpt
@@ -38,7 +39,8 @@ from meanfield.errors import (
     RunFileError,
 )
 from meanfield.store import RunWriter, open_run
-from solvers.langevin import SolverState, row_counts, simulate
+from solvers.langevin import SolverState, convex_start, initial_state, simulate
+from solvers.stepper import Stepper
 
 
 def default_output(cfg) -> str:
@@ -205,6 +207,85 @@ def _finalize(paths: RunPaths) -> None:
         atomic.fsync_path(paths.final.absolute().parent)
 
 
+def make_stepper(cfg: _config.RunConfig, dataset: _data.Dataset) -> Stepper:
+    """The particle stepper of ``cfg`` on ``dataset`` (:class:`solvers.stepper.Stepper`)."""
+    mod, dyn = cfg.model, cfg.dynamics
+    return Stepper(dataset.X, dataset.y, mod.n_particles, lam=dyn.lam, eta=dyn.eta,
+                   activation=mod.activation, sharpness=mod.sharpness, cap=mod.cap,
+                   batch_size=dyn.batch_size, seed=dyn.seed, integrator=dyn.integrator)
+
+
+def integrate(cfg: _config.RunConfig, dataset: _data.Dataset, writer: RunWriter | None = None,
+              state: SolverState | None = None, progress: bool | None = None,
+              on_checkpoint: Callable[[SolverState], None] | None = None,
+              should_stop: Callable[[], bool] | None = None) -> SolverState:
+    """Drive the solver loop (:func:`solvers.langevin.simulate`) over the ladder of ``cfg``.
+
+    The loop yields at every observation boundary; here its observations and snapshot frames
+    go to the run file, checkpoints are taken, stop requests are polled and the progress bar
+    moves.
+
+    Parameters
+    ----------
+    cfg : RunConfig
+        The run's config.
+    dataset : meanfield.data.Dataset
+        Its data set.
+    writer : RunWriter, optional
+        Receives every observation and snapshot frame (row counters of the state follow it).
+    state : SolverState, optional
+        Resume from this state instead of a fresh initialisation.
+    progress : bool or None
+        Show a tqdm bar (``None``: only on a terminal).
+    on_checkpoint : callable(SolverState), optional
+        Called every ``output.checkpoint_every`` steps (at observation boundaries).
+    should_stop : callable() -> bool, optional
+        Polled at observation boundaries; when it returns true, ``on_checkpoint`` is called and
+        the function returns the current state.
+
+    Returns
+    -------
+    SolverState
+        The final state (``stage < n_stages`` when stopped early).
+
+    Raises
+    ------
+    DivergenceError
+        From the solver: NaN/Inf or runaway particles.
+    """
+    schedule = cfg.schedule
+    if state is None and cfg.model.init == "convex":
+        state = SolverState(theta=convex_start(dataset.X, dataset.y, cfg.n_particles,
+                                               cfg.dynamics.lam, schedule.taus[0],
+                                               cfg.dynamics.seed))
+    elif state is None:
+        state = initial_state(cfg.n_particles, dataset.d, cfg.model.init_scale,
+                              cfg.dynamics.seed)
+    ckpt_every = cfg.output.checkpoint_every
+    last_ckpt = prev = state.step
+    disable = {True: False, False: True, None: None}[progress]
+    loop = simulate(make_stepper(cfg, dataset), schedule, state, init_scale=cfg.model.init_scale)
+    with tqdm(total=schedule.total_steps, initial=state.step, unit="step", disable=disable,
+              dynamic_ncols=True, mininterval=0.5) as bar:
+        for state, obs, snapshot in loop:
+            if writer is not None:
+                writer.append_observations([obs])
+                state.n_observations += 1
+                if snapshot:
+                    writer.append_frame(state.theta, obs.step, obs.time, obs.tau)
+                    state.n_frames += 1
+            bar.update(obs.step - prev)
+            bar.set_postfix(tau=f"{obs.tau:.1e}", risk=f"{obs.risk:.3e}", refresh=False)
+            prev = obs.step
+            stop = should_stop is not None and should_stop()
+            if on_checkpoint is not None and (stop or state.step - last_ckpt >= ckpt_every):
+                on_checkpoint(state)
+                last_ckpt = state.step
+            if stop:
+                break
+    return state
+
+
 def _resume_command(cfg, out: Path) -> str:
     src = "" if cfg.source.startswith("<") else f"{cfg.source} "
     return f"meanfield run {src}-o {out} --resume"
@@ -260,10 +341,10 @@ def run(cfg: _config.RunConfig | str | os.PathLike | None, output: str | os.Path
     elif not isinstance(cfg, _config.RunConfig):
         cfg = _config.load(cfg)
     dataset = _data.from_config(cfg)
-    if cfg.dynamics["batch_size"] > dataset.n:
+    if cfg.dynamics.batch_size > dataset.n:
         raise ConfigError(cfg.source, "dynamics.batch_size", f"must be <= the number of samples "
                                                              f"n={dataset.n}, got "
-                                                             f"{cfg.dynamics['batch_size']}")
+                                                             f"{cfg.dynamics.batch_size}")
     out = Path(output) if output is not None else Path(default_output(cfg))
     paths = RunPaths.of(out)
     _check_output_dir(out)
@@ -308,7 +389,7 @@ def run(cfg: _config.RunConfig | str | os.PathLike | None, output: str | os.Path
         try:
             with _Writing(paths.part), atomic.replacing(paths.part, scratch=paths.creating):
                 writer = RunWriter(paths.creating, cfg, dataset, mode="w",
-                                   capacity=row_counts(cfg))
+                                   capacity=cfg.schedule.row_counts())
         except BaseException:
             if writer is not None:
                 writer.close()
@@ -326,9 +407,9 @@ def run(cfg: _config.RunConfig | str | os.PathLike | None, output: str | os.Path
     hint = "; free space and continue with --resume"
     try:
         with _Writing(paths.part, hint), writer, _StopRequest(log) as stop:
-            state = simulate(cfg, dataset, writer=writer, state=state, progress=progress,
-                             on_checkpoint=save_checkpoint, should_stop=stop)
-            if state.stage < len(cfg.taus):
+            state = integrate(cfg, dataset, writer=writer, state=state, progress=progress,
+                              on_checkpoint=save_checkpoint, should_stop=stop)
+            if state.stage < cfg.schedule.n_stages:
                 raise Interrupted(state.step, str(paths.ckpt),
                                   f"interrupted at step {state.step}; checkpoint "
                                   f"{paths.ckpt} written; continue with: "

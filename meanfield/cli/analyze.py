@@ -68,7 +68,7 @@ def _ladder(run):
     their second half."""
     from analysis.time_average import mean_and_mcse, predictor_series
     out = []
-    for s, tau in enumerate(run.config["dynamics"]["taus"]):
+    for s, tau in enumerate(run.taus):
         try:
             F = predictor_series(run, s)
         except ValueError:      # stage not reached (an unfinished run)

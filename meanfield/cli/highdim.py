@@ -86,6 +86,7 @@ def register(sub):
 
 def main(args) -> int:
     """Run ``meanfield highdim`` with the parsed ``args``; returns the exit code."""
+    from meanfield import figures
     from meanfield.highdim import output as report
     from meanfield.highdim.experiment import StudyParams, run_study, summarize
 
@@ -111,7 +112,7 @@ def main(args) -> int:
             raise InputError(_SOURCE, "-o", f"{path} exists (use --overwrite)")
     cells = run_study(params, progress=False if args.quiet else None)
     summary = summarize(params, cells)
-    report.plot(png, summary)           # the figure first: a failure leaves no data file behind
+    figures.highdim_figure(png, summary)  # the figure first: a failure leaves no data file behind
     report.write_h5(h5, params, cells, summary)
     summary["files"] = {"h5": str(h5), "figure": str(png)}
     if args.json:
