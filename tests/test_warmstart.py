@@ -115,3 +115,31 @@ def test_config_rejects_unknown_integrator_and_init(tmp_path):
     for key, bad in (("dynamics.integrator", "rk4"), ("model.init", "zeros")):
         with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
             config.loads(tiny_toml({key: bad}), "t.toml", tmp_path)
+
+
+def test_analyze_against_compares_hot_and_cold_ladders(tmp_path, capsys):
+    import json
+
+    from conftest import tiny_toml
+
+    from meanfield import cli, runner
+    hot, cold = tmp_path / "hot.toml", tmp_path / "cold.toml"
+    hot.write_text(tiny_toml())
+    cold.write_text(tiny_toml({"model.init": "convex", "dynamics.taus": [1e-3, 1e-2]}))
+    a = runner.run(str(hot), tmp_path / "hot.h5", progress=False, threads=1)
+    b = runner.run(str(cold), tmp_path / "cold.h5", progress=False, threads=1)
+    capsys.readouterr()
+    assert cli.main(["analyze", str(a), "--against", str(b), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    rows = {r["tau"]: r for r in doc["taus"]}
+    assert set(rows) == {1e-2, 1e-3}
+    assert (rows[1e-2]["stage_a"], rows[1e-2]["stage_b"]) == (0, 1)
+    assert all(r["max_abs_diff"] >= 0 and r["mcse_a"] > 0 for r in rows.values())
+    # against itself: no difference at all
+    assert cli.main(["analyze", str(a), "--against", str(a), "--json"]) == 0
+    assert all(r["max_abs_diff"] == 0 and r["z"] == 0
+               for r in json.loads(capsys.readouterr().out)["taus"])
+    other = tmp_path / "other.toml"
+    other.write_text(tiny_toml({"data.seed": 9}))
+    c = runner.run(str(other), tmp_path / "other.h5", progress=False, threads=1)
+    assert cli.main(["analyze", str(a), "--against", str(c)]) == 2
