@@ -70,3 +70,11 @@ def advance(stepper, theta, tau, step0, nsteps, chunk=100_000):
         step += k
     return step
 
+
+def add_problem_arguments(ap):
+    """The options both accuracy benchmarks share: ``--problem``, ``--tau``, ``--etas``,
+    ``--integrators``."""
+    ap.add_argument("--problem", default="plane8", choices=sorted(PROBLEMS))
+    ap.add_argument("--tau", type=float, default=1e-3)
+    ap.add_argument("--etas", type=float, nargs="+", default=[0.1, 0.05, 0.025])
+    ap.add_argument("--integrators", nargs="+", default=["em", "lm"])

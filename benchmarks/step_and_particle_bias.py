@@ -30,7 +30,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.accuracy import PROBLEMS, advance, load, sample_predictor, time_average  # noqa: E402
+from benchmarks.accuracy import add_problem_arguments, advance, load, sample_predictor, time_average  # noqa: E402
 from benchmarks.common import set_threads  # noqa: E402
 
 
@@ -91,7 +91,8 @@ def fit(rows, p_grid=P_GRID):
         if best is None or chi2 < best[0]:
             best = (chi2, ps, np.array(coef))
     chi2, ps, coef = best
-    out = {"p": dict(zip(integs, ps, strict=True)), "A": {i: coef[:, k] for k, i in enumerate(integs)},
+    out = {"p": dict(zip(integs, ps, strict=True)),
+           "A": {i: coef[:, k] for k, i in enumerate(integs)},
            "B": coef[:, len(integs)], "C": coef[:, len(integs) + 1], "chi2": chi2,
            "dof": E.size - coef.size - len(integs)}
     return out
@@ -99,14 +100,11 @@ def fit(rows, p_grid=P_GRID):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--problem", default="plane8", choices=sorted(PROBLEMS))
-    ap.add_argument("--tau", type=float, default=1e-3)
-    ap.add_argument("--etas", type=float, nargs="+", default=[0.1, 0.05, 0.025])
+    add_problem_arguments(ap)
     ap.add_argument("--N", type=int, default=4000, help="particles of the η sweep (4000)")
     ap.add_argument("--Ns", type=int, nargs="+", default=[1000, 16000],
                     help="further N, at --N-eta (1000 16000)")
     ap.add_argument("--N-eta", type=float, default=0.05)
-    ap.add_argument("--integrators", nargs="+", default=["em", "lm"])
     ap.add_argument("--equil", type=float, default=10000.0, help="time units at tau (10^4)")
     ap.add_argument("--burn", type=float, default=1000.0, help="time units (10^3)")
     ap.add_argument("--time", type=float, default=10000.0, help="averaging time units (10^4)")

@@ -45,7 +45,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.accuracy import PROBLEMS, load, time_average  # noqa: E402
+from benchmarks.accuracy import add_problem_arguments, load, time_average  # noqa: E402
 from benchmarks.common import set_threads  # noqa: E402
 
 EPS = (3e-3, 1e-3, 3e-4)
@@ -133,11 +133,8 @@ def time_to_accuracy(impl, ref, tau, eta, eps, budget_s, t_start=0.0, sample_dt=
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--problem", default="plane8", choices=sorted(PROBLEMS))
-    ap.add_argument("--tau", type=float, default=1e-3)
-    ap.add_argument("--etas", type=float, nargs="+", default=[0.1, 0.05, 0.025])
+    add_problem_arguments(ap)
     ap.add_argument("--Ns", type=int, nargs="+", default=[1000, 4000])
-    ap.add_argument("--integrators", nargs="+", default=["em", "lm"])
     ap.add_argument("--starts", nargs="+", default=["hot", "convex"])
     ap.add_argument("--peer-Ns", type=int, nargs="+", default=None,
                     help="N of the NumPy peer (default: the smallest of --Ns)")
