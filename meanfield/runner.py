@@ -40,7 +40,7 @@ from meanfield.errors import (
     RunFileError,
 )
 from meanfield.store import RunWriter, open_run
-from solvers.langevin import SolverState, initial_state, simulate
+from solvers.langevin import SolverState, convex_start, initial_state, simulate
 from solvers.stepper import Stepper
 
 
@@ -217,7 +217,7 @@ def make_stepper(cfg: _config.RunConfig, dataset: _data.Dataset) -> Stepper:
     mod, dyn = cfg.model, cfg.dynamics
     return Stepper(dataset.X, dataset.y, mod.n_particles, lam=dyn.lam, eta=dyn.eta,
                    activation=mod.activation, sharpness=mod.sharpness, cap=mod.cap,
-                   batch_size=dyn.batch_size, seed=dyn.seed)
+                   batch_size=dyn.batch_size, seed=dyn.seed, integrator=dyn.integrator)
 
 
 def integrate(cfg: _config.RunConfig, dataset: _data.Dataset, writer: RunWriter | None = None,
@@ -259,7 +259,11 @@ def integrate(cfg: _config.RunConfig, dataset: _data.Dataset, writer: RunWriter 
         From the solver: NaN/Inf or runaway particles.
     """
     schedule = cfg.schedule
-    if state is None:
+    if state is None and cfg.model.init == "convex":
+        state = SolverState(theta=convex_start(dataset.X, dataset.y, cfg.n_particles,
+                                               cfg.dynamics.lam, schedule.taus[0],
+                                               cfg.dynamics.seed))
+    elif state is None:
         state = initial_state(cfg.n_particles, dataset.d, cfg.model.init_scale,
                               cfg.dynamics.seed)
     ckpt_every = cfg.output.checkpoint_every

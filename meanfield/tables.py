@@ -23,6 +23,10 @@ from meanfield.errors import ConfigError
 
 #: Activations the kernels implement (THEORY §3).
 ACTIVATIONS = ("relu", "softplus", "capped")
+#: Integrators (THEORY §2, §2.1): Euler–Maruyama, Leimkuhler–Matthews.
+INTEGRATORS = ("em", "lm")
+#: Initialisations: i.i.d. Gaussian, or the convex τ → 0 solution's rays (THEORY §2.2).
+INITS = ("random", "convex")
 
 #: Largest generated data set (``gaussian`` n, ``grid`` points_per_axis**d).
 MAX_POINTS = 10**6
@@ -298,8 +302,11 @@ class ModelConfig(_Table):
         ``σ`` (THEORY §3).
     n_particles : int
         Number of particles (neurons) ``N >= 1``.
+    init : {"random", "convex"}
+        Initial particles ``N(0, init_scale² I)``, or on the rays of the convex ``τ → 0``
+        solution with an ``N(0, τ₁/λ)`` spread (THEORY §2.2).
     init_scale : float
-        Initial particles ``N(0, init_scale² I)``, ``> 0``.
+        Initial particles ``N(0, init_scale² I)`` (``init = "random"``), ``> 0``.
     sharpness : float
         Softplus sharpness ``t`` (softplus and capped), ``> 0``.
     cap : float
@@ -308,6 +315,7 @@ class ModelConfig(_Table):
 
     activation: str = "relu"
     n_particles: int = 4000
+    init: str = "random"
     init_scale: float = 1.0
     sharpness: float = 10.0
     cap: float = 3.0
@@ -319,6 +327,8 @@ class ModelConfig(_Table):
                f"must be one of {', '.join(ACTIVATIONS)}, got {m['activation']!r}")
         _num(m, "n_particles", src, "model", integer=True, minimum=1, maximum=MAX_PARTICLES,
              why="particles held in memory")
+        _check(isinstance(m["init"], str) and m["init"] in INITS, src, "model.init",
+               f"must be one of {', '.join(INITS)}, got {m['init']!r}")
         for k in ("init_scale", "sharpness", "cap"):
             _num(m, k, src, "model", positive=True)
             m[k] = float(m[k])
@@ -337,8 +347,11 @@ class DynamicsConfig(_Table):
         Weight decay ``λ > 0``.
     eta : float
         Step size ``η > 0`` (``η λ < 2``).
+    integrator : {"em", "lm"}
+        Euler–Maruyama or Leimkuhler–Matthews (THEORY §2.1).
     taus : tuple of float
-        Temperatures ``τ >= 0``, hot to cold.
+        Temperatures ``τ >= 0`` in the order run (hot to cold; cold to hot from
+        ``init = "convex"``).
     steps_per_tau : int
         Steps per temperature, ``>= 1``.
     batch_size : int
@@ -349,6 +362,7 @@ class DynamicsConfig(_Table):
 
     lam: float = 0.05
     eta: float = 0.05
+    integrator: str = "em"
     taus: tuple[float, ...] = (1e-2, 1e-3, 1e-4)
     steps_per_tau: int = 40000
     batch_size: int = 0
@@ -360,6 +374,9 @@ class DynamicsConfig(_Table):
         _check(dyn["lam"] >= MIN_LAM, src, "dynamics.lam", f"must be >= {MIN_LAM:g} (tau/lam "
                f"and mean(y^2)/lam must stay finite), got {dyn['lam']!r}")
         _num(dyn, "eta", src, "dynamics", positive=True)
+        _check(isinstance(dyn["integrator"], str) and dyn["integrator"] in INTEGRATORS, src,
+               "dynamics.integrator",
+               f"must be one of {', '.join(INTEGRATORS)}, got {dyn['integrator']!r}")
         taus = dyn["taus"]
         if _is_num(taus):
             taus = [taus]

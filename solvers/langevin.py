@@ -70,6 +70,17 @@ def initial_state(n_particles: int, d: int, init_scale: float, seed: int) -> Sol
     return SolverState(theta=initial_particles(n_particles, d, init_scale, seed))
 
 
+def convex_start(X, y, n_particles: int, lam: float, tau: float, seed: int) -> np.ndarray:
+    """Particles on the rays of the convex ``τ → 0`` solution (``solvers.convex``) with their
+    weights and an ``N(0, τ/λ)`` spread at the first temperature ``tau``
+    (:func:`solvers.warmstart.convex_particles`), shape (N, d+2)."""
+    from solvers.convex import convex
+    from solvers.warmstart import convex_particles
+    sol = convex(X, y, lam)
+    return convex_particles(sol.directions, sol.weights, n_particles, tau=tau, lam=lam,
+                            seed=seed)
+
+
 #: A run stops as diverged when the mean squared particle norm exceeds this multiple of
 #: :func:`second_moment_scale`.
 RUNAWAY_FACTOR = 1e6

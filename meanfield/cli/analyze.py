@@ -44,6 +44,12 @@ def register(sub):
     p.add_argument("--no-references", action="store_true",
                    help="skip the comparison with the exact references (Gibbs fixed point at "
                         "each tau for d <= 2; the convex tau -> 0 limit at the coldest tau)")
+    p.add_argument("--against", metavar="OTHER.h5",
+                   help="instead of the report: compare with another run of the same data "
+                        "temperature by temperature (the difference of the time-averaged "
+                        "predictors over the second half of each stage, in units of their "
+                        "combined autocorrelation-aware MCSE; e.g. a hot-to-cold ladder "
+                        "against a cold-to-hot one from model.init = \"convex\")")
     p.set_defaults(func=main)
 
 
@@ -87,10 +93,56 @@ def _study(args) -> int:
     return 0
 
 
+def _ladder(run):
+    """``[(tau, mean (n,), mcse (n,))]`` over the stages of ``run`` that have observations in
+    their second half."""
+    from analysis.time_average import mean_and_mcse, predictor_series
+    out = []
+    for s, tau in enumerate(run.taus):
+        try:
+            F = predictor_series(run, s)
+        except ValueError:      # stage not reached (an unfinished run)
+            continue
+        m, se, _ = mean_and_mcse(F)
+        out.append((float(tau), m, se))
+    return out
+
+
+def _against(args) -> int:
+    """``meanfield analyze A.h5 --against B.h5``: the two ladders' difference per τ."""
+    import numpy as np
+
+    from analysis.ladders import compare_ladders
+    from meanfield.store import open_run
+    a, b = open_run(args.run), open_run(args.against)
+    if a.X.shape != b.X.shape or not (np.array_equal(a.X, b.X) and np.array_equal(a.y, b.y)):
+        raise InputError(args.against, "", f"not the same training data as {args.run}")
+    rows = compare_ladders(_ladder(a), _ladder(b))
+    if not rows:
+        raise InputError(args.against, "", f"no temperature with observations in common with "
+                                           f"{args.run}")
+    if args.json:
+        print(json.dumps({"run": str(args.run), "against": str(args.against),
+                          "taus": [r.to_dict() for r in rows]}))
+        return 0
+    print(f"A = {args.run}\nB = {args.against}")
+    print(f"{'tau':>9s} {'stage A':>7s} {'stage B':>7s} {'max|fA - fB|':>13s} "
+          f"{'MCSE A':>8s} {'MCSE B':>8s} {'z':>7s}")
+    for r in rows:
+        print(f"{r.tau:9.2e} {r.stage_a:7d} {r.stage_b:7d} {r.max_abs_diff:13.3e} "
+              f"{r.mcse_a:8.1e} {r.mcse_b:8.1e} {r.z:7.1f}")
+    print("(z = largest difference over the training points in units of the combined MCSE; "
+          "z of a few or more: at least one run is not stationary there, or their biases "
+          "differ)")
+    return 0
+
+
 def main(args) -> int:
     """Run ``meanfield analyze`` with the parsed ``args``; returns the exit code."""
     from meanfield.report import FIGURES, analyze_run
     from meanfield.sweep.summary import is_study_dir
+    if args.against:
+        return _against(args)
     if is_study_dir(args.run):
         return _study(args)
     if not 0 <= args.min_mass < 1:
