@@ -27,7 +27,7 @@ from meanfield import config as _config
 from meanfield import data as _data
 from meanfield.errors import (CheckpointError, DivergenceError, InputError, Interrupted,
                               RunFileError)
-from meanfield.store import RunWriter, open_run
+from meanfield.store import RunWriter, open_run, writer_alive
 
 
 def default_output(cfg) -> str:
@@ -75,7 +75,11 @@ def _check_same_physics(cfg, other_hash: str, other: Path) -> None:
 
 
 def _refuse_if_locked(part: Path) -> None:
-    """Refuse to touch a ``.part`` that a running writer holds open (HDF5 file lock)."""
+    """Refuse to touch a ``.part`` that a running writer holds open (its writer lock, or an
+    HDF5 file lock outside SWMR mode)."""
+    if writer_alive(part):
+        raise InputError(str(part), "", "locked: another process is writing this run "
+                                        "(never run two 'meanfield run' with one output)")
     try:
         open_run(part)
     except RunFileError as exc:
