@@ -53,6 +53,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "output": {"observe_every": 100, "snapshots_per_tau": 1, "checkpoint_every": 10000},
 }
 
+#: Optional keys per data kind, without a default: in the canonical config only when given.
+OPTIONAL_DATA_KEYS: dict[str, tuple] = {"file": ("target", "features")}
+
 SECTIONS = ("data", "model", "dynamics", "output")
 
 #: Largest generated data set (``gaussian`` n, ``grid`` points_per_axis**d).
@@ -192,11 +195,13 @@ def validate(raw: dict, source: str = "<config>", base_dir: str | os.PathLike = 
            f"must be one of {', '.join(repr(k) for k in DATA_KINDS)}, got {kind!r}"
            + (_suggest(kind, DATA_KINDS) if isinstance(kind, str) else ""))
     allowed = DATA_KINDS[kind]
+    optional = OPTIONAL_DATA_KEYS.get(kind, ())
     for k in data_raw:
         if k == "kind":
             continue
-        _check(k in allowed, src, f"data.{k}", f"unknown key for kind '{kind}'"
-               f"{_suggest(k, allowed)}; valid keys: {', '.join(allowed) or '(none)'}")
+        valid = [*allowed, *optional]
+        _check(k in valid, src, f"data.{k}", f"unknown key for kind '{kind}'"
+               f"{_suggest(k, valid)}; valid keys: {', '.join(valid) or '(none)'}")
     data = {"kind": kind}
     for k, dflt in allowed.items():
         if k not in data_raw:
@@ -211,6 +216,21 @@ def validate(raw: dict, source: str = "<config>", base_dir: str | os.PathLike = 
         if not path.is_absolute():
             path = Path(base_dir) / path
         data["path"] = str(path.resolve())
+        # optional keys enter the canonical config only when given (hashes stay put)
+        if "target" in data_raw:
+            t = data_raw["target"]
+            _check(isinstance(t, str) and t.strip() != "", src, "data.target",
+                   f"must be a column name (a non-empty string), got {t!r}")
+            data["target"] = t
+        if "features" in data_raw:
+            fs = data_raw["features"]
+            _check(isinstance(fs, list) and fs and all(isinstance(c, str) for c in fs), src,
+                   "data.features", f"must be a non-empty list of column names, got {fs!r}")
+            data["features"] = list(fs)
+        if "target" in data or "features" in data:
+            _check(path.suffix.lower() == ".csv", src,
+                   "data.target" if "target" in data else "data.features",
+                   "columns are chosen by name only in a .csv file with a header line")
     elif kind == "two_point":
         _num(data, "d", src, "data", integer=True, minimum=1)
         _num(data, "norm", src, "data", positive=True)

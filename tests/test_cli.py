@@ -11,6 +11,7 @@ TINY = """
 [data]
 kind = "file"
 path = "{csv}"
+target = "y"
 [model]
 n_particles = 300
 [dynamics]
