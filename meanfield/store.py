@@ -571,6 +571,13 @@ class Run:
         with _open_read(self.path) as f:
             return np.asarray(f["particles/neurons/position/value"][k])
 
+    def to_xarray(self, frames: bool = True):
+        """The run as an ``xarray.Dataset``: observables over ``time`` (coordinates ``step``,
+        ``tau``, ``stage``), frames over ``frame``, ``particle``, ``coord``; the committed
+        rows only. See :func:`meanfield.tables.run_dataset`."""
+        from meanfield.tables import run_dataset
+        return run_dataset(self, frames=frames)
+
 
 def open_run(path) -> Run:
     """Read a run file's metadata, data, frame index and observables.

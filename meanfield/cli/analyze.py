@@ -19,6 +19,10 @@ def register(sub):
     p.add_argument("--json", action="store_true",
                    help="print the report JSON to stdout (the files are still written)")
     p.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.add_argument("--csv", action="store_true",
+                   help="also write the tables as CSV next to the report: ladder.csv (one row "
+                        "per tau), rays.csv (per ray), kinks.csv (per kink hyperplane)")
     p.add_argument("--min-mass", type=float, default=1e-2,
                    help="mass fraction below which a cluster is thermal halo (default 0.01)")
     p.add_argument("--g-ray", type=float, default=0.9,
@@ -66,6 +70,9 @@ def main(args) -> int:
     rep = analyze_run(args.run, outdir, figures=not args.no_figures, w2=not args.no_w2,
                       references=not args.no_references, min_mass_frac=args.min_mass,
                       g_ray=args.g_ray)
+    if args.csv:
+        from meanfield.tables import write_csv
+        write_csv(rep, outdir)
     if not rep["complete"]:
         sys.stderr.write(f"meanfield: warning: {args.run} is an incomplete run "
                          f"({len(rep['snapshots'])} snapshot frames so far)\n")
