@@ -218,8 +218,9 @@ def run_study(p: StudyParams, progress=None) -> list:
     Parameters
     ----------
     p : StudyParams
-    progress : bool or None
-        tqdm bar over trials on stderr (``None``: only on a terminal).
+    progress : bool or None or progress reporter
+        tqdm bar over trials on stderr (``None``: only on a terminal), or an object with
+        tqdm's ``update``/``set_postfix`` (``meanfield.progress.progress_bar``).
 
     Returns
     -------
@@ -227,12 +228,16 @@ def run_study(p: StudyParams, progress=None) -> list:
         One per cell: ``n``, ``d``, ``eta``, ``trace`` and the per-trial arrays stacked over trials
         (scalars to (T,), ``frozen`` to (T, m), ``pattern`` to (T, m, n), …).
     """
+    import contextlib
     import sys
-
-    from tqdm import tqdm
     cells = []
-    with tqdm(total=len(p.cells) * p.trials, desc="highdim", unit="trial", file=sys.stderr,
-              disable=None if progress is None else not progress) as bar:
+    if hasattr(progress, "update"):
+        ctx = contextlib.nullcontext(progress)
+    else:
+        from tqdm import tqdm
+        ctx = tqdm(total=len(p.cells) * p.trials, desc="highdim", unit="trial", file=sys.stderr,
+                   disable=None if progress is None else not progress)
+    with ctx as bar:
         for n, d in p.cells:
             bar.set_postfix(n=n, d=d)
             rows = []

@@ -60,8 +60,8 @@ def main(argv=None) -> int:
     cfg = meanfield.config_from_dict(study_config(args.n_particles, args.steps, args.seed))
 
     t0 = time.perf_counter()
-    run_file = meanfield.run(cfg, out / "run.h5", overwrite=True, threads=args.threads,
-                             progress=True)
+    # progress: a bar on a terminal, a plain line every 10 s in a log
+    run_file = meanfield.run(cfg, out / "run.h5", overwrite=True, threads=args.threads)
     t1 = time.perf_counter()
     print(f"run: {run_file} ({t1 - t0:.0f} s)")
 

@@ -221,7 +221,8 @@ def run(cfg, output=None, *, overwrite=False, resume=False, progress=None, threa
         finish a run that was complete but not yet renamed; do nothing if the output is
         already complete; start from the beginning if there is nothing to resume.
     progress : bool or None
-        Progress bar (``None``: only on a terminal).
+        Progress on stderr: ``None`` or ``True``, a bar on a terminal and a plain line every
+        10 s otherwise; ``False``, nothing.
     threads : int, optional
         numba threads for the kernels.
     log : callable(str), optional
@@ -318,9 +319,12 @@ def run(cfg, output=None, *, overwrite=False, resume=False, progress=None, threa
                        config_hash=cfg.hash())
 
     hint = "; free space and continue with --resume"
+    from meanfield.progress import progress_bar
+    bar = progress_bar(int(cfg.dynamics["steps_per_tau"]) * len(cfg.taus), "run", "step",
+                       enabled=progress, initial=0 if state is None else state.step)
     try:
         with _Writing(paths.part, hint), writer, _StopRequest(log) as stop:
-            state = simulate(cfg, dataset, writer=writer, state=state, progress=progress,
+            state = simulate(cfg, dataset, writer=writer, state=state, progress=bar,
                              on_checkpoint=save_checkpoint, should_stop=stop)
             if state.stage < len(cfg.taus):
                 raise Interrupted(state.step, str(paths.ckpt),

@@ -127,8 +127,10 @@ def simulate(cfg, dataset, writer=None, state: SolverState | None = None, progre
         Receives observations every ``observe_every`` steps and snapshot frames.
     state : SolverState, optional
         Resume from this state instead of a fresh initialisation.
-    progress : bool or None
-        Show a tqdm bar (``None``: only on a terminal).
+    progress : bool or None or progress reporter
+        Show a tqdm bar (``None``: only on a terminal), or report to an object with tqdm's
+        ``update``/``set_postfix``/``close`` (the runner passes
+        ``meanfield.progress.progress_bar``).
     on_checkpoint : callable(SolverState), optional
         Called every ``output.checkpoint_every`` steps (at observation boundaries).
     should_stop : callable() -> bool, optional
@@ -168,9 +170,12 @@ def simulate(cfg, dataset, writer=None, state: SolverState | None = None, progre
     state.theta = theta
     stepper = _stepper_from_config(cfg, X, y)
     total = T * len(taus)
-    disable = {True: False, False: True, None: None}[progress]
-    bar = tqdm(total=total, initial=state.step, unit="step", disable=disable,
-               dynamic_ncols=True, mininterval=0.5)
+    if hasattr(progress, "update"):
+        bar = progress
+    else:
+        disable = {True: False, False: True, None: None}[progress]
+        bar = tqdm(total=total, initial=state.step, unit="step", disable=disable,
+                   dynamic_ncols=True, mininterval=0.5)
     last_ckpt = state.step
     runaway = RUNAWAY_FACTOR * second_moment_scale(cfg, y, d)
     try:

@@ -75,7 +75,9 @@ def register(sub):
                                                 "seed<S>)")
     p.add_argument("--overwrite", action="store_true", help="replace existing output files")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress on stderr (default: a bar on a terminal, else a line every "
+                        "10 s)")
     p.set_defaults(func=main)
 
 
@@ -103,7 +105,10 @@ def main(args) -> int:
     for path in (h5, png):
         if path.exists() and not args.overwrite:
             raise InputError(_SOURCE, "-o", f"{path} exists (use --overwrite)")
-    cells = run_study(params, progress=False if args.quiet else None)
+    from meanfield.progress import progress_bar
+    with progress_bar(len(params.cells) * params.trials, "highdim", "trial",
+                      enabled=not args.quiet) as bar:
+        cells = run_study(params, progress=bar)
     summary = summarize(params, cells)
     report.plot(png, summary)           # the figure first: a failure leaves no data file behind
     report.write_h5(h5, params, cells, summary)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
-import sys
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -120,14 +119,13 @@ class _Tracker:
     """Keeps the manifest, the progress bar and the summary in step with job events."""
 
     def __init__(self, man: _manifest.Manifest, summary: Summary, progress):
-        from tqdm.auto import tqdm
+        from meanfield.progress import progress_bar
         self.man = man
         self.summary = summary
         c = man.counts()
-        disable = {True: False, False: True, None: None}[progress]
         self.finished: set = set()  # jobs with a result in this call
-        self.bar = tqdm(total=summary.n_jobs, initial=c["done"], unit="job", desc="study",
-                        disable=disable, dynamic_ncols=True, file=sys.stderr)
+        self.bar = progress_bar(summary.n_jobs, "study", "job", enabled=progress,
+                                initial=c["done"])
         self._post()
 
     def _post(self):
