@@ -108,3 +108,14 @@ def test_analyze_into_a_file_refused(tiny_run, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "expected a report directory" in err[0]
     assert target.read_text() == "keep"
+
+
+def test_analyze_a_config_suggests_running_it(tmp_path, capsys):
+    cfg = tmp_path / "study.toml"
+    cfg.write_text('[data]\nkind = "gaussian"\n')
+    assert main(["analyze", str(cfg)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "study.toml" in err and "is a config, not a run file" in err
+    assert f"meanfield run {cfg} -o RUN.h5" in err
+    assert not (tmp_path / "study-report").exists()

@@ -190,9 +190,10 @@ def test_cli_dry_run_lists_jobs(tmp_path, capsys):
 def test_without_distributed_the_cli_says_how_to_install(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "distributed", None)  # import distributed -> ImportError
     p = _study(tmp_path, '"dynamics.seed" = [0, 1]')
-    assert cli_main(["sweep", str(p), "-o", str(tmp_path / "out"), "--quiet"]) == 1
+    assert cli_main(["sweep", str(p), "-o", str(tmp_path / "out"), "--quiet"]) == 2
     err = capsys.readouterr().err
-    assert "pip install 'meanfield[distributed]'" in err
+    assert "pip install '.[distributed]'" in err and "--serial" in err
+    assert len(err.strip().splitlines()) == 1
     assert not list((tmp_path).glob("out/run-*.h5"))
 
 

@@ -61,6 +61,10 @@ def main(args) -> int:
     from meanfield.errors import InputError
     if is_study_dir(args.run):
         return _study(args)
+    if Path(args.run).suffix.lower() == ".toml":
+        raise InputError(args.run, "", "is a config, not a run file: run it first "
+                                       f"(meanfield run {args.run} -o RUN.h5), then "
+                                       "meanfield analyze RUN.h5")
     if not 0 <= args.min_mass < 1:
         raise InputError("--min-mass", "", f"must be in [0, 1), got {args.min_mass}")
     if not 0 <= args.g_ray <= 1:

@@ -28,8 +28,9 @@ from meanfield.errors import MissingDependencyError, StudyError
 from meanfield.sweep import manifest as _manifest
 from meanfield.sweep.job import _usable_cores, run_file_complete, run_job
 
-INSTALL_HINT = ("Dask distributed is not installed; install it with "
-                "pip install 'meanfield[distributed]' (or run the study serially)")
+INSTALL_HINT = ("Dask distributed is not installed: from the meanfield checkout, pip install "
+                "'.[distributed]'; or run the jobs one after another with --serial "
+                "(serial=True from Python)")
 
 
 def require_distributed():
