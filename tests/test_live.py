@@ -105,7 +105,8 @@ def test_readers_see_only_committed_rows_while_the_writer_appends(tmp_path):
             proc.kill()
             proc.wait()
     # read in the middle of the run, more rows each time, not all at once
-    assert len(seen) >= 3 and seen == sorted(seen) and 0 < seen[0] < seen[-1] < 1000
+    middle = sorted({k for k in seen if 0 < k < 1000})
+    assert len(middle) >= 3 and seen == sorted(seen)
     assert plain >= 3 and cli_reads == 2
     assert not writer_alive(path)
     run = open_run(path)
