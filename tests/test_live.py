@@ -69,6 +69,7 @@ def _plain_h5py(path):
     return risk, frames
 
 
+@pytest.mark.slow
 def test_readers_see_only_committed_rows_while_the_writer_appends(tmp_path):
     path = tmp_path / "live.h5"
     proc = subprocess.Popen([sys.executable, "-c", WRITER, str(path), "1000"], env=ENV,
