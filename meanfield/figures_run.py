@@ -321,7 +321,7 @@ def _directions_1d(snap, V, mass, sign, convex, axes, title):
         ax.plot([t, t], [0, rmax], color=SIGN_COLOURS[q["sign"]], lw=0.9)
         ax.text(t, rmax * 1.08, f"r{i}", fontsize=6, ha="center")
     if convex is not None:
-        for v, s in zip(*convex):
+        for v in convex[0]:
             ax.plot(math.atan2(v[1], v[0]), rmax * 0.95, "+", color="k", ms=7)
     ax.set_title(title, pad=12)
     ax.legend(loc="lower right", frameon=False)

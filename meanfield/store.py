@@ -36,8 +36,12 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+import h5py
+import numba
 import numpy as np
+import scipy
 
+from meanfield._version import __version__
 from meanfield.errors import RunFileError
 
 SCHEMA_VERSION = 1
@@ -45,19 +49,10 @@ CREATOR = "meanfield"
 OBSERVABLES = ("tau", "risk", "regulariser", "mean_sq_norm", "stationarity", "residuals")
 
 
-def _h5py():
-    import h5py
-    return h5py
-
-
 def provenance() -> dict:
     """Versions of the package and its numerical dependencies, and the git commit if any."""
-    import numba
-    import numpy
-    import scipy
-    from meanfield._version import __version__
-    info = {"meanfield": __version__, "numpy": numpy.__version__, "numba": numba.__version__,
-            "scipy": scipy.__version__, "h5py": _h5py().__version__,
+    info = {"meanfield": __version__, "numpy": np.__version__, "numba": numba.__version__,
+            "scipy": scipy.__version__, "h5py": h5py.__version__,
             "python": platform.python_version()}
     try:
         here = Path(__file__).resolve().parent
@@ -124,7 +119,6 @@ def _time_element(group, name, value_shape, rows=0, dtype=np.float64, chunk_rows
     """Create an H5MD time-dependent element ``{step, time, value}`` with ``rows`` rows
     allocated up front (early allocation, no fill): appends then only write raw data into space
     that already exists, so a crash never leaves half-updated chunk indices or dataset shapes."""
-    h5py = _h5py()
     g = group.create_group(name)
     value_shape = tuple(value_shape)
     for key, shape, dt, crows in (("step", (), np.int64, chunk_rows),
@@ -172,7 +166,6 @@ def _open_read(path):
     OSError
         From h5py: not HDF5, unreadable, or locked by a writer outside SWMR mode.
     """
-    h5py = _h5py()
     try:
         return h5py.File(path, "r")
     except OSError as exc:
@@ -246,7 +239,6 @@ def _rebuild(path) -> None:
     is cleared (``h5clear -s``); h5py offers no way to clear it. The file's objects are copied
     (as a SWMR reader, committed or not) into a fresh file that then replaces it atomically.
     """
-    h5py = _h5py()
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     with h5py.File(path, "r", libver="latest", swmr=True) as src, \
@@ -294,7 +286,6 @@ class RunWriter:
     """
 
     def __init__(self, path, cfg=None, dataset=None, mode="w", capacity=(0, 0)):
-        h5py = _h5py()
         self.path = Path(path)
         self.f = None
         self._lock = None
@@ -579,7 +570,7 @@ class Run:
         return run_dataset(self, frames=frames)
 
 
-def open_run(path) -> Run:
+def open_run(path: str | os.PathLike) -> Run:
     """Read a run file's metadata, data, frame index and observables.
 
     Works on a partial file (``RUN.h5.part`` of a killed or running writer) as well: only the

@@ -162,7 +162,7 @@ def _dim_names(axes) -> dict:
 
 
 def study_dataset(arrays):
-    """A study's results (:class:`analysis.study.StudyArrays`) as an ``xarray.Dataset``.
+    """A study's results (:class:`meanfield.sweep.summary.StudyArrays`) as an ``xarray.Dataset``.
 
     Dimensions: one per sweep axis, named after it (``dynamics.seed`` -> ``seed``,
     ``model.n_particles`` -> ``n_particles``; the dotted name in the coordinate's ``axis``

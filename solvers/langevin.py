@@ -12,11 +12,14 @@ hot to cold; each stage starts from the last particles of the previous one.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+from tqdm.auto import tqdm
 
-from meanfield.errors import ConfigError, DivergenceError
+from solvers.errors import DivergenceError
 from solvers.stepper import from_config as _stepper_from_config
 
 
@@ -115,8 +118,10 @@ def stationarity(resid_history: list) -> float:
     return float(n * np.max(np.abs(H[-k:].mean(axis=0) - H[:k].mean(axis=0))))
 
 
-def simulate(cfg, dataset, writer=None, state: SolverState | None = None, progress=None,
-             on_checkpoint=None, should_stop=None) -> SolverState:
+def simulate(cfg: Any, dataset: Any, writer: Any = None, state: SolverState | None = None,
+             progress: bool | None = None,
+             on_checkpoint: Callable[[SolverState], None] | None = None,
+             should_stop: Callable[[], bool] | None = None) -> SolverState:
     """Run the temperature ladder of ``cfg`` on ``dataset``.
 
     Parameters
@@ -147,8 +152,6 @@ def simulate(cfg, dataset, writer=None, state: SolverState | None = None, progre
     DivergenceError
         NaN/Inf in the residuals or particles (names the step, τ and a likely cause).
     """
-    from tqdm.auto import tqdm
-
     X = np.ascontiguousarray(dataset.X, dtype=np.float64)
     y = np.ascontiguousarray(dataset.y, dtype=np.float64)
     n, d = X.shape
@@ -159,9 +162,6 @@ def simulate(cfg, dataset, writer=None, state: SolverState | None = None, progre
     T = int(dyn["steps_per_tau"])
     obs_every = int(out["observe_every"])
     ckpt_every = int(out.get("checkpoint_every", 0)) or None
-    if int(dyn.get("batch_size", 0)) > n:
-        raise ConfigError(cfg.source, "dynamics.batch_size",
-                          f"must be <= the number of samples n={n}, got {dyn['batch_size']}")
     snaps = snapshot_steps(T, int(out["snapshots_per_tau"]))
 
     if state is None:
@@ -231,25 +231,3 @@ def simulate(cfg, dataset, writer=None, state: SolverState | None = None, progre
     finally:
         bar.close()
     return state
-
-
-def time_average_predictor(run, stage: int, window: float = 0.5):
-    """Time-averaged predictor on the training points over the last ``window`` fraction of
-    stage ``stage`` of a :class:`meanfield.store.Run`, from its stored residuals.
-
-    Returns
-    -------
-    mean : ndarray (n,)
-    stderr : ndarray (n,)   naive standard error (ignores autocorrelation)
-    """
-    obs = run.observables
-    taus = np.asarray(run.config["dynamics"]["taus"], dtype=float)
-    T = int(run.config["dynamics"]["steps_per_tau"])
-    steps = obs["residuals"]["step"]
-    lo = stage * T + int(math.floor((1 - window) * T))
-    hi = (stage + 1) * T
-    sel = (steps > lo) & (steps <= hi)
-    if not np.any(sel):
-        raise ValueError(f"no observations in stage {stage} (tau={taus[stage]:g})")
-    F = obs["residuals"]["value"][sel] * run.n + run.y[None, :]
-    return F.mean(axis=0), F.std(axis=0, ddof=1) / np.sqrt(max(1, F.shape[0] - 1))

@@ -7,8 +7,13 @@ import sys
 import time
 from pathlib import Path
 
+# Deferred on purpose: the modules behind this command load numba, h5py, SciPy, POT or
+# Matplotlib, so they are imported when the command runs, not when `meanfield --help` or
+# a usage error is answered.
+
 
 def register(sub):
+    """Add the ``inspect`` command to the subparsers ``sub``."""
     p = sub.add_parser("inspect", help="summarise a run file (frames, config, completeness)",
                        description="Print a summary of a run file: schema version, sizes, "
                                    "frames (step, time, tau), whether the run completed.")
@@ -103,6 +108,7 @@ def follow(path, interval=10.0, out=sys.stdout, poll=None) -> int:
 
 
 def main(args) -> int:
+    """Run ``meanfield inspect`` with the parsed ``args``; returns the exit code."""
     from meanfield.errors import InputError
     from meanfield.store import open_run
     if args.follow:
