@@ -131,8 +131,10 @@ def kinks_table(rep, all_frames: bool = False):
     return pd.DataFrame(rows)
 
 
+#: The tables of an analysis, by name (``Report.to_dataframe(name)``).
+TABLES = {"ladder": ladder_table, "rays": rays_table, "kinks": kinks_table}
 #: CSV files written by ``meanfield analyze --csv``, and their tables.
-CSV_TABLES = {"ladder.csv": ladder_table, "rays.csv": rays_table, "kinks.csv": kinks_table}
+CSV_TABLES = {f"{name}.csv": table for name, table in TABLES.items()}
 
 
 def write_csv(rep, outdir) -> list:

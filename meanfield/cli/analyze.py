@@ -25,8 +25,12 @@ def register(sub):
     p.add_argument("-o", "--outdir", help="report directory (default: <run>-report)")
     p.add_argument("--json", action="store_true",
                    help="print the report JSON to stdout (the files are still written)")
-    p.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
-    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.add_argument("--no-figures", action="store_true", help="skip the figures")
+    p.add_argument("--format", choices=("png", "pdf", "svg"), default="png",
+                   help="file format of the figures (default png)")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress on stderr (default: a bar on a terminal, else a line "
+                        "every 10 s)")
     p.add_argument("--csv", action="store_true",
                    help="also write the tables as CSV next to the report: ladder.csv (one row "
                         "per tau), rays.csv (per ray), kinks.csv (per kink hyperplane)")
@@ -79,7 +83,8 @@ def main(args) -> int:
     _check_outdir(outdir)
     rep = analyze_run(args.run, outdir, figures=not args.no_figures, w2=not args.no_w2,
                       references=not args.no_references, min_mass_frac=args.min_mass,
-                      g_ray=args.g_ray)
+                      g_ray=args.g_ray, fmt=args.format,
+                      progress=False if args.quiet else None)
     if args.csv:
         from meanfield.tables import write_csv
         write_csv(rep, outdir)
