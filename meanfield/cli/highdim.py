@@ -132,8 +132,23 @@ def _fmt(x, spec=".3e"):
     return "-" if x is None else format(x, spec)
 
 
+#: What the columns of the table mean (printed under it).
+COLUMNS = """\
+columns (means over the trials of each cell; [LWTM26] notation, THEORY §10):
+  gap          ‖W_∞ − W*‖_F, GD's limit to the minimum-norm interpolant; 95% interval:
+               Student-t interval of that mean over the trials
+  rel gap      gap / ‖W*‖_F
+  frozen       per neuron j, the fraction of trials whose activation pattern froze at
+               1[a_j y > 0]
+  step1        fraction of trials frozen from the first step on (no pattern change after it)
+  fit+ max     largest |f(x_i) − y_i| over the positive examples, any trial
+  unfit+       mean number of positive examples with |f(x_i) − y_i| > 1e-6
+  cf res max   largest ‖W_∞ − W_cf‖_F to the closed-form limit of the frozen pattern
+               ('-' when no trial froze)"""
+
+
 def _print_table(summary: dict) -> None:
-    print(f"{'n':>4} {'d':>6} {'gap mean':>10} {'95% interval':>23} {'rel gap':>8} "
+    print(f"{'n':>4} {'d':>6} {'gap':>10} {'95% interval':>23} {'rel gap':>8} "
           f"{'frozen':>11} {'step1':>5} {'fit+ max':>9} {'unfit+':>6} {'cf res max':>10}")
     for r in summary["cells"]:
         g = r["gap"]
@@ -145,6 +160,7 @@ def _print_table(summary: dict) -> None:
               f"{_fmt(r['fit_residual_pos_max'], '.1e'):>9} "
               f"{r['unfit_positives_mean']:>6.2f} "
               f"{_fmt(r['closed_form_residual_max'], '.1e'):>10}")
+    print(COLUMNS)
     for key, fit in summary["slopes"].items():
         for var in ("d", "n"):
             if var in fit:

@@ -182,6 +182,7 @@ def plot(path, summary: dict) -> Path:
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle(f"GD on m = {p['neurons']} ReLU neuron(s), init {p['init']}, c = {p['c']:g}, "
-                 f"{p['trials']} trials", fontsize=10)
+                 f"{p['trials']} trials; points: mean over the trials, error bars: 95 % "
+                 f"Student-t interval of the mean, lines: the log-log fit", fontsize=9)
     figures.save(fig, path, dpi=120)
     return path

@@ -496,14 +496,22 @@ def write_figures(result: dict, outdir) -> list:
             n = np.asarray(g["n_particles"], float)
             m = np.asarray(g["w2_mean"], float)
             lab = _label({**{a: g[a] for a in other}, "tau": g["tau"]})
+            slope = (f"slope {g['slope']:.2f}" if np.isfinite(g["slope"]) else
+                     "no slope: needs two widths below the reference")
             ax.errorbar(n, m, yerr=np.nan_to_num(np.asarray(g["w2_std"], float)),
-                        marker="o", capsize=3, label=f"{lab} (slope {g['slope']:.2f})")
-        ok = [(np.asarray(g["n_particles"], float), np.asarray(g["w2_mean"], float))
-              for g in result["width"]]
-        n0, m0 = ok[0][0][0], ok[0][1][0]
-        if np.isfinite(m0) and m0 > 0:
-            nn = np.array([min(o[0].min() for o in ok), max(o[0].max() for o in ok)])
-            ax.plot(nn, m0 * (nn / n0) ** -0.5, "k--", lw=1, label="N^-1/2")
+                        marker="o", capsize=3, label=f"{lab} ({slope})")
+        pts = [(n, m) for g in result["width"]
+               for n, m in zip(np.asarray(g["n_particles"], float),
+                               np.asarray(g["w2_mean"], float)) if np.isfinite(m) and m > 0]
+        if pts:                     # the guide goes through the narrowest measured point
+            n0, m0 = min(pts)
+            ns = [n for n, _ in pts]
+            lo, hi = min(ns), max(ns)
+            if hi <= lo:            # one point: show the guide's slope around it
+                lo, hi = lo / 2, lo * 2
+            nn = np.geomspace(lo, hi, 20)
+            ax.plot(nn, m0 * (nn / n0) ** -0.5, "k--", lw=1,
+                    label="N^(-1/2) guide (propagation of chaos)")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("width N")
