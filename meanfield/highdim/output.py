@@ -182,7 +182,8 @@ def plot(path, summary: dict) -> Path:
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle(f"GD on m = {p['neurons']} ReLU neuron(s), init {p['init']}, c = {p['c']:g}, "
-                 f"{p['trials']} trials; points: mean over the trials, error bars: 95 % "
-                 f"Student-t interval of the mean, lines: the log-log fit", fontsize=9)
+                 f"{p['trials']} trials\npoints: mean over the trials; error bars: 95 % "
+                 f"Student-t interval of the mean (a lower end ≤ 0 is not drawn on the log "
+                 f"axis); lines: the log-log fit", fontsize=8)
     figures.save(fig, path, dpi=120)
     return path
