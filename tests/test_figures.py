@@ -4,45 +4,19 @@ in the chosen format, with the trajectory figure."""
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
+from conftest import plane8_toml, run_one_thread
 
 import meanfield
-from meanfield import config, figures, runner
-
-TINY = """\
-[data]
-kind = "file"
-path = "{csv}"
-target = "y"
-[model]
-n_particles = 300
-[dynamics]
-lam = 0.05
-eta = 0.05
-taus = [1e-2, 1e-3, 1e-4]
-steps_per_tau = 1500
-seed = 2
-[output]
-observe_every = 100
-snapshots_per_tau = 1
-"""
+from meanfield import figures
 
 
 @pytest.fixture(scope="module")
 def analysed(tmp_path_factory):
-    import numba
     d = tmp_path_factory.mktemp("figs")
-    cfg = d / "tiny.toml"
-    cfg.write_text(TINY.format(csv=os.path.abspath("data/plane8.csv")))
-    old = numba.get_num_threads()
-    numba.set_num_threads(1)
-    try:
-        out = runner.run(config.load(cfg), d / "tiny.h5", progress=False)
-    finally:
-        numba.set_num_threads(old)
+    out = run_one_thread(plane8_toml({"dynamics.taus": [1e-2, 1e-3, 1e-4],
+                                      "output.snapshots_per_tau": 1}), d)
     rep = meanfield.analyze_run(out, d / "rep", w2=True, fmt="svg")
     return meanfield.open_run(out), rep, d / "rep"
 

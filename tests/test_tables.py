@@ -3,48 +3,22 @@ kink hyperplane), ``analyze --csv`` and ``Study.results()`` as an ``xarray.Datas
 
 from __future__ import annotations
 
-import os
 import sys
 
 import numpy as np
 import pytest
+from conftest import plane8_toml, run_one_thread
 
-from meanfield import cli, config, runner
+from meanfield import cli
 from meanfield.store import open_run
-
-TINY = """\
-[data]
-kind = "file"
-path = "{csv}"
-target = "y"
-[model]
-n_particles = 300
-[dynamics]
-lam = 0.05
-eta = 0.05
-taus = [1e-2, 1e-3]
-steps_per_tau = 1500
-seed = 2
-[output]
-observe_every = 100
-snapshots_per_tau = 2
-"""
 
 
 @pytest.fixture(scope="module")
 def analysed(tmp_path_factory):
     """A run of the eight points in the plane, its analysis (no W2, no references) and the
     report folder written with --csv."""
-    import numba
     d = tmp_path_factory.mktemp("tables")
-    cfg = d / "tiny.toml"
-    cfg.write_text(TINY.format(csv=os.path.abspath("data/plane8.csv")))
-    old = numba.get_num_threads()
-    numba.set_num_threads(1)
-    try:
-        out = runner.run(config.load(cfg), d / "tiny.h5", progress=False)
-    finally:
-        numba.set_num_threads(old)
+    out = run_one_thread(plane8_toml({"output.snapshots_per_tau": 2}), d)
     rep_dir = d / "rep"
     assert cli.main(["analyze", str(out), "-o", str(rep_dir), "--csv", "--no-w2",
                      "--no-references", "--no-figures", "--quiet"]) == 0
