@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import tiny_toml
 
 from meanfield.store import open_run, writer_alive
 
@@ -144,24 +145,7 @@ def test_follow_a_real_run_until_it_completes(tmp_path):
     follower prints progress lines and exits 0 at the end; every live read is a prefix of the
     finished run."""
     cfg = tmp_path / "live.toml"
-    cfg.write_text(textwrap.dedent("""\
-        [data]
-        kind = "gaussian"
-        n = 5
-        d = 2
-        seed = 1
-        [model]
-        n_particles = 64
-        [dynamics]
-        lam = 0.05
-        eta = 0.05
-        taus = [1e-2, 1e-3]
-        steps_per_tau = 20000
-        seed = 3
-        [output]
-        observe_every = 20
-        snapshots_per_tau = 3
-        """))
+    cfg.write_text(tiny_toml({"dynamics.steps_per_tau": 20000}))   # conftest.TINY, longer
     out = tmp_path / "live.h5"
     part = tmp_path / "live.h5.part"
     run = subprocess.Popen([sys.executable, "-m", "meanfield", "run", str(cfg), "-o", str(out),
