@@ -144,14 +144,14 @@ class Report(dict):
             ``"rays"``: one row per ray at each temperature's last snapshot (sign, weight,
             mass fraction, spread, certificate ``G``, pattern, direction ``v1..v{d+1}``);
             ``"kinks"``: one row per kink hyperplane (``offset``, unit normal ``n1..nd``, its
-            rays and their signs of ``a``). See :mod:`meanfield.tables`.
+            rays and their signs of ``a``). See :mod:`meanfield.tidy`.
 
         Raises
         ------
         ValueError
             An unknown table name.
         """
-        from meanfield.tables import TABLES
+        from meanfield.tidy import TABLES
         if table not in TABLES:
             raise ValueError(f"unknown table {table!r}; one of {', '.join(TABLES)}")
         return TABLES[table](self)

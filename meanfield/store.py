@@ -565,8 +565,8 @@ class Run:
     def to_xarray(self, frames: bool = True):
         """The run as an ``xarray.Dataset``: observables over ``time`` (coordinates ``step``,
         ``tau``, ``stage``), frames over ``frame``, ``particle``, ``coord``; the committed
-        rows only. See :func:`meanfield.tables.run_dataset`."""
-        from meanfield.tables import run_dataset
+        rows only. See :func:`meanfield.tidy.run_dataset`."""
+        from meanfield.tidy import run_dataset
         return run_dataset(self, frames=frames)
 
 

@@ -65,7 +65,7 @@ def test_run_to_xarray_matches_the_file(analysed):
 
 
 def test_tables_one_row_per_tau_ray_and_hyperplane(analysed):
-    from meanfield.tables import kinks_table, ladder_table, rays_table
+    from meanfield.tidy import kinks_table, ladder_table, rays_table
     _, rep, _ = analysed
     lad = ladder_table(rep)
     assert list(lad.tau) == [1e-2, 1e-3]
@@ -95,7 +95,7 @@ def test_tables_one_row_per_tau_ray_and_hyperplane(analysed):
 def test_analyze_csv_writes_the_tables(analysed):
     import pandas as pd
 
-    from meanfield.tables import kinks_table, ladder_table, rays_table
+    from meanfield.tidy import kinks_table, ladder_table, rays_table
     _, rep, rep_dir = analysed
     for name, table in (("ladder.csv", ladder_table), ("rays.csv", rays_table),
                         ("kinks.csv", kinks_table)):

@@ -86,7 +86,7 @@ def main(args) -> int:
                       g_ray=args.g_ray, fmt=args.format,
                       progress=False if args.quiet else None)
     if args.csv:
-        from meanfield.tables import write_csv
+        from meanfield.tidy import write_csv
         write_csv(rep, outdir)
     if not rep["complete"]:
         sys.stderr.write(f"meanfield: warning: {args.run} is an incomplete run "

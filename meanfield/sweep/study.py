@@ -139,7 +139,7 @@ class Study:
         """Per-run results over the study grid, as an ``xarray.Dataset`` with one dimension
         per sweep axis (named after it: ``seed``, ``n_particles``, ...) and ``tau``:
         ``risk``, ``J``, ``K``, ``status``, ``run_file`` (see
-        :func:`meanfield.tables.study_dataset`; keyword arguments go to
+        :func:`meanfield.tidy.study_dataset`; keyword arguments go to
         :func:`meanfield.sweep.summary.study_arrays`)."""
-        from meanfield.tables import study_dataset
+        from meanfield.tidy import study_dataset
         return study_dataset(study_arrays(self.directory, **kwargs))
