@@ -1,5 +1,7 @@
 """Analysis of runs and studies ([LJM26], [SKM22], [LWTM26]; THEORY §4, §6–§8, §10).
 
+- :func:`analyze`: everything ``meanfield analyze`` computes for a run (rays, kinks, ``P``,
+  Theorem 6, ``W2``, the references), as a :class:`RunAnalysis`;
 - :func:`find_rays`, :func:`kink_hyperplanes`: rays of a particle snapshot and their kinks;
 - :func:`count_dichotomies`, :func:`cover`: ``P``, the number of affine dichotomies;
 - :func:`theorem6`: the [LJM26] Theorem 6 checks on ternary patterns;
@@ -17,6 +19,8 @@ and POT load on first use.
 from solvers._lazy import exports
 
 _EXPORTS = {
+    "analyze": "analysis.run_analysis:analyze",
+    "RunAnalysis": "analysis.run_analysis:RunAnalysis",
     "find_rays": "analysis.rays:find_rays",
     "kink_hyperplanes": "solvers.geometry:kink_hyperplanes",
     "count_dichotomies": "analysis.dichotomies:count_dichotomies",

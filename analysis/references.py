@@ -48,8 +48,7 @@ def convex_reference(X, y, lam):
 
 def stage_of_frame(run, k: int) -> int:
     """Ladder stage of snapshot frame ``k`` of a :class:`meanfield.store.Run` (by its step)."""
-    T = int(run.config["dynamics"]["steps_per_tau"])
-    return int((int(run.frame_step[k]) - 1) // T)
+    return run.schedule.stage_of_step(int(run.frame_step[k]))
 
 
 def _particles(run, stage, window):

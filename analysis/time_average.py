@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 
@@ -36,12 +34,9 @@ def time_average_observable(run, name: str, stage: int, window: float = 0.5):
 def _window(run, name, stage, window):
     """Rows of observable ``name`` in the last ``window`` fraction of stage ``stage``."""
     obs = run.observables
-    taus = np.asarray(run.config["dynamics"]["taus"], dtype=float)
-    T = int(run.config["dynamics"]["steps_per_tau"])
     steps = obs[name]["step"]
-    lo = stage * T + int(math.floor((1 - window) * T))
-    hi = (stage + 1) * T
+    lo, hi = run.schedule.last_part(stage, window)
     sel = (steps > lo) & (steps <= hi)
     if not np.any(sel):
-        raise ValueError(f"no observations in stage {stage} (tau={taus[stage]:g})")
+        raise ValueError(f"no observations in stage {stage} (tau={run.taus[stage]:g})")
     return np.asarray(obs[name]["value"])[sel]

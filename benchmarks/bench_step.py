@@ -32,7 +32,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.common import (  # noqa: E402
+from benchmarks.common import (
     ETA,
     LAM,
     TAU,

@@ -110,10 +110,6 @@ def write_text(path: str | os.PathLike, text: str, *, durable: bool = False) -> 
     durable : bool
         ``fsync`` the file and its folder.
 
-    Returns
-    -------
-    None
-
     Raises
     ------
     OSError

@@ -14,6 +14,7 @@ import numpy as np
 
 from meanfield.config import RunConfig
 from meanfield.errors import DataError
+from meanfield.tables import FileData, GaussianData, GridData, InlineData, TwoPointData
 from solvers.geometry import lifted
 from solvers.inputs import check_xy
 
@@ -265,26 +266,24 @@ def from_config(cfg: RunConfig) -> Dataset:
         When the file cannot be loaded or the data is unusable.
     """
     dat = cfg.data
-    kind = dat["kind"]
-    if kind == "file":
-        if not Path(dat["path"]).exists():
-            raise DataError(cfg.source, "data.path", f"no such file {dat['path']}")
-        return load_file(dat["path"], dat.get("target"), dat.get("features"))
-    if kind == "two_point":
-        return two_point(dat["d"], dat["norm"], dat["labels"], dat["y"])
-    if kind == "gaussian":
-        return gaussian(dat["n"], dat["d"], dat["seed"])
-    if kind == "grid":
-        return grid(dat["d"], dat["points_per_axis"], dat["extent"], dat["seed"])
-    if kind == "inline":
-        rows = dat["X"]
-        widths = {len(r) for r in rows}
+    if isinstance(dat, FileData):
+        if not Path(dat.path).exists():
+            raise DataError(cfg.source, "data.path", f"no such file {dat.path}")
+        return load_file(dat.path, dat.target or None, list(dat.features) or None)
+    if isinstance(dat, TwoPointData):
+        return two_point(dat.d, dat.norm, dat.labels, dat.y)
+    if isinstance(dat, GaussianData):
+        return gaussian(dat.n, dat.d, dat.seed)
+    if isinstance(dat, GridData):
+        return grid(dat.d, dat.points_per_axis, dat.extent, dat.seed)
+    if isinstance(dat, InlineData):
+        widths = {len(r) for r in dat.X}
         if len(widths) != 1:
             raise DataError(cfg.source, "data.X", f"rows have different lengths {sorted(widths)}")
         try:
-            ds = check_arrays(rows, dat["y"], cfg.source)
+            ds = check_arrays(dat.X, dat.y, cfg.source)
         except DataError as exc:
             raise DataError(cfg.source, f"data.{exc.field}" if exc.field else "data",
                             exc.reason) from None
         return Dataset(ds.X, ds.y, "inline")
-    raise DataError(cfg.source, "data.kind", f"unknown kind {kind!r}")  # pragma: no cover
+    raise DataError(cfg.source, "data.kind", f"unknown kind {dat!r}")  # pragma: no cover

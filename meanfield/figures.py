@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
@@ -632,3 +633,153 @@ def plot_trajectory(run, rep=None, *, axes=None):
         if not run.complete:
             fig.suptitle(f"run in progress: {len(t)} observations so far", fontsize=7)
     return fig
+
+
+# --- studies and the high-dimensional experiment ---------------------------------------------
+
+def _label(params: dict) -> str:
+    return ", ".join(f"{k.split('.')[-1]}={v}" for k, v in params.items()) or "all"
+
+
+def _tau_axis(ax, taus):
+    pos = [t for t in taus if t > 0]
+    if pos and len(pos) < len(taus):
+        ax.set_xscale("symlog", linthresh=min(pos))
+    elif pos:
+        ax.set_xscale("log")
+    ax.set_xlabel("τ")
+    ax.invert_xaxis()
+
+
+def study_figures(result: dict, outdir) -> list:
+    """Figures of a study summary (:func:`meanfield.sweep.summary.analyze_study`).
+
+    Write ``J_tau.png``, ``K_tau.png``, ``risk_tau.png`` (mean ± std over seeds, one line
+    per parameter point) and ``w2_width.png`` (``W_2`` to the widest run against ``N``, log-log,
+    with an ``N^{-1/2}`` guide). Figures with no finite data are skipped. Returns the paths."""
+    plt = _plt()
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    lines: OrderedDict[str, list] = OrderedDict()
+    axes = [a for a in result["axes"] if a != result["seed_axis"]]
+    for r in result["table"]:
+        lines.setdefault(_label({a: r[a] for a in axes}), []).append(r)
+    written = []
+    for name, ylabel, fname in (("J", "rays J", "J_tau.png"), ("K", "kink hyperplanes K",
+                                                               "K_tau.png"),
+                                ("risk", "risk (time average)", "risk_tau.png")):
+        if not any(np.isfinite(r[f"{name}_mean"]) for r in result["table"]):
+            continue
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for lab, rows in lines.items():
+            t = np.array([r["tau"] for r in rows])
+            m = np.array([r[f"{name}_mean"] for r in rows])
+            s = np.nan_to_num(np.array([r[f"{name}_std"] for r in rows]))
+            ax.errorbar(t, m, yerr=s, marker="o", capsize=3, label=lab)
+        _tau_axis(ax, sorted({r["tau"] for r in result["table"]}))
+        if name == "risk":
+            ax.set_yscale("log")
+        ax.set_ylabel(ylabel)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        save(fig, outdir / fname, dpi=120)
+        plt.close(fig)
+        written.append(outdir / fname)
+    if result["width"]:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        other = [a for a in axes if a != result["width_axis"]]
+        for g in result["width"]:
+            n = np.asarray(g["n_particles"], float)
+            m = np.asarray(g["w2_mean"], float)
+            lab = _label({**{a: g[a] for a in other}, "tau": g["tau"]})
+            slope = (f"slope {g['slope']:.2f}" if np.isfinite(g["slope"]) else
+                     "no slope: needs two widths below the reference")
+            ax.errorbar(n, m, yerr=np.nan_to_num(np.asarray(g["w2_std"], float)),
+                        marker="o", capsize=3, label=f"{lab} ({slope})")
+        pts = [(n, m) for g in result["width"]
+               for n, m in zip(np.asarray(g["n_particles"], float),
+                               np.asarray(g["w2_mean"], float)) if np.isfinite(m) and m > 0]
+        if pts:                     # the guide goes through the narrowest measured point
+            n0, m0 = min(pts)
+            ns = [n for n, _ in pts]
+            lo, hi = min(ns), max(ns)
+            if hi <= lo:            # one point: show the guide's slope around it
+                lo, hi = lo / 2, lo * 2
+            nn = np.geomspace(lo, hi, 20)
+            ax.plot(nn, m0 * (nn / n0) ** -0.5, "k--", lw=1,
+                    label="N^(-1/2) guide (propagation of chaos)")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("width N")
+        ax.set_ylabel(f"W2 to N = {result['width'][0]['reference_n_particles']}")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        save(fig, outdir / "w2_width.png", dpi=120)
+        plt.close(fig)
+        written.append(outdir / "w2_width.png")
+    return written
+
+
+# --- the high-dimensional GD study (meanfield highdim) ----------------------------------------
+
+def highdim_figure(path, summary: dict) -> Path:
+    """Log-log figure of the gap and relative gap against ``d`` (one line per ``n``), with
+    95 % intervals and the fitted slope; PNG via the Agg canvas (no display needed)."""
+    # Deferred on purpose, like _plt: Matplotlib is heavy (this figure needs no pyplot).
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    path = Path(path)
+    fig = Figure(figsize=(9, 3.8), layout="constrained")
+    FigureCanvasAgg(fig)
+    rows = summary["cells"]
+    ns = sorted({r["n"] for r in rows})
+    p = summary["params"]
+    for ax, key, label in zip(fig.subplots(1, 2), ("gap", "rel_gap"),
+                              (r"$\|W_\infty - W^*\|$", r"$\|W_\infty - W^*\| / \|W^*\|$")):
+        fit = summary["slopes"].get(key, {})
+        for n in ns:
+            sel = [r for r in rows if r["n"] == n and r[key]["mean"] is not None]
+            if not sel:
+                continue
+            d = np.array([r["d"] for r in sel], dtype=float)
+            mean = np.array([r[key]["mean"] for r in sel])
+            lo = np.array([r[key]["ci95"][0] if r[key]["ci95"][0] is not None else r[key]["mean"]
+                           for r in sel])
+            hi = np.array([r[key]["ci95"][1] if r[key]["ci95"][1] is not None else r[key]["mean"]
+                           for r in sel])
+            lo = np.where(lo > 0, lo, mean)
+            line = ax.errorbar(d, mean, yerr=[mean - lo, hi - mean], marker="o", ms=4, capsize=3,
+                               ls="none", label=f"n = {n}")
+            if "d" in fit:
+                logfit = fit["intercept"] + fit["d"]["slope"] * np.log(d) \
+                    + (fit["n"]["slope"] * np.log(n) if "n" in fit else 0.0)
+                ax.plot(d, np.exp(logfit), color=line[0].get_color(), lw=1)
+        ax.set_title("; ".join(f"slope in {v}: {fit[v]['slope']:.3f}" + (
+                                   f" [{fit[v]['ci95'][0]:.3f}, {fit[v]['ci95'][1]:.3f}]"
+                                   if None not in (fit[v].get("ci95") or [None])
+                                   else " (no interval)")
+                               for v in ("d", "n") if v in fit),
+                     fontsize=8)
+        if key == "gap" and rows:
+            d_all = np.array(sorted({r["d"] for r in rows}), dtype=float)
+            first = [r for r in rows if r["n"] == ns[0] and r[key]["mean"] is not None]
+            if first and d_all.size > 1:
+                d0, g0 = first[0]["d"], first[0][key]["mean"]
+                ax.plot(d_all, g0 * (d_all / d0) ** -0.5, "k--", lw=0.8, label="slope −1/2")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        for axis in (ax.xaxis, ax.yaxis):       # label 1-2-5 ticks: ranges are often < a decade
+            axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+            axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            axis.set_minor_formatter(NullFormatter())
+        ax.set_xlabel("input dimension d")
+        ax.set_ylabel(label)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"GD on m = {p['neurons']} ReLU neuron(s), init {p['init']}, c = {p['c']:g}, "
+                 f"{p['trials']} trials\npoints: mean over the trials; error bars: 95 % "
+                 f"Student-t interval of the mean (a lower end ≤ 0 is not drawn on the log "
+                 f"axis); lines: the log-log fit", fontsize=8)
+    save(fig, path, dpi=120)
+    return path

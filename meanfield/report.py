@@ -1,8 +1,6 @@
-"""Analysis of a run file: per snapshot rays, kink hyperplanes, ternary patterns and the
-[LJM26] Theorem 6 checks; ``P`` of the data; across the temperature ladder ``J(τ)``, ``K(τ)``,
-risk, ``W2`` to the previous temperature and the distance to a zero-temperature reference; the
-[LJM26] Proposition 7 comparison for symmetric two-point data. Written as ``report.json``,
-``report.md`` and PNG figures. Never writes into the run file."""
+"""The report of ``meanfield analyze``: the analysis of a run file
+(:func:`analysis.run_analysis.analyze`) written as ``report.json``, ``report.md`` and PNG
+figures. Never writes into the run file."""
 
 from __future__ import annotations
 
@@ -11,123 +9,12 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 from numpy.typing import ArrayLike
 
-from analysis import ternary as pat
-from analysis import transport, two_point
-from analysis.dichotomies import count_dichotomies
-from analysis.rays import find_rays
-from analysis.references import convex_reference, report_section
+from analysis.run_analysis import RunAnalysis, analyze
 from meanfield import atomic
 from meanfield import figures as plots
 from meanfield.store import open_run
-from solvers import numpy_model as model
-from solvers.geometry import kink_hyperplanes
-
-
-def _obs_at(run, name, step):
-    o = run.observables[name]
-    sel = np.nonzero(o["step"] == step)[0]
-    return o["value"][sel[0]] if sel.size else None
-
-
-def analyze_frame(run, k, **ray_kw) -> dict:
-    """Rays, kinks, patterns and fit of frame ``k`` of a :class:`meanfield.store.Run`.
-
-    ``ray_kw`` go to :func:`analysis.rays.find_rays` (the run's ``y`` and ``lam`` are passed,
-    so the certificate filters are on).
-
-    Returns
-    -------
-    dict
-        Keys ``tau, step, risk, n_rays, n_hyperplanes, rays, kinks, f_train, thresholds,
-        rejected, cell_conflicts, patterns, theorem6`` and the private objects ``_rays``
-        (RayResult), ``_kinks`` and ``_theta``.
-    """
-    theta = run.frame(k)
-    lam = float(run.config["dynamics"]["lam"])
-    res = find_rays(theta, run.X, y=run.y, lam=lam, **ray_kw)
-    kinks = kink_hyperplanes([q.direction for q in res.rays]) if res.rays else []
-    step = int(run.frame_step[k])
-    risk = _obs_at(run, "risk", step)
-    f_train = model.predict(theta, run.X)
-    pats = [q.pattern for q in res.rays]
-    return {"tau": float(run.frame_tau[k]), "step": step,
-            "risk": float(risk) if risk is not None else float(np.mean((f_train - run.y) ** 2)),
-            "n_rays": len(res.rays), "n_hyperplanes": len(kinks),
-            "rays": [q.as_dict() for q in res.rays], "kinks": [kk.as_dict() for kk in kinks],
-            "f_train": [float(v) for v in f_train], "thresholds": res.thresholds_used(),
-            "rejected": res.rejected, "cell_conflicts": res.cell_conflicts,
-            "patterns": [[int(t) for t in p] for p in pats],
-            "theorem6": pat.theorem6(pats),
-            "_rays": res, "_kinks": kinks, "_theta": theta}
-
-
-def _public(snap):
-    return {k: v for k, v in snap.items() if not k.startswith("_")}
-
-
-def _reference_values(reference, X):
-    """The zero-temperature reference predictor on the training inputs, or None."""
-    if reference is None:
-        return None
-    if callable(reference):
-        return np.asarray(reference(X), dtype=float).ravel()
-    ref = np.asarray(reference, dtype=float).ravel()
-    if ref.shape[0] != X.shape[0]:
-        raise ValueError(f"reference has {ref.shape[0]} values, the data {X.shape[0]} points")
-    return ref
-
-
-def ladder(run, snaps, reference=None, w2: bool = True, **w2_kw) -> list:
-    """One row per temperature of the ladder (the last snapshot at each ``τ``).
-
-    Parameters
-    ----------
-    run : meanfield.store.Run
-    snaps : list of dict
-        :func:`analyze_frame` results of every frame.
-    reference : ndarray of shape (n,) or callable, optional
-        Zero-temperature reference predictor on the training inputs (or a function of ``X``).
-        **Hook:** the convex ``τ → 0`` solver (``solvers/convex.py``, THEORY §4) is meant to
-        supply it; without it the distance is ``None``.
-    w2 : bool
-        Compute ``W2`` to the previous temperature (exact up to 10⁴ particles, else sliced;
-        :mod:`analysis.transport`).
-
-    Returns
-    -------
-    list of dict
-        ``tau, step, J, K, risk, halo_mass_fraction, w2_to_previous, w2_method,
-        w2_rays_to_previous, dist_to_reference``.
-    """
-    ref = _reference_values(reference, run.X)
-    last = {}
-    for i, s in enumerate(snaps):
-        last[s["tau"]] = i                   # frames are in ladder order; keep the last per τ
-    order = sorted(last.values())
-    rows, prev = [], None
-    for i in order:
-        s = snaps[i]
-        row = {"tau": s["tau"], "step": s["step"], "J": s["n_rays"], "K": s["n_hyperplanes"],
-               "risk": s["risk"], "halo_mass_fraction": s["thresholds"]["halo_mass_fraction"],
-               "w2_to_previous": None, "w2_method": None, "w2_rays_to_previous": None,
-               "dist_to_reference": None}
-        if prev is not None and w2:
-            d = transport.w2_snapshots(snaps[prev]["_theta"], s["_theta"], **w2_kw)
-            row["w2_to_previous"], row["w2_method"] = d["w2"], d["method"]
-            ra, rb = snaps[prev]["_rays"].rays, s["_rays"].rays
-            if ra and rb:
-                row["w2_rays_to_previous"] = transport.w2_rays(
-                    [q.direction for q in ra], [q.weight for q in ra],
-                    [q.direction for q in rb], [q.weight for q in rb])["w2"]
-        if ref is not None:
-            row["dist_to_reference"] = float(np.sqrt(np.mean((np.asarray(s["f_train"]) - ref)
-                                                             ** 2)))
-        rows.append(row)
-        prev = i
-    return rows
 
 
 class Report(dict):
@@ -174,7 +61,7 @@ def analyze_run(path: str | os.PathLike, outdir: str | os.PathLike | None = None
     fmt : {"png", "pdf", "svg"}
         Their file format.
     reference : ndarray of shape (n,) or callable, optional
-        Zero-temperature reference predictor on the training inputs (see :func:`ladder`).
+        Zero-temperature reference predictor on the training inputs (see :func:`analysis.run_analysis.ladder`).
     w2 : bool
         Compute ``W2`` between successive temperatures.
     references : bool
@@ -190,7 +77,7 @@ def analyze_run(path: str | os.PathLike, outdir: str | os.PathLike | None = None
     Returns
     -------
     Report
-        A dict with keys ``run, d, n, P, cover, general_position, P_exact, P_tol_range, bound_2P_minus_1,
+        The report document (:meth:`analysis.run_analysis.RunAnalysis.as_dict`): ``run, d, n, P, cover, general_position, P_exact, P_tol_range, bound_2P_minus_1,
         bound_P_minus_1, complete, n_rays_by_tau, ladder, w2_to_previous, patterns,
         pattern_tolerance, theorem6, two_point, snapshots``. ``patterns`` and ``theorem6`` are
         those of the last snapshot (the lowest temperature); every snapshot has its own.
@@ -202,59 +89,13 @@ def analyze_run(path: str | os.PathLike, outdir: str | os.PathLike | None = None
     """
     from meanfield.progress import progress_bar
     run = open_run(path)
-    bar = progress_bar(run.n_frames + 1 + bool(references), "analyze", "part",
-                       enabled=progress)
-    bar.set_postfix(doing="P")
-    dc = count_dichotomies(run.X)
-    if dc.ambiguous:
-        dc = count_dichotomies(run.X, exact=True)
-    snaps = []
-    for k in range(run.n_frames):
-        bar.set_postfix(doing=f"rays of frame {k + 1}/{run.n_frames}")
-        snaps.append(analyze_frame(run, k, **ray_kw))
-        bar.update(1)
-    bar.set_postfix(doing="W2 between temperatures" if w2 else "ladder")
-    P = dc.P
-    cvx = None
-    if references and reference is None and P <= 20000:
-        cvx = convex_reference(run.X, run.y, float(run.config["dynamics"]["lam"]))
-        reference = cvx.f_train
-    rows = ladder(run, snaps, reference, w2)
-    bar.update(1)
-    lam = float(run.config["dynamics"]["lam"])
-    last = snaps[-1] if snaps else None
-    tp = None
-    if two_point.detect(run.X, run.y) is not None:
-        tp = [{"tau": snaps[i]["tau"], **two_point.compare(run.X, run.y, lam, snaps[i]["_kinks"],
-                                                          snaps[i]["f_train"])}
-              for i in sorted({s["tau"]: i for i, s in enumerate(snaps)}.values())]
-    th6 = None
-    if last is not None:
-        th6 = {**last["theorem6"], **pat.bounds(P, last["n_rays"])}
-    rep = {"run": str(path), "d": run.d, "n": run.n, "P": P, "cover": dc.cover,
-           "general_position": dc.general_position, "P_exact": dc.exact,
-           "P_tol_range": None if dc.tol_range is None else list(dc.tol_range),
-           "bound_2P_minus_1": 2 * P - 1, "bound_P_minus_1": P - 1,
-           "complete": run.complete,
-           "n_rays_by_tau": [{"tau": s["tau"], "step": s["step"], "n_rays": s["n_rays"],
-                              "n_hyperplanes": s["n_hyperplanes"]} for s in snaps],
-           "ladder": rows,
-           "w2_to_previous": [{"tau": r["tau"], "w2": r["w2_to_previous"],
-                               "method": r["w2_method"], "w2_rays": r["w2_rays_to_previous"]}
-                              for r in rows[1:]],
-           "patterns": last["patterns"] if last else [],
-           "pattern_tolerance": (last["_rays"].pattern_tol.as_dict() if last
-                                 else pat.PatternTolerance().as_dict()),
-           "theorem6": th6, "two_point": tp,
-           "snapshots": [_public(s) for s in snaps]}
-    if references:
-        bar.set_postfix(doing="exact references (Gibbs at each tau, convex limit)")
-        rep["references"] = report_section(run, rep)
-        bar.update(1)
-    bar.close()
-    rep = Report(rep)
+    with progress_bar(run.n_frames + 1 + bool(references), "analyze", "part",
+                      enabled=progress) as bar:
+        result = analyze(run, reference=reference, w2=w2, references=references,
+                         progress=bar, **ray_kw)
+    rep = Report(result.as_dict())
     if outdir is not None:
-        write_report(rep, snaps, run, outdir, figures, fmt=fmt)
+        write_report(rep, result, outdir, figures, fmt=fmt, run=run)
     return rep
 
 
@@ -265,9 +106,11 @@ FIGURES = ("predictor", "directions", "ladder", "trajectory")
 FORMATS = ("png", "pdf", "svg")
 
 
-def write_report(rep, snaps, run, outdir, figures=True, fmt="png"):
-    """Write ``report.json``, ``report.md`` and the figures (:data:`FIGURES`, as ``fmt``) for
-    :func:`analyze_run`'s result."""
+def write_report(rep: dict, result: RunAnalysis, outdir: str | os.PathLike,
+                 figures: bool = True, fmt: str = "png", run=None) -> None:
+    """Write ``report.json`` (``rep``), ``report.md`` and the figures (:data:`FIGURES`, as
+    ``fmt``) of ``result``; ``run`` (default: reopened from ``rep["run"]``) gives the
+    particles."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown figure format {fmt!r}; one of {', '.join(FORMATS)}")
     out = Path(outdir)
@@ -277,7 +120,8 @@ def write_report(rep, snaps, run, outdir, figures=True, fmt="png"):
             (out / f"{stale}.{ext}").unlink(missing_ok=True)
     atomic.write_text(out / "report.json", json.dumps(rep, indent=1))
     figs = []
-    if figures and snaps:
+    if figures and result.frames:
+        run = run if run is not None else open_run(rep["run"])
         drawn = {"predictor": plots.plot_predictor(rep, run),
                  "directions": plots.plot_directions(rep, run),
                  "ladder": plots.plot_ladder(rep, run),

@@ -37,8 +37,10 @@ from meanfield.errors import (
     Interrupted,
     RunFileError,
 )
+from meanfield.progress import progress_bar
 from meanfield.store import RunWriter, open_run, writer_alive
-from solvers.langevin import SolverState, row_counts, simulate
+from solvers.langevin import SolverState, initial_state, simulate
+from solvers.stepper import Stepper
 
 
 def default_output(cfg) -> str:
@@ -209,6 +211,81 @@ def _finalize(paths: RunPaths) -> None:
         atomic.fsync_path(paths.final.absolute().parent)
 
 
+def make_stepper(cfg: _config.RunConfig, dataset: _data.Dataset) -> Stepper:
+    """The particle stepper of ``cfg`` on ``dataset`` (:class:`solvers.stepper.Stepper`)."""
+    mod, dyn = cfg.model, cfg.dynamics
+    return Stepper(dataset.X, dataset.y, mod.n_particles, lam=dyn.lam, eta=dyn.eta,
+                   activation=mod.activation, sharpness=mod.sharpness, cap=mod.cap,
+                   batch_size=dyn.batch_size, seed=dyn.seed)
+
+
+def integrate(cfg: _config.RunConfig, dataset: _data.Dataset, writer: RunWriter | None = None,
+              state: SolverState | None = None, progress: bool | None = None,
+              on_checkpoint: Callable[[SolverState], None] | None = None,
+              should_stop: Callable[[], bool] | None = None) -> SolverState:
+    """Drive the solver loop (:func:`solvers.langevin.simulate`) over the ladder of ``cfg``.
+
+    The loop yields at every observation boundary; here its observations and snapshot frames
+    go to the run file, checkpoints are taken, stop requests are polled and the progress bar
+    moves.
+
+    Parameters
+    ----------
+    cfg : RunConfig
+        The run's config.
+    dataset : meanfield.data.Dataset
+        Its data set.
+    writer : RunWriter, optional
+        Receives every observation and snapshot frame (row counters of the state follow it).
+    state : SolverState, optional
+        Resume from this state instead of a fresh initialisation.
+    progress : bool or None
+        Progress on stderr (:func:`meanfield.progress.progress_bar`): ``None`` or ``True``, a
+        bar on a terminal and a plain line every 10 s otherwise; ``False``, nothing.
+    on_checkpoint : callable(SolverState), optional
+        Called every ``output.checkpoint_every`` steps (at observation boundaries).
+    should_stop : callable() -> bool, optional
+        Polled at observation boundaries; when it returns true, ``on_checkpoint`` is called and
+        the function returns the current state.
+
+    Returns
+    -------
+    SolverState
+        The final state (``stage < n_stages`` when stopped early).
+
+    Raises
+    ------
+    DivergenceError
+        From the solver: NaN/Inf or runaway particles.
+    """
+    schedule = cfg.schedule
+    if state is None:
+        state = initial_state(cfg.n_particles, dataset.d, cfg.model.init_scale,
+                              cfg.dynamics.seed)
+    ckpt_every = cfg.output.checkpoint_every
+    last_ckpt = prev = state.step
+    loop = simulate(make_stepper(cfg, dataset), schedule, state, init_scale=cfg.model.init_scale)
+    with progress_bar(schedule.total_steps, "run", "step", enabled=progress,
+                      initial=state.step) as bar:
+        for state, obs, snapshot in loop:
+            if writer is not None:
+                writer.append_observations([obs])
+                state.n_observations += 1
+                if snapshot:
+                    writer.append_frame(state.theta, obs.step, obs.time, obs.tau)
+                    state.n_frames += 1
+            bar.update(obs.step - prev)
+            bar.set_postfix(tau=f"{obs.tau:.1e}", risk=f"{obs.risk:.3e}", refresh=False)
+            prev = obs.step
+            stop = should_stop is not None and should_stop()
+            if on_checkpoint is not None and (stop or state.step - last_ckpt >= ckpt_every):
+                on_checkpoint(state)
+                last_ckpt = state.step
+            if stop:
+                break
+    return state
+
+
 def _resume_command(cfg, out: Path) -> str:
     src = "" if cfg.source.startswith("<") else f"{cfg.source} "
     return f"meanfield run {src}-o {out} --resume"
@@ -265,10 +342,10 @@ def run(cfg: _config.RunConfig | str | os.PathLike | None, output: str | os.Path
     elif not isinstance(cfg, _config.RunConfig):
         cfg = _config.load(cfg)
     dataset = _data.from_config(cfg)
-    if cfg.dynamics["batch_size"] > dataset.n:
+    if cfg.dynamics.batch_size > dataset.n:
         raise ConfigError(cfg.source, "dynamics.batch_size", f"must be <= the number of samples "
                                                              f"n={dataset.n}, got "
-                                                             f"{cfg.dynamics['batch_size']}")
+                                                             f"{cfg.dynamics.batch_size}")
     out = Path(output) if output is not None else Path(default_output(cfg))
     paths = RunPaths.of(out)
     _check_output_dir(out)
@@ -313,7 +390,7 @@ def run(cfg: _config.RunConfig | str | os.PathLike | None, output: str | os.Path
         try:
             with _Writing(paths.part), atomic.replacing(paths.part, scratch=paths.creating):
                 writer = RunWriter(paths.creating, cfg, dataset, mode="w",
-                                   capacity=row_counts(cfg))
+                                   capacity=cfg.schedule.row_counts())
         except BaseException:
             if writer is not None:
                 writer.close()
@@ -329,14 +406,11 @@ def run(cfg: _config.RunConfig | str | os.PathLike | None, output: str | os.Path
                        config_hash=cfg.hash())
 
     hint = "; free space and continue with --resume"
-    from meanfield.progress import progress_bar
-    bar = progress_bar(int(cfg.dynamics["steps_per_tau"]) * len(cfg.taus), "run", "step",
-                       enabled=progress, initial=0 if state is None else state.step)
     try:
         with _Writing(paths.part, hint), writer, _StopRequest(log) as stop:
-            state = simulate(cfg, dataset, writer=writer, state=state, progress=bar,
-                             on_checkpoint=save_checkpoint, should_stop=stop)
-            if state.stage < len(cfg.taus):
+            state = integrate(cfg, dataset, writer=writer, state=state, progress=progress,
+                              on_checkpoint=save_checkpoint, should_stop=stop)
+            if state.stage < cfg.schedule.n_stages:
                 raise Interrupted(state.step, str(paths.ckpt),
                                   f"interrupted at step {state.step}; checkpoint "
                                   f"{paths.ckpt} written; continue with: "

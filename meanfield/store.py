@@ -43,10 +43,13 @@ import scipy
 
 from meanfield._version import __version__
 from meanfield.errors import RunFileError
+from solvers.observation import Observation
+from solvers.schedule import Schedule
 
 SCHEMA_VERSION = 1
 CREATOR = "meanfield"
-OBSERVABLES = ("tau", "risk", "regulariser", "mean_sq_norm", "stationarity", "residuals")
+#: The observables of a run file: the columns of :class:`solvers.observation.Observation`.
+OBSERVABLES = Observation.columns()
 
 
 def provenance() -> dict:
@@ -274,7 +277,7 @@ class RunWriter:
     dataset : meanfield.data.Dataset
         Needed when creating.
     capacity : tuple (n_frames, n_observations), optional
-        Rows to allocate when creating (see :func:`solvers.langevin.row_counts`); appends
+        Rows to allocate when creating (see :meth:`solvers.schedule.Schedule.row_counts`); appends
         beyond it grow the datasets.
 
     Raises
@@ -359,15 +362,15 @@ class RunWriter:
         p.attrs["config_json"] = cfg.canonical_json()
         p.attrs["config_hash"] = cfg.hash()
         p.attrs["physics_hash"] = cfg.physics_hash()
-        p.attrs["lam"] = cfg.dynamics["lam"]
-        p.attrs["eta"] = cfg.dynamics["eta"]
+        p.attrs["lam"] = cfg.dynamics.lam
+        p.attrs["eta"] = cfg.dynamics.eta
         p.attrs["taus"] = np.asarray(cfg.taus, dtype=np.float64)
-        p.attrs["steps_per_tau"] = cfg.dynamics["steps_per_tau"]
+        p.attrs["steps_per_tau"] = cfg.dynamics.steps_per_tau
         p.attrs["n_particles"] = N
         p.attrs["d"] = d
         p.attrs["n"] = n
-        p.attrs["seed"] = cfg.dynamics["seed"]
-        p.attrs["activation"] = cfg.model["activation"]
+        p.attrs["seed"] = cfg.dynamics.seed
+        p.attrs["activation"] = cfg.model.activation
         p.attrs["provenance"] = json.dumps(prov, sort_keys=True)
         g = f.create_group("data")
         g.create_dataset("X", data=dataset.X)
@@ -401,16 +404,15 @@ class RunWriter:
         self.f.flush()
 
     def append_observations(self, rows):
-        """Append observations: a list of dicts with keys ``step``, ``time`` and
-        :data:`OBSERVABLES`."""
+        """Append observations: a sequence of :class:`solvers.observation.Observation`."""
         if not rows:
             return
         obs = self.f["observables"]
-        steps = [r["step"] for r in rows]
-        times = [r["time"] for r in rows]
+        steps = [r.step for r in rows]
+        times = [r.time for r in rows]
         k = self.n_observations
         for name in OBSERVABLES:
-            _write_rows(obs[name], k, steps, times, np.asarray([r[name] for r in rows]))
+            _write_rows(obs[name], k, steps, times, np.asarray([getattr(r, name) for r in rows]))
         self.f.flush()
         self.n_observations = k + len(rows)
         self.f.attrs.modify("n_observations", self.n_observations)
@@ -553,6 +555,23 @@ class Run:
     @property
     def n_particles(self):
         return int(self.config["model"]["n_particles"])
+
+    @property
+    def lam(self) -> float:
+        """Weight decay ``λ`` of the run."""
+        return float(self.config["dynamics"]["lam"])
+
+    @property
+    def taus(self) -> list[float]:
+        """The temperatures of the ladder."""
+        return [float(t) for t in self.config["dynamics"]["taus"]]
+
+    @property
+    def schedule(self) -> Schedule:
+        """The temperature ladder the run was written with."""
+        dyn, out = self.config["dynamics"], self.config["output"]
+        return Schedule(tuple(self.taus), int(dyn["steps_per_tau"]), int(out["observe_every"]),
+                        int(out["snapshots_per_tau"]))
 
     def frame(self, k):
         """Particles of frame ``k``: ndarray of shape (N, d+2), rows (a, w, b)."""

@@ -5,22 +5,28 @@
     θ_i ← θ_i − η ∇_θ Ψ(θ_i; ρ̂_N) + sqrt(2 η τ) ξ_i,
 
 whose stationary law approximates the Gibbs measure ``ρ* ∝ exp(−Ψ/τ)`` of the free energy
-``F_τ(ρ) = ½R(ρ) + (λ/2)∫|θ|²dρ + τ∫ρ log ρ`` up to ``O(η)``. The temperatures ``taus`` run from
-hot to cold; each stage starts from the last particles of the previous one.
+``F_τ(ρ) = ½R(ρ) + (λ/2)∫|θ|²dρ + τ∫ρ log ρ`` up to ``O(η)``. The temperatures of a
+:class:`solvers.schedule.Schedule` run from hot to cold; each stage starts from the last
+particles of the previous one.
+
+:func:`simulate` is the loop alone: it advances the particles from one observation boundary
+to the next and yields the state and an :class:`Observation` there. What happens with them
+(the run file, checkpoints, signals, a progress bar) is the caller's business
+(``meanfield.runner``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from solvers.errors import DivergenceError
-from solvers.stepper import from_config as _stepper_from_config
+from solvers.observation import Observation
+from solvers.schedule import Schedule
+from solvers.stepper import Stepper
 
 
 @dataclass
@@ -59,29 +65,9 @@ def initial_particles(n_particles: int, d: int, init_scale: float, seed: int) ->
     return init_scale * rng.standard_normal((n_particles, d + 2))
 
 
-def snapshot_steps(steps_per_tau: int, snapshots_per_tau: int) -> list[int]:
-    """Steps within a stage (1-based counts) after which a snapshot frame is written: evenly
-    spaced over the second half of the stage, the last at its end."""
-    S = snapshots_per_tau
-    if S == 1:
-        return [steps_per_tau]
-    half = steps_per_tau // 2
-    return sorted({half + int(round((steps_per_tau - half) * (s + 1) / S)) for s in range(S)})
-
-
-def row_counts(cfg) -> tuple[int, int]:
-    """Rows :func:`simulate` writes for ``cfg``: ``(n_frames, n_observations)``.
-
-    Per temperature an observation is written at every multiple of ``observe_every``, at every
-    snapshot step and at the end of the stage; frames at the snapshot steps. The run file
-    allocates exactly these rows up front (``meanfield.store.RunWriter``).
-    """
-    T = int(cfg.dynamics["steps_per_tau"])
-    every = int(cfg.output["observe_every"])
-    snaps = snapshot_steps(T, int(cfg.output["snapshots_per_tau"]))
-    extra = len({s for s in snaps + [T] if s % every})
-    n_taus = len(cfg.taus)
-    return len(snaps) * n_taus, (T // every + extra) * n_taus
+def initial_state(n_particles: int, d: int, init_scale: float, seed: int) -> SolverState:
+    """A fresh :class:`SolverState` at step 0 with :func:`initial_particles`."""
+    return SolverState(theta=initial_particles(n_particles, d, init_scale, seed))
 
 
 #: A run stops as diverged when the mean squared particle norm exceeds this multiple of
@@ -89,7 +75,7 @@ def row_counts(cfg) -> tuple[int, int]:
 RUNAWAY_FACTOR = 1e6
 
 
-def second_moment_scale(cfg, y, d) -> float:
+def second_moment_scale(lam: float, init_scale: float, taus, y, d: int) -> float:
     """Scale of the mean squared particle norm ``(1/N) Σ|θ_i|²`` a healthy run stays near.
 
     ``(d+2)(init_scale² + max τ/λ) + mean(y²)/λ``: the initial value, the Ornstein–Uhlenbeck
@@ -97,8 +83,8 @@ def second_moment_scale(cfg, y, d) -> float:
     ``∫|θ|² = 2‖μ‖_TV ≤ mean(y²)/λ`` (balanced neurons; the convex objective of THEORY §4 at
     ``μ = 0``). A run far above it has left the regime the step size can integrate.
     """
-    lam = float(cfg.dynamics["lam"])
-    return float((d + 2) * (float(cfg.model["init_scale"]) ** 2 + max(cfg.taus) / lam)
+    lam = float(lam)
+    return float((d + 2) * (float(init_scale) ** 2 + max(taus) / lam)
                  + np.mean(np.asarray(y, float) ** 2) / lam)
 
 
@@ -118,116 +104,80 @@ def stationarity(resid_history: list) -> float:
     return float(n * np.max(np.abs(H[-k:].mean(axis=0) - H[:k].mean(axis=0))))
 
 
-def simulate(cfg: Any, dataset: Any, writer: Any = None, state: SolverState | None = None,
-             progress: bool | None = None,
-             on_checkpoint: Callable[[SolverState], None] | None = None,
-             should_stop: Callable[[], bool] | None = None) -> SolverState:
-    """Run the temperature ladder of ``cfg`` on ``dataset``.
+def simulate(stepper: Stepper, schedule: Schedule, state: SolverState, *,
+             init_scale: float) -> Iterator[tuple[SolverState, Observation, bool]]:
+    """Integrate the ladder of ``schedule`` from ``state``, boundary by boundary.
 
     Parameters
     ----------
-    cfg : meanfield.config.RunConfig
-    dataset : meanfield.data.Dataset
-    writer : meanfield.store.RunWriter, optional
-        Receives observations every ``observe_every`` steps and snapshot frames.
-    state : SolverState, optional
-        Resume from this state instead of a fresh initialisation.
-    progress : bool or None or progress reporter
-        Show a tqdm bar (``None``: only on a terminal), or report to an object with tqdm's
-        ``update``/``set_postfix``/``close`` (the runner passes
-        ``meanfield.progress.progress_bar``).
-    on_checkpoint : callable(SolverState), optional
-        Called every ``output.checkpoint_every`` steps (at observation boundaries).
-    should_stop : callable() -> bool, optional
-        Polled at observation boundaries; when it returns true, ``on_checkpoint`` is called and
-        the function returns the current state.
+    stepper : Stepper
+        The particle stepper (data, ``λ``, ``η``, activation, minibatches, noise key).
+    schedule : Schedule
+        The temperature ladder and its observation boundaries.
+    state : SolverState
+        Where to start: a fresh :func:`initial_state`, or one restored from a checkpoint.
+        Updated in place (``theta`` too) and yielded at every boundary.
+    init_scale : float
+        Scale of the initial particles (enters the divergence bound of
+        :func:`second_moment_scale`).
 
     Returns
     -------
-    SolverState
-        The final state.
+    iterator of (SolverState, Observation, bool)
+        A generator; the loop ends when the last stage is done. Closing it early (a stop
+        request) leaves ``state`` at the last boundary reached.
+
+    Yields
+    ------
+    state : SolverState
+        The state after the boundary; when the boundary ends a stage, ``stage`` already
+        points to the next one.
+    observation : Observation
+        The observables at the boundary.
+    snapshot : bool
+        Whether the boundary is a snapshot step (the caller may store ``state.theta``).
 
     Raises
     ------
     DivergenceError
-        NaN/Inf in the residuals or particles (names the step, τ and a likely cause).
+        NaN/Inf in the residuals or particles, or a mean squared norm beyond
+        ``RUNAWAY_FACTOR`` times :func:`second_moment_scale` (names the step, ``τ`` and a
+        likely cause).
     """
-    X = np.ascontiguousarray(dataset.X, dtype=np.float64)
-    y = np.ascontiguousarray(dataset.y, dtype=np.float64)
-    n, d = X.shape
-    N = cfg.n_particles
-    dyn, out, mod = cfg.dynamics, cfg.output, cfg.model
-    lam, eta, seed = dyn["lam"], dyn["eta"], int(dyn["seed"])
-    taus = cfg.taus
-    T = int(dyn["steps_per_tau"])
-    obs_every = int(out["observe_every"])
-    ckpt_every = int(out.get("checkpoint_every", 0)) or None
-    snaps = snapshot_steps(T, int(out["snapshots_per_tau"]))
-
-    if state is None:
-        state = SolverState(theta=initial_particles(N, d, mod["init_scale"], seed))
     theta = np.ascontiguousarray(state.theta, dtype=np.float64)
     state.theta = theta
-    stepper = _stepper_from_config(cfg, X, y)
-    total = T * len(taus)
-    if hasattr(progress, "update"):
-        bar = progress
-    else:
-        disable = {True: False, False: True, None: None}[progress]
-        bar = tqdm(total=total, initial=state.step, unit="step", disable=disable,
-                   dynamic_ncols=True, mininterval=0.5)
-    last_ckpt = state.step
-    runaway = RUNAWAY_FACTOR * second_moment_scale(cfg, y, d)
-    try:
-        while state.stage < len(taus):
-            tau = taus[state.stage]
-            # next boundary: observation or snapshot
-            nxt_obs = (state.step_in_stage // obs_every + 1) * obs_every
-            nxt_snap = min((s for s in snaps if s > state.step_in_stage), default=T)
-            target = min(nxt_obs, nxt_snap, T)
-            nsteps = target - state.step_in_stage
-            code = stepper.advance(theta, tau, state.step, nsteps)
-            state.step += nsteps
-            state.step_in_stage = target
-            msq = float(np.mean(np.einsum("ij,ij->i", theta, theta))) if code == 0 else math.nan
-            if not (math.isfinite(msq) and np.all(np.isfinite(theta))):  # NaN, Inf or overflow
-                raise DivergenceError(
-                    state.step, tau,
-                    f"dynamics diverged (NaN/Inf/overflow) between steps "
-                    f"{state.step - nsteps} and {state.step} at tau={tau:g}; the step size "
-                    f"eta={eta:g} is likely too large for this data scale (try eta/2) "
-                    f"or init_scale too big")
-            if msq > runaway:
-                raise DivergenceError(
-                    state.step, tau,
-                    f"dynamics ran away by step {state.step} at tau={tau:g}: mean |theta|^2 = "
-                    f"{msq:.3g} is over {RUNAWAY_FACTOR:.0e} times its expected scale; the step "
-                    f"size eta={eta:g} is likely too large for this data scale (try eta/2)")
-            R = stepper.R.copy()
-            state.stage_residuals.append(R)
-            row = {"step": state.step, "time": state.step * eta, "tau": tau,
-                   "risk": float(np.sum((n * R) ** 2) / n), "regulariser": 0.5 * lam * msq,
-                   "mean_sq_norm": msq, "stationarity": stationarity(state.stage_residuals),
-                   "residuals": R}
-            if writer is not None:
-                writer.append_observations([row])
-                state.n_observations += 1
-                if target in snaps:
-                    writer.append_frame(theta, state.step, state.step * eta, tau)
-                    state.n_frames += 1
-            bar.update(nsteps)
-            bar.set_postfix(tau=f"{tau:.1e}", risk=f"{row['risk']:.3e}", refresh=False)
-            if state.step_in_stage >= T:
-                state.stage += 1
-                state.step_in_stage = 0
-                state.stage_residuals = []
-            stop = should_stop is not None and should_stop()
-            if on_checkpoint is not None and (stop or (ckpt_every and
-                                                       state.step - last_ckpt >= ckpt_every)):
-                on_checkpoint(state)
-                last_ckpt = state.step
-            if stop:
-                return state
-    finally:
-        bar.close()
-    return state
+    n, d, eta, lam = stepper.n, stepper.d, stepper.eta, stepper.lam
+    runaway = RUNAWAY_FACTOR * second_moment_scale(lam, init_scale, schedule.taus, stepper.y, d)
+    while state.stage < schedule.n_stages:
+        tau = schedule.taus[state.stage]
+        target = schedule.next_boundary(state.stage, state.step_in_stage)
+        nsteps = target - state.step_in_stage
+        code = stepper.advance(theta, tau, state.step, nsteps)
+        state.step += nsteps
+        state.step_in_stage = target
+        msq = float(np.mean(np.einsum("ij,ij->i", theta, theta))) if code == 0 else math.nan
+        if not (math.isfinite(msq) and np.all(np.isfinite(theta))):  # NaN, Inf or overflow
+            raise DivergenceError(
+                state.step, tau,
+                f"dynamics diverged (NaN/Inf/overflow) between steps "
+                f"{state.step - nsteps} and {state.step} at tau={tau:g}; the step size "
+                f"eta={eta:g} is likely too large for this data scale (try eta/2) "
+                f"or init_scale too big")
+        if msq > runaway:
+            raise DivergenceError(
+                state.step, tau,
+                f"dynamics ran away by step {state.step} at tau={tau:g}: mean |theta|^2 = "
+                f"{msq:.3g} is over {RUNAWAY_FACTOR:.0e} times its expected scale; the step "
+                f"size eta={eta:g} is likely too large for this data scale (try eta/2)")
+        R = stepper.R.copy()
+        state.stage_residuals.append(R)
+        obs = Observation(step=state.step, time=state.step * eta, tau=tau,
+                          risk=float(np.sum((n * R) ** 2) / n), regulariser=0.5 * lam * msq,
+                          mean_sq_norm=msq, stationarity=stationarity(state.stage_residuals),
+                          residuals=R)
+        snapshot = target in schedule.snapshots(state.stage)
+        if state.step_in_stage >= schedule.stage_length(state.stage):
+            state.stage += 1
+            state.step_in_stage = 0
+            state.stage_residuals = []
+        yield state, obs, snapshot

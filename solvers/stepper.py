@@ -149,12 +149,3 @@ class Stepper:
         out = np.empty(self.n, dtype=np.int64)
         kernels.batch_indices(self.seed, int(step), self.n, self.batch_size, perm, out)
         return out[:self.batch_size].copy()
-
-
-def from_config(cfg, X, y) -> Stepper:
-    """A :class:`Stepper` for a :class:`meanfield.config.RunConfig` and data ``X``, ``y``."""
-    mod, dyn = cfg.model, cfg.dynamics
-    return Stepper(X, y, cfg.n_particles, lam=dyn["lam"], eta=dyn["eta"],
-                   activation=mod["activation"], sharpness=float(mod.get("sharpness", 10.0)),
-                   cap=float(mod.get("cap", 3.0)), batch_size=int(dyn.get("batch_size", 0)),
-                   seed=int(dyn["seed"]))

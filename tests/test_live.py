@@ -27,6 +27,7 @@ WRITER = textwrap.dedent("""\
     import numpy as np
     from meanfield import config, data
     from meanfield.store import RunWriter
+    from solvers.observation import Observation
     cfg = config.from_dict({"data": {"kind": "gaussian", "n": 3, "d": 2},
                             "model": {"n_particles": 6},
                             "dynamics": {"taus": [0.1], "steps_per_tau": 4000},
@@ -36,10 +37,10 @@ WRITER = textwrap.dedent("""\
     with RunWriter(sys.argv[1], cfg, ds, capacity=(M // 10, M)) as w:
         print("started", flush=True)
         for k in range(1, M + 1):
-            w.append_observations([{"step": 10 * k, "time": 0.5 * k, "tau": 0.1,
-                                    "risk": float(k), "regulariser": 0.0,
-                                    "mean_sq_norm": 0.0, "stationarity": 0.0,
-                                    "residuals": np.full(3, k / 7)}])
+            w.append_observations([Observation(step=10 * k, time=0.5 * k, tau=0.1,
+                                               risk=float(k), regulariser=0.0,
+                                               mean_sq_norm=0.0, stationarity=0.0,
+                                               residuals=np.full(3, k / 7))])
             if k % 10 == 0:
                 w.append_frame(np.arange(24.0).reshape(6, 4) + 1000 * (k // 10), 10 * k,
                                0.5 * k, 0.1)

@@ -88,6 +88,7 @@ def register(sub):
 
 def main(args) -> int:
     """Run ``meanfield highdim`` with the parsed ``args``; returns the exit code."""
+    from meanfield import figures
     from meanfield.highdim import output as report
     from meanfield.highdim.experiment import StudyParams, run_study, summarize
 
@@ -116,7 +117,7 @@ def main(args) -> int:
                       enabled=not args.quiet) as bar:
         cells = run_study(params, progress=bar)
     summary = summarize(params, cells)
-    report.plot(png, summary)           # the figure first: a failure leaves no data file behind
+    figures.highdim_figure(png, summary)  # the figure first: a failure leaves no data file behind
     report.write_h5(h5, params, cells, summary)
     summary["files"] = {"h5": str(h5), "figure": str(png)}
     if args.json:

@@ -52,9 +52,9 @@ def register(sub):
 def _problem(path):
     """Config, data set and weight decay; relu only."""
     cfg = _config.load(path)
-    if cfg.model["activation"] != "relu":
+    if cfg.model.activation != "relu":
         raise ConfigError(cfg.source, "model.activation",
-                          f"the exact references are for relu, got {cfg.model['activation']!r}")
+                          f"the exact references are for relu, got {cfg.model.activation!r}")
     return cfg, _data.from_config(cfg)
 
 
@@ -79,7 +79,7 @@ def main_gibbs(args) -> int:
             raise InputError(cfg.source, "dynamics.taus", "no temperature > 0")
     t0 = time.time()
     try:
-        ref = GibbsReference(ds.X, ds.y, cfg.dynamics["lam"])
+        ref = GibbsReference(ds.X, ds.y, cfg.dynamics.lam)
         sols = ref.solve(taus)
     except GibbsInputError as exc:
         _reraise(exc, cfg)
@@ -93,7 +93,7 @@ def main_gibbs(args) -> int:
     if args.json:
         print(json.dumps(docs[0] if args.tau is not None else docs))
         return 0
-    print(f"Gibbs reference  {cfg.source}  n={ds.n} d={ds.d} lam={cfg.dynamics['lam']:g}  "
+    print(f"Gibbs reference  {cfg.source}  n={ds.n} d={ds.d} lam={cfg.dynamics.lam:g}  "
           f"({secs:.1f} s)")
     for s in sols:
         print(f"tau={s.tau:.3e}  max|G|={s.max_abs_G:.12f}  residual={s.residual:.1e}  "
@@ -108,7 +108,7 @@ def main_convex(args) -> int:
     cfg, ds = _problem(args.config)
     t0 = time.time()
     try:
-        sol = convex(ds.X, ds.y, cfg.dynamics["lam"])
+        sol = convex(ds.X, ds.y, cfg.dynamics.lam)
     except ConvexInputError as exc:
         _reraise(exc, cfg)
     except ConvexSolverError as exc:
@@ -121,7 +121,7 @@ def main_convex(args) -> int:
         print(json.dumps(doc))
         return 0
     print(f"convex (tau -> 0) reference  {cfg.source}  n={ds.n} d={ds.d} "
-          f"lam={cfg.dynamics['lam']:g}  patterns P={sol.n_patterns}  ({secs:.1f} s)")
+          f"lam={cfg.dynamics.lam:g}  patterns P={sol.n_patterns}  ({secs:.1f} s)")
     print(f"max|G| = {sol.max_abs_G:.10f}   certificate error = {sol.certificate_error():.1e}   "
           f"duality gap = {sol.duality_gap:.1e}")
     print("  f_train = " + " ".join(f"{v:.8f}" for v in sol.f_train))
