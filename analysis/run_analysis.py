@@ -20,10 +20,13 @@ from numpy.typing import ArrayLike
 
 from analysis import ternary, transport, two_point
 from analysis.dichotomies import DichotomyCount, count_dichotomies
+from analysis.kinks import data_kinks
+from analysis.ray_checks import averaged_residuals, convex_comparison, convex_counts
+from analysis.ray_checks import sensitivity as ray_sensitivity
 from analysis.rays import RayResult, find_rays
 from analysis.references import convex_reference, report_section
 from solvers import numpy_model
-from solvers.geometry import Kink, kink_hyperplanes
+from solvers.geometry import Kink
 
 
 @dataclass
@@ -58,6 +61,7 @@ class FrameAnalysis:
     kinks: list[Kink]
     f_train: np.ndarray
     theorem6: dict
+    ray_kw: dict | None = None
 
     @property
     def patterns(self) -> list[list[int]]:
@@ -72,6 +76,7 @@ class FrameAnalysis:
                 "rays": [q.as_dict() for q in rays], "kinks": [k.as_dict() for k in self.kinks],
                 "f_train": [float(v) for v in self.f_train],
                 "thresholds": self.rays.thresholds_used(), "rejected": self.rays.rejected,
+                "small": self.rays.small,
                 "cell_conflicts": self.rays.cell_conflicts, "patterns": self.patterns,
                 "theorem6": self.theorem6}
 
@@ -110,6 +115,12 @@ class LadderRow:
     w2_method: str | None = None
     w2_rays_to_previous: float | None = None
     dist_to_reference: float | None = None
+    J_convex: int | None = None
+    K_convex: int | None = None
+    matched: int | None = None
+    unmatched_measured: list | None = None
+    unmatched_reference: list | None = None
+    max_match_angle: float | None = None
 
     def as_dict(self) -> dict:
         """The row of the report's ``ladder`` table."""
@@ -155,6 +166,8 @@ class RunAnalysis:
     ladder: list[LadderRow]
     two_point: list | None = None
     references: dict | None = None
+    convex_counts: dict | None = None
+    sensitivity: dict | None = None
 
     @property
     def theorem6(self) -> dict | None:
@@ -162,7 +175,12 @@ class RunAnalysis:
         if not self.frames:
             return None
         last = self.frames[-1]
-        return {**last.theorem6, **ternary.bounds(self.dichotomies.P, len(last.rays.rays))}
+        res = last.rays
+        return {**last.theorem6, **ternary.bounds(self.dichotomies.P, len(res.rays)),
+                "decided": bool(res.resolved),
+                "undecided_reason": None if res.resolved else
+                (f"N = {len(last.theta)} is too small for a verdict: {len(res.small)} heavy "
+                 f"cluster(s) with fewer than {res.min_particles} particles")}
 
     def as_dict(self) -> dict:
         """The report document (``report.json``; keys in ``docs/cli.md``)."""
@@ -186,6 +204,10 @@ class RunAnalysis:
                "snapshots": [f.as_dict() for f in self.frames]}
         if self.references is not None:
             rep["references"] = self.references
+        if self.convex_counts is not None:
+            rep["convex_counts"] = self.convex_counts
+        if self.sensitivity is not None:
+            rep["sensitivity"] = self.sensitivity
         return rep
 
 
@@ -218,8 +240,10 @@ def analyze_frame(run: Any, k: int, **ray_kw) -> FrameAnalysis:
         ``k`` out of range.
     """
     theta = run.frame(k)
-    res = find_rays(theta, run.X, y=run.y, lam=run.lam, **ray_kw)
-    kinks = kink_hyperplanes([q.direction for q in res.rays]) if res.rays else []
+    kw = frame_ray_kw(run, k, **ray_kw)
+    res = find_rays(theta, run.X, **kw)
+    kinks = data_kinks([q.direction for q in res.rays], run.X,
+                       [q.pattern for q in res.rays]) if res.rays else []
     step = int(run.frame_step[k])
     risk = _obs_at(run, "risk", step)
     f_train = numpy_model.predict(theta, run.X)
@@ -227,7 +251,19 @@ def analyze_frame(run: Any, k: int, **ray_kw) -> FrameAnalysis:
         tau=float(run.frame_tau[k]), step=step,
         risk=float(risk) if risk is not None else float(np.mean((f_train - run.y) ** 2)),
         theta=theta, rays=res, kinks=kinks, f_train=f_train,
-        theorem6=ternary.theorem6([q.pattern for q in res.rays]))
+        theorem6=ternary.theorem6([q.pattern for q in res.rays]), ray_kw=kw)
+
+
+def frame_ray_kw(run: Any, k: int, **ray_kw) -> dict:
+    """Keyword arguments of :func:`analysis.rays.find_rays` for frame ``k`` of a run: ``lam``,
+    the frame's ``tau`` (halo tests against ``(d+1)τ/λ``), the stage's time-averaged residuals
+    ``R`` (:func:`analysis.ray_checks.averaged_residuals`; else ``y``: the snapshot's own), and
+    ``ray_kw``."""
+    R = averaged_residuals(run, k)
+    kw = {"lam": float(run.lam), "tau": float(run.frame_tau[k])}
+    kw.update({"R": R} if R is not None else {"y": run.y})
+    kw.update(ray_kw)
+    return kw
 
 
 def _reference_values(reference, X):
@@ -295,7 +331,8 @@ def ladder(X: ArrayLike, frames: list[FrameAnalysis], reference: ArrayLike | Cal
 
 
 def analyze(run: Any, *, reference: ArrayLike | Callable | None = None, w2: bool = True,
-            references: bool = False, progress: Any = None, **ray_kw) -> RunAnalysis:
+            references: bool = False, convex: bool | None = None, sensitivity: bool = False,
+            progress: Any = None, **ray_kw) -> RunAnalysis:
     """Analyse every snapshot frame of a run and its temperature ladder.
 
     Parameters
@@ -310,7 +347,16 @@ def analyze(run: Any, *, reference: ArrayLike | Callable | None = None, w2: bool
         Compare with the exact references (THEORY §4–5): the Gibbs fixed point at each ``τ``
         (``d ≤ 2``), the convex ``τ → 0`` limit at the coldest ``τ`` (also used as
         ``reference`` when that is not given, for ``P ≤ 20000``), and the matching of rays to
-        its rays (:func:`analysis.references.report_section`).
+        its rays (:func:`analysis.references.report_section`); per ``τ`` of the ladder the
+        convex reference's counts ``J_convex``, ``K_convex`` (rays with weight at least the ray
+        mass floor, :func:`analysis.ray_checks.convex_counts`) and the matching of the
+        measured rays to them.
+    convex : bool, optional
+        The convex counts and matching only, without the Gibbs references (default:
+        ``references``).
+    sensitivity : bool
+        ``J`` and ``K`` of the coldest snapshot over a range of each threshold
+        (:func:`analysis.ray_checks.sensitivity`; about 15 more ray analyses).
     progress : object, optional
         Told of each part done: ``update(1)`` after each frame, the ladder and the references,
         ``set_postfix(doing=...)`` before each (``n_frames + 1 + references`` parts; a tqdm
@@ -344,8 +390,13 @@ def analyze(run: Any, *, reference: ArrayLike | Callable | None = None, w2: bool
         frames.append(analyze_frame(run, k, **ray_kw))
         tell(done=1)
     tell("W2 between temperatures" if w2 else "ladder")
-    if references and reference is None and dc.P <= 20000:
-        reference = convex_reference(run.X, run.y, run.lam).f_train
+    if convex is None:
+        convex = references
+    cvx = None
+    if (references or convex) and dc.P <= 20000:
+        cvx = convex_reference(run.X, run.y, run.lam)
+        if reference is None:
+            reference = cvx.f_train
     tp = None
     if two_point.detect(run.X, run.y) is not None:
         per_tau = sorted({f.tau: i for i, f in enumerate(frames)}.values())
@@ -356,6 +407,26 @@ def analyze(run: Any, *, reference: ArrayLike | Callable | None = None, w2: bool
     result = RunAnalysis(run=str(run.path), d=run.d, n=run.n, X=run.X, y=run.y, dichotomies=dc,
                          complete=run.complete, frames=frames,
                          ladder=ladder(run.X, frames, reference, w2), two_point=tp)
+    floor = ray_kw.get("min_mass_frac", 1e-2)
+    if cvx is not None:
+        cc = convex_counts(cvx, run.X, floor=floor)
+        per_tau = {f.tau: f for f in frames}
+        for r in result.ladder:
+            m = convex_comparison(per_tau[r.tau].rays.rays, cc)
+            r.J_convex, r.K_convex, r.matched = cc["J"], cc["K"], len(m["pairs"])
+            r.unmatched_measured = m["unmatched_measured"]
+            r.unmatched_reference = m["unmatched_reference"]
+            r.max_match_angle = None if not m["pairs"] else float(m["max_angle"])
+        result.convex_counts = {
+            "J": cc["J"], "K": cc["K"], "floor": cc["floor"],
+            "rays": [{"direction": [float(x) for x in v], "weight": float(w)}
+                     for v, w in zip(cc["directions"], cc["weights"])],
+            "kinks": [kk.as_dict() for kk in cc["kinks"]]}
+    if sensitivity and frames:
+        last = frames[-1]
+        result.sensitivity = {"tau": last.tau, "step": last.step,
+                              **ray_sensitivity(last.theta, run.X, last.ray_kw, conv=cvx,
+                                                floor=floor)}
     tell("exact references (Gibbs at each tau, convex limit)" if references else None, 1)
     if references:
         result.references = report_section(run, result.as_dict())

@@ -46,8 +46,9 @@ class Report(dict):
 
 def analyze_run(path: str | os.PathLike, outdir: str | os.PathLike | None = None,
                 figures: bool = True, *, reference: ArrayLike | Callable | None = None,
-                w2: bool = True, references: bool = False, fmt: str = "png",
-                progress=False, **ray_kw) -> Report:
+                w2: bool = True, references: bool = False, convex: bool | None = None,
+                sensitivity: bool = False, fmt: str = "png", progress=False,
+                **ray_kw) -> Report:
     """Analyse every snapshot frame of a run file and its temperature ladder.
 
     Parameters
@@ -68,7 +69,13 @@ def analyze_run(path: str | os.PathLike, outdir: str | os.PathLike | None = None
         Compare with the exact references (THEORY §4–5): the Gibbs fixed point at each ``τ``
         (``d ≤ 2``), the convex ``τ → 0`` limit at the coldest ``τ`` (also used as
         ``reference`` when that is not given), and the matching of rays to its rays; adds the
-        key ``references`` (see :func:`analysis.references.report_section`).
+        key ``references`` (see :func:`analysis.references.report_section`) and the convex
+        counts per ``τ`` (``J_convex``, ``K_convex``, ``matched``; THEORY §6.4).
+    convex : bool, optional
+        The convex counts only, without the Gibbs references (default: ``references``).
+    sensitivity : bool
+        Add ``sensitivity``: ``J`` and ``K`` of the coldest snapshot over a range of each
+        threshold (THEORY §6.4; on in ``meanfield analyze``).
     progress : bool or None
         Progress on stderr (:func:`meanfield.progress.progress_bar`; default none).
     **ray_kw
@@ -92,7 +99,7 @@ def analyze_run(path: str | os.PathLike, outdir: str | os.PathLike | None = None
     with progress_bar(run.n_frames + 1 + bool(references), "analyze", "part",
                       enabled=progress) as bar:
         result = analyze(run, reference=reference, w2=w2, references=references,
-                         progress=bar, **ray_kw)
+                         convex=convex, sensitivity=sensitivity, progress=bar, **ray_kw)
     rep = Report(result.as_dict())
     if outdir is not None:
         write_report(rep, result, outdir, figures, fmt=fmt, run=run)
@@ -174,14 +181,21 @@ def markdown(rep, figs=()) -> str:
              f"P−1 = {rep['bound_P_minus_1']}")
     L.append(f"- run complete: {rep['complete']}")
     L += ["", "## Low-temperature limit", "",
-          "| τ | step | rays J | hyperplanes K | risk | halo mass | W2 to previous τ | "
-          "W2 of rays to previous τ | RMS \\|f − f_τ→0\\| on the data, last snapshot |",
-          "|---|---|---|---|---|---|---|---|---|"]
+          "| τ | step | rays J | hyperplanes K | J convex | K convex | matched | risk | "
+          "halo mass | W2 to previous τ | W2 of rays to previous τ | RMS \\|f − f_τ→0\\| on the data, last snapshot |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rep["ladder"]:
         w2 = "—" if r["w2_to_previous"] is None else f"{r['w2_to_previous']:.3e} ({r['w2_method']})"
-        L.append(f"| {r['tau']:.2e} | {r['step']} | {r['J']} | {r['K']} | {r['risk']:.4e} | "
+        L.append(f"| {r['tau']:.2e} | {r['step']} | {r['J']} | {r['K']} | "
+                 f"{r.get('J_convex', '—')} | {r.get('K_convex', '—')} | "
+                 f"{r.get('matched', '—')} | {r['risk']:.4e} | "
                  f"{r['halo_mass_fraction']:.3f} | {w2} | {_fmt(r['w2_rays_to_previous'])} | "
                  f"{_fmt(r['dist_to_reference'])} |")
+    if rep.get("convex_counts"):
+        c = rep["convex_counts"]
+        L += ["", f"J convex, K convex: rays of the convex τ → 0 reference with weight "
+              f"|c_k| ≥ {c['floor']} Σ|c| (the ray mass floor) and their kink hyperplanes; "
+              f"matched: measured rays paired one to one with them (same sign, within 0.2 rad)."]
     L += ["", "Snapshots:", "", "| τ | step | risk | J | K | halo mass | threshold (chord) | "
           "plateau |", "|---|---|---|---|---|---|---|---|"]
     for s in rep["snapshots"]:
@@ -200,13 +214,22 @@ def markdown(rep, figs=()) -> str:
                      f"{q['mass_fraction']:.3f} | {q['spread']:.3f} | {_fmt(q['G'], '.3f')} | "
                      f"{q['n_cells']} | ({', '.join(f'{x:.3f}' for x in q['direction'])}) | "
                      f"{_pattern_str(q['pattern'])} |")
+        halo = ("" if t.get("halo_ratio") is None else
+                f"mean particle mass ≥ {t['halo_ratio']:g} × (d+1)τ/λ = "
+                f"{t['halo_ratio'] * t['halo_baseline']:.3g}, ")
+        cert = ("" if t.get("g_ray") is None else
+                f"certificate −sign(a)G ≥ {t['g_ray']} at the ray's direction (G from the "
+                f"{t['G_source']}; max|G| over the particles {_fmt(t['G_max'], '.4f')}), ")
         L += ["", f"Thresholds: linkage {t['linkage_chord']:.3g} (plateau "
-              f"[{t['plateau'][0]:.3g}, {t['plateau'][1]:.3g}]), ray mass ≥ {t['min_mass_frac']}, "
+              f"[{t['plateau'][0]:.3g}, {t['plateau'][1]:.3g}]), ray mass ≥ {t['min_mass_frac']} "
+              f"of the total, {halo}{cert}at least {t['min_particles']} particles, "
               f"spread ≤ {t['max_spread']} rad, particle mass ≥ {t['light_frac']} × weighted "
-              f"median, certificate −sign(a)G ≥ {t['g_particle']} (particles) and ≥ "
-              f"{t['g_ray']} (rays) × max|G| = {_fmt(t['G_max'], '.4f')}; pattern zeros within "
+              f"median; pattern zeros within "
               f"{t['pattern_angle_tol']} rad or straddled by ≥ {t['pattern_mass_tol']} of the "
               f"ray mass."]
+        if s.get("small"):
+            L.append(f"Heavy clusters with fewer than {t['min_particles']} particles (not "
+                     f"counted): {len(s['small'])}.")
         if s["rejected"]:
             L.append(f"Heavy clusters rejected by the certificate: {len(s['rejected'])} "
                      f"(mass {sum(r['mass_fraction'] for r in s['rejected']):.3f}).")
@@ -216,8 +239,14 @@ def markdown(rep, figs=()) -> str:
         for kk in s["kinks"]:
             L.append(f"- normal ({', '.join(f'{x:.3f}' for x in kk['normal'])}), "
                      f"offset {kk['offset']:.4f} (rays {kk['rays']})")
+        if rep.get("sensitivity"):
+            L += _sensitivity_markdown(rep["sensitivity"])
         th = rep["theorem6"]
-        L += ["", "## [LJM26] Theorem 6 on the ternary patterns", "",
+        L += ["", "## [LJM26] Theorem 6 on the ternary patterns", ""]
+        if not th.get("decided", True):
+            L += [f"**Not decided:** {th['undecided_reason']}; the checks below describe the "
+                  f"clusters found, not a verdict.", ""]
+        L += [
               f"- J = {th['J']} rays; J ≤ 2P−1 = {th['bound_2P_minus_1']}: "
               f"{th['within_2P_minus_1']}; J ≤ P−1 = {th['bound_P_minus_1']}: "
               f"{th['within_P_minus_1']}",
@@ -245,12 +274,32 @@ def markdown(rep, figs=()) -> str:
         L += _references_markdown(rep["references"])
     for f in figs:
         L += ["", f"![{f}]({f})", "", CAPTIONS[f.rsplit(".", 1)[0]]]
-    L += ["", "Method: particles are grouped by sign of a and activation cell on the training "
-          "set, the thermal halo is removed by particle mass and the certificate G, directions "
-          "(w, b)/|(w, b)| are linked by single linkage on the mutual-reachability chord distance "
-          "and the threshold is the middle of the widest plateau of the ray count "
-          "(analysis/rays.py)."]
+    L += ["", "Method: directions (w, b)/|(w, b)| of one sign of a are linked by single linkage "
+          "on the mutual-reachability chord distance; a cluster is a ray when it holds enough "
+          "mass, its mean particle mass is well above the free-particle baseline (d+1)τ/λ, its "
+          "direction passes the certificate G of the stage's time-averaged residuals and it "
+          "holds enough particles; the linkage threshold is the middle of the widest plateau of "
+          "the ray count (analysis/rays.py). Two rays share a kink hyperplane only when they "
+          "split the training inputs alike and their hyperplanes coincide within a fraction of "
+          "the data's spread (analysis/kinks.py; docs/theory.md)."]
     return "\n".join(L) + "\n"
+
+
+def _sensitivity_markdown(sens) -> list:
+    L = ["", f"## Sensitivity of J and K to the thresholds (τ = {sens['tau']:.2e})", "",
+         f"Defaults give J = {sens['default']['J']}, K = {sens['default']['K']}; "
+         + ("every threshold row below agrees." if sens["robust"] else
+            "**some thresholds change the counts.**"), "",
+         "| threshold | value | J | K |", "|---|---|---|---|"]
+    for r in sens["rows"]:
+        L.append(f"| {r['threshold']} | {r['value']:.4g} | {r['J']} | {r['K']} |")
+    L += ["", "min_mass_frac: ray mass floor; halo_ratio: mean particle mass over (d+1)τ/λ; "
+          "particle_halo: particles lighter than this × (d+1)τ/λ are halo; "
+          "g_ray: certificate level; min_particles; max_spread: compactness (rad); "
+          "linkage_chord: fixed linkage threshold "
+          "(chord); rel_tol: kink tolerance (fraction of the data's spread); convex_floor: the "
+          "weight floor of the convex reference's rays (J, K there are the reference's)."]
+    return L
 
 
 def _references_markdown(refs) -> list:

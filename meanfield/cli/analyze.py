@@ -36,12 +36,19 @@ def register(sub):
                         "per tau), rays.csv (per ray), kinks.csv (per kink hyperplane)")
     p.add_argument("--min-mass", type=float, default=1e-2,
                    help="mass fraction below which a cluster is thermal halo (default 0.01)")
-    p.add_argument("--g-ray", type=float, default=0.9,
-                   help="a ray's mean direction needs -sign(a) G >= G_RAY * max|G| "
-                        "(certificate of the zero-temperature problem; default 0.9)")
+    p.add_argument("--g-ray", type=float, default=0.5,
+                   help="a ray's mean direction needs -sign(a) G >= G_RAY, G the certificate "
+                        "of the zero-temperature problem at the stage's time-averaged "
+                        "residuals (1 on every ray at the optimum; default 0.5)")
+    p.add_argument("--halo-ratio", type=float, default=3.0,
+                   help="a ray's mean particle mass |a||u| is at least HALO_RATIO times the "
+                        "free-particle baseline (d+1) tau/lam (default 3)")
     p.add_argument("--no-w2", action="store_true",
                    help="skip the Wasserstein distances between successive temperatures "
                         "(exact W2 takes about 40 s at 10^4 particles)")
+    p.add_argument("--no-sensitivity", action="store_true",
+                   help="skip the table of J and K over a range of each threshold at the "
+                        "coldest tau (about 15 ray analyses; 20 s of CPU at 10^5 particles)")
     p.add_argument("--no-references", action="store_true",
                    help="skip the comparison with the exact references (Gibbs fixed point at "
                         "each tau for d <= 2; the convex tau -> 0 limit at the coldest tau)")
@@ -77,13 +84,16 @@ def main(args) -> int:
                                        "meanfield analyze RUN.h5")
     if not 0 <= args.min_mass < 1:
         raise InputError("--min-mass", "", f"must be in [0, 1), got {args.min_mass}")
-    if not 0 <= args.g_ray <= 1:
-        raise InputError("--g-ray", "", f"must be in [0, 1], got {args.g_ray}")
+    if not -1 <= args.g_ray <= 1:
+        raise InputError("--g-ray", "", f"must be in [-1, 1], got {args.g_ray}")
+    if not args.halo_ratio >= 0:
+        raise InputError("--halo-ratio", "", f"must be >= 0, got {args.halo_ratio}")
     outdir = Path(args.outdir) if args.outdir else Path(str(Path(args.run).with_suffix("")) + "-report")
     _check_outdir(outdir)
     rep = analyze_run(args.run, outdir, figures=not args.no_figures, w2=not args.no_w2,
                       references=not args.no_references, min_mass_frac=args.min_mass,
-                      g_ray=args.g_ray, fmt=args.format,
+                      sensitivity=not args.no_sensitivity,
+                      g_ray=args.g_ray, halo_ratio=args.halo_ratio, fmt=args.format,
                       progress=False if args.quiet else None)
     if args.csv:
         from meanfield.tidy import write_csv
@@ -99,10 +109,14 @@ def main(args) -> int:
         for r in rep["ladder"]:
             w2 = "" if r["w2_to_previous"] is None else \
                 f" W2 to previous tau={r['w2_to_previous']:.3e} ({r['w2_method']})"
+            ref = ("" if r.get("J_convex") is None else
+                   f" (convex: J={r['J_convex']} K={r['K_convex']})")
             print(f"tau={r['tau']:.2e} step={r['step']:>8d} risk={r['risk']:.4e} "
-                  f"rays J={r['J']:>3d} hyperplanes K={r['K']:>3d}{w2}")
+                  f"rays J={r['J']:>3d} hyperplanes K={r['K']:>3d}{ref}{w2}")
         th = rep["theorem6"]
-        if th is not None:
+        if th is not None and not th.get("decided", True):
+            print(f"Theorem 6 (lowest tau): not decided, {th['undecided_reason']}")
+        elif th is not None:
             print(f"Theorem 6 (lowest tau): distinct={th['distinct']} antichain={th['antichain']} "
                   f"max per binary pattern={th['max_per_binary']}")
         refs = rep.get("references")

@@ -120,6 +120,13 @@ class StudyParams:
                                 ("--normalize", self.normalize, NORMALIZE)):
             if v not in allowed:
                 raise InputError(_SOURCE, opt, f"must be one of {', '.join(allowed)}, got {v!r}")
+        if self.init == "disconnected" and self.neurons > 2:
+            # examples assigned to no neuron stay unfit, so the gap to the global minimum-norm
+            # interpolant and its slope would not measure the implicit bias
+            raise InputError(_SOURCE, "--init", "disconnected needs --neurons <= 2: with more "
+                                                "neurons, examples assigned to no neuron stay "
+                                                "unfit and the gap to the minimum-norm "
+                                                "interpolant is meaningless")
 
     def to_dict(self) -> dict:
         d = asdict(self)
