@@ -333,7 +333,7 @@ def ladder(X: ArrayLike, frames: list[FrameAnalysis], reference: ArrayLike | Cal
 
 def analyze(run: Any, *, reference: ArrayLike | Callable | None = None, w2: bool = True,
             references: bool = False, convex: bool | None = None, sensitivity: bool = False,
-            **ray_kw) -> RunAnalysis:
+            progress: Any = None, **ray_kw) -> RunAnalysis:
     """Analyse every snapshot frame of a run and its temperature ladder.
 
     Parameters
@@ -358,6 +358,10 @@ def analyze(run: Any, *, reference: ArrayLike | Callable | None = None, w2: bool
     sensitivity : bool
         ``J`` and ``K`` of the coldest snapshot over a range of each threshold
         (:func:`analysis.ray_checks.sensitivity`; about 15 more ray analyses).
+    progress : object, optional
+        Told of each part done: ``update(1)`` after each frame, the ladder and the references,
+        ``set_postfix(doing=...)`` before each (``n_frames + 1 + references`` parts; a tqdm
+        bar fits).
     **ray_kw
         Passed to :func:`analysis.rays.find_rays`.
 
@@ -370,10 +374,23 @@ def analyze(run: Any, *, reference: ArrayLike | Callable | None = None, w2: bool
     ValueError
         A reference with another number of values than training points.
     """
+    def tell(doing=None, done=0):
+        if progress is not None:
+            if done:
+                progress.update(done)
+            if doing:
+                progress.set_postfix(doing=doing)
+
+    tell("P")
     dc = count_dichotomies(run.X)
     if dc.ambiguous:
         dc = count_dichotomies(run.X, exact=True)
-    frames = [analyze_frame(run, k, **ray_kw) for k in range(run.n_frames)]
+    frames = []
+    for k in range(run.n_frames):
+        tell(f"rays of frame {k + 1}/{run.n_frames}")
+        frames.append(analyze_frame(run, k, **ray_kw))
+        tell(done=1)
+    tell("W2 between temperatures" if w2 else "ladder")
     if convex is None:
         convex = references
     cvx = None
@@ -414,6 +431,8 @@ def analyze(run: Any, *, reference: ArrayLike | Callable | None = None, w2: bool
         result.sensitivity = {"tau": last.tau, "step": last.step,
                               **ray_sensitivity(last.theta, run.X, last.ray_kw, conv=cvx,
                                                 floor=floor)}
+    tell("exact references (Gibbs at each tau, convex limit)" if references else None, 1)
     if references:
         result.references = report_section(run, result.as_dict())
+        tell(done=1)
     return result

@@ -30,6 +30,10 @@ _EXPORTS = {
     "Run": "meanfield.store:Run",
     "analyze_run": "meanfield.report:analyze_run",
     "analyze_study": "meanfield.sweep.summary:analyze_study",
+    "plot_predictor": "meanfield.figures:plot_predictor",
+    "plot_directions": "meanfield.figures:plot_directions",
+    "plot_ladder": "meanfield.figures:plot_ladder",
+    "plot_trajectory": "meanfield.figures:plot_trajectory",
     "InputError": "meanfield.errors:InputError",
     "DivergenceError": "meanfield.errors:DivergenceError",
 }

@@ -60,7 +60,14 @@ class RunConfig:
         """The canonical config as a plain dict (the four tables)."""
         dyn = dataclasses.asdict(self.dynamics)
         dyn["taus"] = list(dyn["taus"])
-        return {"data": {"kind": self.data.KIND, **dataclasses.asdict(self.data)},
+        data = {"kind": self.data.KIND, **dataclasses.asdict(self.data)}
+        for key in ("target", "features"):      # only when given: older configs keep their hash
+            if key in data:
+                if data[key]:
+                    data[key] = list(data[key]) if key == "features" else data[key]
+                else:
+                    del data[key]
+        return {"data": data,
                 "model": dataclasses.asdict(self.model), "dynamics": dyn,
                 "output": dataclasses.asdict(self.output)}
 

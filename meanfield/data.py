@@ -74,9 +74,12 @@ def _is_number(s: str) -> bool:
     return True
 
 
-def _load_csv(path: Path) -> Dataset:
+def _read_csv(path: Path):
+    """The header (list of names, or ``None``), the numeric rows (ndarray) and their 1-based
+    line numbers in the file, of a CSV file."""
     rows, lines = [], []
     ncol = None
+    names = None
     # utf-8-sig: a byte-order mark (as spreadsheet programs write) is not part of the first field
     with open(path, encoding="utf-8-sig") as fh:
         for lineno, line in enumerate(fh, start=1):
@@ -89,6 +92,7 @@ def _load_csv(path: Path) -> Dataset:
             except ValueError:
                 if not rows and ncol is None and not any(_is_number(p) for p in parts):
                     ncol = len(parts)              # a header line: no field is a number
+                    names = parts
                     continue
                 raise DataError(str(path), f"line {lineno}", f"not a number in {s!r}") from None
             if ncol is None:
@@ -100,10 +104,7 @@ def _load_csv(path: Path) -> Dataset:
             lines.append(lineno)
     if not rows:
         raise DataError(str(path), "", "empty data set (no numeric rows)")
-    A = np.array(rows, dtype=np.float64)
-    if A.shape[1] < 2:
-        raise DataError(str(path), "", "need at least 2 columns (inputs..., y)")
-    return check_arrays(A[:, :-1], A[:, -1], str(path), rows=lines)
+    return names, np.array(rows, dtype=np.float64), lines
 
 
 #: The first bytes of the binary formats (``.npz`` is a zip archive).
@@ -118,14 +119,69 @@ def _check_magic(p: Path, suffix: str, src: str) -> None:
         raise DataError(src, "", f"not a {kind}: it starts with {head!r}")
 
 
-def load_file(path: str | os.PathLike) -> Dataset:
+def _columns(path: Path, names, target, features):
+    """Column indices ``(inputs, target)`` of a CSV file with header ``names``.
+
+    Raises
+    ------
+    DataError
+        A header not used by name, names without a header, unknown or repeated names.
+    """
+    src = str(path)
+    if names is None:
+        if target is not None or features is not None:
+            raise DataError(src, "data.target" if target is not None else "data.features",
+                            "the file has no header line to name its columns; add one "
+                            "(e.g. x1,x2,y) or leave out data.target and data.features "
+                            "(last column y)")
+        return None
+    listed = ", ".join(names)
+    if len(set(names)) != len(names):
+        dup = sorted({c for c in names if names.count(c) > 1})
+        raise DataError(src, "header", f"repeated column name(s) {', '.join(dup)} in: {listed}")
+    if target is None:
+        raise DataError(src, "header", f"has named columns ({listed}); say which is y with "
+                                       f"data.target = NAME, one of: {listed} (and the inputs "
+                                       f"with data.features = [NAMES], default: the others)")
+    if target not in names:
+        raise DataError(src, "data.target", f"no column {target!r}; columns: {listed}")
+    if features is None:
+        features = [c for c in names if c != target]
+    for c in features:
+        if c not in names:
+            raise DataError(src, "data.features", f"no column {c!r}; columns: {listed}")
+    if target in features:
+        raise DataError(src, "data.features", f"holds the target {target!r}")
+    if len(set(features)) != len(features) or not features:
+        raise DataError(src, "data.features", "must name distinct columns, at least one")
+    return [names.index(c) for c in features], names.index(target)
+
+
+def _load_csv(path: Path, target=None, features=None) -> Dataset:
+    names, A, lines = _read_csv(path)
+    cols = _columns(path, names, target, features)
+    if cols is None:
+        if A.shape[1] < 2:
+            raise DataError(str(path), "", "need at least 2 columns (inputs..., y)")
+        return check_arrays(A[:, :-1], A[:, -1], str(path), rows=lines)
+    inputs, t = cols
+    return check_arrays(A[:, inputs], A[:, t], str(path), rows=lines)
+
+
+def load_file(path: str | os.PathLike, target: str | None = None,
+              features: list | None = None) -> Dataset:
     """Load a data file.
 
     Parameters
     ----------
     path : path-like
-        ``.csv`` (comma separated, last column is ``y``; ``#`` comments and one header line
-        allowed), ``.npy`` (one 2-D array, last column ``y``) or ``.npz`` (arrays ``X`` and ``y``).
+        ``.csv`` (comma separated; ``#`` comments allowed; without a header line the last
+        column is ``y``, with one the columns are chosen by name), ``.npy`` (one 2-D array,
+        last column ``y``) or ``.npz`` (arrays ``X`` and ``y``).
+    target : str, optional
+        The name of the ``y`` column of a CSV file with a header line (required there).
+    features : list of str, optional
+        The names of the input columns, in order (default: every column but ``target``).
 
     Returns
     -------
@@ -134,7 +190,8 @@ def load_file(path: str | os.PathLike) -> Dataset:
     Raises
     ------
     DataError
-        Missing/unreadable file, unknown extension, pickled arrays (refused), bad shapes or values.
+        Missing/unreadable file, unknown extension, pickled arrays (refused), bad shapes or
+        values; a CSV header without ``target``, or names that are not its columns.
     """
     p = Path(path)
     src = str(path)
@@ -143,9 +200,12 @@ def load_file(path: str | os.PathLike) -> Dataset:
     if p.is_dir():
         raise DataError(src, "", "is a directory, expected a data file")
     suffix = p.suffix.lower()
+    if suffix != ".csv" and (target is not None or features is not None):
+        raise DataError(src, "data.target" if target is not None else "data.features",
+                        "columns are chosen by name only in a .csv file with a header line")
     try:
         if suffix == ".csv":
-            ds = _load_csv(p)
+            ds = _load_csv(p, target, features)
         elif suffix == ".npy":
             _check_magic(p, suffix, src)
             A = np.load(p, allow_pickle=False)
@@ -232,7 +292,9 @@ def from_config(cfg: RunConfig) -> Dataset:
     """
     dat = cfg.data
     if isinstance(dat, FileData):
-        return load_file(dat.path)
+        if not Path(dat.path).exists():
+            raise DataError(cfg.source, "data.path", f"no such file {dat.path}")
+        return load_file(dat.path, dat.target or None, list(dat.features) or None)
     if isinstance(dat, TwoPointData):
         return two_point(dat.d, dat.norm, dat.labels, dat.y)
     if isinstance(dat, GaussianData):

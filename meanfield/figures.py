@@ -1,15 +1,26 @@
-"""Figures of the report (matplotlib, Agg backend): predictor with kink lines, particle
-directions with rays marked, and ladder curves."""
+"""Every figure of meanfield (matplotlib, Agg backend), and their writer :func:`save`.
+
+The figures of one run's analysis take the analysis (the report dict of ``analyze_run``) and
+the run (:func:`meanfield.open_run`), draw into the given matplotlib ``Axes`` (or a new figure)
+and return the ``Figure``: :func:`plot_predictor`, :func:`plot_directions`,
+:func:`plot_ladder`, :func:`plot_trajectory`. They are sized for a single journal column
+(3.4 in wide, 8 pt text). The study and highdim figures use :data:`STYLE` and :func:`_plt`.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import math
 from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
 
 from analysis.rays import directions
+from analysis.time_average import time_average_observable
 from meanfield import atomic
+from solvers import numpy_model
+from solvers.geometry import kink_hyperplanes
 
 STYLE = {"figure.dpi": 120, "axes.grid": True, "grid.alpha": 0.3, "font.size": 9,
          "axes.titlesize": 10, "savefig.bbox": "tight"}
@@ -55,253 +66,601 @@ def _plt():
     return plt
 
 
-def _box(X, pad=0.35):
+#: Single-column width (inches) and the text sizes the figures are designed for.
+WIDTH = 3.4
+RUN_STYLE = {"font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "xtick.labelsize": 7,
+         "ytick.labelsize": 7, "legend.fontsize": 7, "figure.dpi": 150,
+         "savefig.bbox": "tight", "savefig.dpi": 200, "axes.grid": False}
+#: Colours of the sign of a (kink lines, rays), distinct from the red-blue predictor map.
+SIGN_COLOURS = {1: "#1b7837", -1: "#762a83", 0: "#000000"}
+SIGN_STYLES = {1: "-", -1: "--", 0: "-."}
+
+
+def _figure(figsize):
+    import_matplotlib()
+    from matplotlib.figure import Figure
+    return Figure(figsize=figsize, layout="constrained")
+
+
+def _rc():
+    return import_matplotlib().rc_context(RUN_STYLE)
+
+
+def _last_per_tau(rep):
+    last = {}
+    for s in rep.get("snapshots", []):
+        last[s["tau"]] = s
+    return list(last.values())
+
+
+def _frame_of(run, step):
+    k = int(np.nonzero(np.asarray(run.frame_step) == step)[0][0])
+    return run.frame(k)
+
+
+def _box(X, pad=0.3):
     lo, hi = X.min(axis=0), X.max(axis=0)
     span = np.maximum(hi - lo, 1e-9)
     return lo - pad * span, hi + pad * span
 
 
-def _unpack(item, default_kinks):
-    if len(item) == 3:
-        return item
-    return item[0], item[1], default_kinks
+def _kink_sign(snap, kink):
+    signs = {snap["rays"][r]["sign"] for r in kink["rays"]}
+    return signs.pop() if len(signs) == 1 else 0
 
 
-def _kink_lines_2d(ax, kinks, g0, g1, **kw):
-    for kk in (kinks or []):
-        nrm, off = kk.normal, kk.offset
-        if abs(nrm[1]) > abs(nrm[0]):
-            ax.plot(g0, (off - nrm[0] * g0) / nrm[1], **kw)
-        else:
-            ax.plot((off - nrm[1] * g1) / nrm[0], g1, **kw)
+def _clip_line(normal, offset, lo, hi):
+    """End points of ``{x : normal·x = offset}`` inside the box ``[lo, hi]`` (2-D), or None."""
+    pts = []
+    n0, n1 = normal
+    for x in (lo[0], hi[0]):
+        if abs(n1) > 1e-12:
+            yv = (offset - n0 * x) / n1
+            if lo[1] - 1e-12 <= yv <= hi[1] + 1e-12:
+                pts.append((x, yv))
+    for yv in (lo[1], hi[1]):
+        if abs(n0) > 1e-12:
+            x = (offset - n1 * yv) / n0
+            if lo[0] - 1e-12 <= x <= hi[0] + 1e-12:
+                pts.append((x, yv))
+    pts = sorted({(round(p[0], 12), round(p[1], 12)) for p in pts})
+    return (pts[0], pts[-1]) if len(pts) >= 2 else None
 
 
-def plot_predictor(path, X, y, predictors, kinks=None, title=""):
-    """Predictor at several temperatures over the data, with training points and kink lines.
+def plot_predictor(rep, run, *, axes=None, taus=None):
+    """The predictor ``f(x)`` at each temperature with its kink lines and the data.
 
     Parameters
     ----------
-    path : path-like
-        PNG to write.
-    X : ndarray of shape (n, d); y : ndarray of shape (n,)
-        Training inputs and targets (the data's units).
-    predictors : list of ``(label, f)`` or ``(label, f, kinks)``
-        ``f`` maps an (m, d) array to (m,) (e.g. one snapshot's :func:`solvers.numpy_model.predict`);
-        ``kinks`` are that predictor's :class:`solvers.geometry.Kink` hyperplanes
-        ``{x : normal·x = offset}``. A 2-tuple uses ``kinks`` for the last predictor only.
-    kinks : list of Kink, optional
-        Kinks of the last predictor when the items are 2-tuples.
-    title : str
+    rep : dict
+        The analysis (``analyze_run``); its last snapshot at each ``τ`` is drawn.
+    run : meanfield.store.Run
+        The run file (the particles of those snapshots).
+    axes : sequence of matplotlib Axes, optional
+        One per temperature drawn; default: a new figure, two panels a row.
+    taus : sequence of float, optional
+        Only these temperatures.
 
     Returns
     -------
-    path, or ``None`` (nothing drawn) when ``d > 2``.
+    matplotlib.figure.Figure or None
+        ``None`` when ``d > 2`` (nothing to draw).
+
+    Raises
+    ------
+    meanfield.errors.RunFileError
+        The run file cannot be read (the particles of a snapshot load from it).
 
     Notes
     -----
-    ``d = 1``: one curve per predictor (cold = dark), kinks as dotted vertical lines in the
-    curve's colour. ``d = 2``: a row of heat maps on one colour scale, one per predictor, each
-    with its kink lines (dashed) and the training points coloured by ``y``.
+    ``d = 2``: heat map of ``f`` (red-blue, one scale for every panel, zero white); kink lines
+    ``{x : normal·x = offset}`` of the rays (THEORY §4), green solid for rays with ``a > 0``,
+    purple dashed for ``a < 0``, black dash-dot when rays of both signs share the line, each
+    labelled with its rays' numbers as in ``report.md`` (``r0`` the heaviest); the training
+    points are circles filled with ``y`` on the predictor's scale, with a black and a white
+    ring so they stand out on any background (a point whose fill matches its surroundings is
+    fitted). ``d = 1``: one curve per temperature, kinks as vertical lines.
     """
-    plt = _plt()
-    X = np.asarray(X, float)
-    y = np.asarray(y, float)
+    X, y = np.asarray(run.X, float), np.asarray(run.y, float)
     d = X.shape[1]
-    items = [_unpack(it, kinks if k == len(predictors) - 1 else None)
-             for k, it in enumerate(predictors)]
-    with plt.rc_context(STYLE):
+    snaps = [s for s in _last_per_tau(rep) if taus is None or s["tau"] in taus]
+    if d > 2 or not snaps:
+        return None
+    with _rc():
         if d == 1:
-            lo, hi = _box(X)
-            xs = np.linspace(lo[0], hi[0], 600)[:, None]
-            fig, ax = plt.subplots(figsize=(6, 3.6), constrained_layout=True)
-            cmap = plt.get_cmap("viridis")
-            for k, (lab, f, kk_list) in enumerate(items):
-                col = cmap(0.85 * (1 - k / max(1, len(items) - 1)))
-                ax.plot(xs[:, 0], f(xs), color=col, label=lab)
-                for kk in (kk_list or []):
-                    ax.axvline(kk.offset / kk.normal[0], color=col, ls=":", lw=0.9)
-            ax.scatter(X[:, 0], y, color="k", zorder=5, s=18, label="data")
-            ax.set_xlabel("input x")
-            ax.set_ylabel("predictor f(x)")
-            ax.legend(fontsize=7)
-            ax.set_title(title or "predictor; dotted: kinks")
-        elif d == 2:
-            lo, hi = _box(X)
-            g0 = np.linspace(lo[0], hi[0], 160)
-            g1 = np.linspace(lo[1], hi[1], 160)
-            G0, G1 = np.meshgrid(g0, g1)
-            grid = np.c_[G0.ravel(), G1.ravel()]
-            Fs = [f(grid).reshape(G0.shape) for _, f, _ in items]
-            vmax = max(max(np.abs(F).max() for F in Fs), np.abs(y).max())
-            m = len(items)
-            fig, axes = plt.subplots(1, m, figsize=(3.1 * m + 0.8, 3.3), sharey=True,
-                                     constrained_layout=True, squeeze=False)
-            for ax, (lab, _, kk_list), F in zip(axes[0], items, Fs):
-                im = ax.pcolormesh(G0, G1, F, cmap="RdBu_r", vmin=-vmax, vmax=vmax,
-                                   shading="auto", rasterized=True)
-                _kink_lines_2d(ax, kk_list, g0, g1, color="k", ls="--", lw=0.9)
-                ax.scatter(X[:, 0], X[:, 1], c=y, cmap="RdBu_r", vmin=-vmax, vmax=vmax,
-                           edgecolors="k", s=30, zorder=5)
-                ax.set_xlim(lo[0], hi[0])
-                ax.set_ylim(lo[1], hi[1])
-                ax.set_aspect("equal")
-                ax.grid(False)
-                ax.set_xlabel("x₁")
-                ax.set_title(f"{lab}, K = {len(kk_list or [])}")
-            axes[0, 0].set_ylabel("x₂")
-            fig.colorbar(im, ax=axes[0].tolist(), label="f(x)", shrink=0.9)
-            fig.suptitle(title or "predictor (colour), kink lines (dashed), data (dots, "
-                                  "coloured by y)")
-        else:
-            return None
-        save(fig, path)
-        plt.close(fig)
-    return path
+            return _predictor_1d(snaps, run, X, y, axes)
+        return _predictor_2d(snaps, run, X, y, axes)
 
 
-def _sphere_density(V, mass, nlon=90, nlat=45):
-    """Mass-weighted histogram of unit vectors in R³ over (longitude, latitude) cells, divided
-    by each cell's solid angle (a density on the sphere, per steradian, of total mass 1)."""
-    lon = np.arctan2(V[:, 1], V[:, 0])
-    lat = np.arcsin(np.clip(V[:, 2], -1, 1))
-    le = np.linspace(-np.pi, np.pi, nlon + 1)
-    be = np.linspace(-np.pi / 2, np.pi / 2, nlat + 1)
-    h, _, _ = np.histogram2d(lon, lat, bins=(le, be), weights=mass)
-    area = np.outer(np.diff(le), np.diff(np.sin(be)))
-    return le, be, h / area
+def _predictor_1d(snaps, run, X, y, axes):
+    import matplotlib
+    if axes is None:
+        fig = _figure((WIDTH, 2.4))
+        ax = fig.add_subplot()
+    else:
+        ax = axes[0] if np.iterable(axes) else axes
+        fig = ax.figure
+    lo, hi = _box(X)
+    xs = np.linspace(lo[0], hi[0], 600)[:, None]
+    cmap = matplotlib.colormaps["viridis"]
+    for k, s in enumerate(snaps):
+        col = cmap(0.85 * (1 - k / max(1, len(snaps) - 1)))
+        ax.plot(xs[:, 0], numpy_model.predict(_frame_of(run, s["step"]), xs), color=col, lw=1.2,
+                label=f"τ = {s['tau']:.0e} (K = {len(s['kinks'])})")
+        for kk in s["kinks"]:
+            ax.axvline(kk["offset"] / kk["normal"][0], color=col, ls=":", lw=0.8)
+    ax.scatter(X[:, 0], y, color="k", zorder=5, s=14, label="data")
+    ax.set_xlabel("input x")
+    ax.set_ylabel("predictor f(x)")
+    ax.legend(frameon=False)
+    ax.set_title("predictor at each τ; dotted: kinks")
+    return fig
 
 
-def plot_directions(path, theta, rays=None, title=""):
-    """Mass-weighted density of the particle directions ``v = (w, b)/|(w, b)|`` with the rays.
+def _predictor_2d(snaps, run, X, y, axes):
+    import matplotlib.patheffects as pe
+    from matplotlib.lines import Line2D
+    lo, hi = _box(X)
+    g0 = np.linspace(lo[0], hi[0], 180)
+    g1 = np.linspace(lo[1], hi[1], 180)
+    G0, G1 = np.meshgrid(g0, g1)
+    grid = np.c_[G0.ravel(), G1.ravel()]
+    Fs = [numpy_model.predict(_frame_of(run, s["step"]), grid).reshape(G0.shape)
+          for s in snaps]
+    vmax = max(max(np.abs(F).max() for F in Fs), np.abs(y).max())
+    m = len(snaps)
+    spare = None
+    if axes is None:
+        ncol = 1 if m == 1 else 2
+        nrow = -(-(m + 1) // ncol) if m > 1 else 1     # one more slot for the key
+        fig = _figure((WIDTH, 1.62 * nrow + 0.1))
+        gs = fig.add_gridspec(nrow, ncol)
+        axes = [fig.add_subplot(gs[i // ncol, i % ncol]) for i in range(m)]
+        if m > 1:
+            spare = fig.add_subplot(gs[m // ncol, m % ncol:] if m % ncol else gs[m // ncol, :])
+    else:
+        axes = list(np.ravel(axes))
+        fig = axes[0].figure
+    halo = [pe.withStroke(linewidth=3.0, foreground="white")]
+    for i, (ax, s, F) in enumerate(zip(axes, snaps, Fs)):
+        im = ax.imshow(F, origin="lower", extent=(lo[0], hi[0], lo[1], hi[1]), cmap="RdBu_r",
+                       vmin=-vmax, vmax=vmax, interpolation="bilinear", rasterized=True)
+        for j, kk in enumerate(s["kinks"]):
+            seg = _clip_line(kk["normal"], kk["offset"], lo, hi)
+            if seg is None:
+                continue
+            sg = _kink_sign(s, kk)
+            (x0, y0), (x1, y1) = seg
+            ax.plot([x0, x1], [y0, y1], color=SIGN_COLOURS[sg], ls=SIGN_STYLES[sg], lw=1.1,
+                    path_effects=[pe.withStroke(linewidth=2.2, foreground="white", alpha=0.6)])
+            # label at one end, alternating, pulled inside the box
+            t = 0.08 if j % 2 == 0 else 0.92
+            lx, ly = x0 + t * (x1 - x0), y0 + t * (y1 - y0)
+            ax.text(lx, ly, ",".join(f"r{r}" for r in kk["rays"]), fontsize=6,
+                    color=SIGN_COLOURS[sg], ha="center", va="center", path_effects=halo)
+        ax.scatter(X[:, 0], X[:, 1], c=y, cmap="RdBu_r", vmin=-vmax, vmax=vmax, s=22,
+                   edgecolors="k", linewidths=0.9, zorder=5,
+                   path_effects=[pe.withStroke(linewidth=2.4, foreground="white")])
+        ax.set_xlim(lo[0], hi[0])
+        ax.set_ylim(lo[1], hi[1])
+        ax.set_aspect("equal")
+        ax.set_title(f"τ = {s['tau']:.0e}: J = {len(s['rays'])}, K = {len(s['kinks'])}")
+        ax.set_xlabel("x₁", labelpad=1)
+        if i % 2 == 0:
+            ax.set_ylabel("x₂", labelpad=1)
+    key = [Line2D([], [], color=SIGN_COLOURS[1], ls=SIGN_STYLES[1], label="kink of rays a > 0"),
+           Line2D([], [], color=SIGN_COLOURS[-1], ls=SIGN_STYLES[-1],
+                  label="kink of rays a < 0"),
+           Line2D([], [], color=SIGN_COLOURS[0], ls=SIGN_STYLES[0], label="both signs"),
+           Line2D([], [], marker="o", ls="", mfc="white", mec="k", label="data, fill = y")]
+    if spare is not None:
+        spare.set_axis_off()
+        cax = spare.inset_axes([0.1, 0.80, 0.8, 0.07])
+        fig.colorbar(im, cax=cax, orientation="horizontal")
+        cax.set_title("f(x) and y", fontsize=7, pad=2)
+        spare.legend(handles=key, loc="upper center", bbox_to_anchor=(0.5, 0.66), frameon=False,
+                     title="r3: ray 3 of report.md", title_fontsize=6, handlelength=2.2)
+    else:
+        fig.colorbar(im, ax=axes, label="f(x) and y", shrink=0.85)
+        axes[-1].legend(handles=key, loc="upper center", bbox_to_anchor=(0.5, -0.22),
+                        ncol=2, frameon=False)
+    return fig
+
+
+# --- directions -------------------------------------------------------------------------------
+
+def _lonlat(V):
+    return np.arctan2(V[:, 1], V[:, 0]), np.arcsin(np.clip(V[:, 2], -1, 1))
+
+
+def seam_longitude(lons) -> float:
+    """A centre longitude for the map that puts the ±180° seam in the widest gap between the
+    given longitudes (radians), so that no marked direction is split across the edge."""
+    lons = np.sort(np.mod(np.asarray(lons, float), 2 * np.pi))
+    if lons.size == 0:
+        return 0.0
+    gaps = np.diff(np.r_[lons, lons[0] + 2 * np.pi])
+    k = int(np.argmax(gaps))
+    return float(_wrap(lons[k] + gaps[k] / 2))
+
+
+def _wrap(x):
+    return np.mod(x + np.pi, 2 * np.pi) - np.pi
+
+
+def plot_directions(rep, run, *, axes=None, tau=None, convex=None):
+    """Where the neurons point at one temperature: the mass density of the directions
+    ``v = (w, b)/|(w, b)|`` with the rays marked.
 
     Parameters
     ----------
-    path : path-like
-        PNG to write.
-    theta : ndarray of shape (N, d+2)
-        Particles, rows ``(a, w_1..w_d, b)``; the mass of a particle is ``|a||(w, b)|``.
-    rays : list of analysis.rays.Ray, optional
-        Marked at their mean direction (``Ray.direction``, ``Ray.sign``).
-    title : str
-        Figure title (default: what is shown).
+    rep : dict
+        The analysis (``analyze_run``).
+    run : meanfield.store.Run
+    axes : sequence of two matplotlib Axes (Mollweide projection), optional
+        For ``a > 0`` and ``a < 0`` (``d = 2``); one polar Axes for ``d = 1``.
+    tau : float, optional
+        The temperature (default: the coldest); its last snapshot is drawn.
+    convex : tuple (directions (J, d+1), signs (J,)), optional
+        Rays of the ``τ → 0`` convex solution to overlay (``+``); by default those of the exact
+        reference when the analysis compared with it.
 
     Returns
     -------
-    path or None
-        ``None`` (nothing drawn) when ``d > 2``.
+    matplotlib.figure.Figure or None
+        ``None`` when ``d > 2``.
+
+    Raises
+    ------
+    meanfield.errors.RunFileError
+        The run file cannot be read (the particles of a snapshot load from it).
+    ValueError
+        ``tau`` is not a temperature of the analysis.
 
     Notes
     -----
-    ``d = 1``: polar histogram of the angle of ``v = (w, b)/|(w, b)|`` on the circle (fraction of
-    the total mass per 2° bin), ``a > 0`` red, ``a < 0`` blue, rays as black radii.
-    ``d = 2``: two equal-area (Mollweide) maps of the sphere ``S²`` of directions, one per sign of
-    ``a``, longitude in the ``(w₁, w₂)`` plane and latitude toward ``b``; colour is the density
-    of the mass per steradian (log scale), rays are circles. Sources: THEORY §4 (rays),
-    [LJM26] (direction collapse).
+    ``d = 2``: two equal-area (Mollweide) maps of the sphere of directions, one per sign of
+    ``a``: longitude is the angle of ``(w₁, w₂)`` and latitude the elevation toward ``b``;
+    colour is the particle mass ``|a||(w, b)|`` per steradian (fraction of the total, log
+    scale). The map is centred so that its ±180° edge falls in the widest gap between rays.
+    Circles: the rays found (``r0`` the heaviest); ``+``: the rays of the exact ``τ → 0``
+    limit; mass not circled is the thermal halo, not counted as rays (its fraction is in the
+    title). Sources: THEORY §4, [LJM26].
     """
-    plt = _plt()
-    theta = np.asarray(theta, float)
+    X, d = np.asarray(run.X, float), run.X.shape[1]
+    snaps = _last_per_tau(rep)
+    if d > 2 or not snaps:
+        return None
+    have = [s["tau"] for s in snaps]
+    if tau is not None and tau not in have:
+        listed = ", ".join(f"{t:g}" for t in have)
+        raise ValueError(f"no snapshot at tau={tau:g}; the analysis has {listed}")
+    snap = snaps[-1] if tau is None else next(s for s in snaps if s["tau"] == tau)
+    theta = _frame_of(run, snap["step"])
     V, _, mass = directions(theta)
+    mass = mass / max(mass.sum(), 1e-300)
     sign = np.sign(theta[:, 0])
-    D = V.shape[1]
-    total = max(mass.sum(), 1e-300)
-    with plt.rc_context(STYLE):
-        if D == 2:
-            fig = plt.figure(figsize=(4.6, 4.6))
-            ax = fig.add_subplot(projection="polar")
-            ang = np.arctan2(V[:, 1], V[:, 0])
-            bins = np.linspace(-np.pi, np.pi, 181)
-            for s, col in ((1, "tab:red"), (-1, "tab:blue")):
-                h, _ = np.histogram(ang[sign == s], bins=bins, weights=mass[sign == s])
-                ax.bar(bins[:-1], h / total, width=np.diff(bins), color=col,
-                       alpha=0.6, align="edge", label="a > 0" if s > 0 else "a < 0")
-            for q in (rays or []):
-                ax.plot([np.arctan2(q.direction[1], q.direction[0])] * 2, [0, ax.get_rmax()],
-                        color="k", lw=0.8)
-            ax.set_xlabel("angle of (w, b); radius: mass fraction per 2° bin", fontsize=8)
-            ax.set_title(title or f"direction density, J = {len(rays or [])} rays (black)")
-            ax.legend(fontsize=7, loc="lower right")
-        elif D == 3:
-            fig, axes = plt.subplots(1, 2, figsize=(9.0, 3.0), constrained_layout=True,
-                                     subplot_kw={"projection": "mollweide"})
-            dens = [(_sphere_density(V[sign == s], mass[sign == s] / total), s) for s in (1, -1)]
-            top = max(max(dd[2].max() for dd, _ in dens), 1e-300)
-            norm = plt.matplotlib.colors.LogNorm(vmin=top * 1e-3, vmax=top)
-            for ax, ((le, be, rho), s) in zip(axes, dens):
-                im = ax.pcolormesh(le, be, np.ma.masked_less_equal(rho.T, top * 1e-3),
-                                   cmap="magma_r", norm=norm, rasterized=True)
-                for q in (rays or []):
-                    if np.sign(q.sign) != s:
-                        continue
-                    v = q.direction
-                    ax.plot(np.arctan2(v[1], v[0]), np.arcsin(np.clip(v[2], -1, 1)), "o",
-                            mfc="none", mec="tab:green", ms=11, mew=1.5)
-                ax.set_title(f"a {'>' if s > 0 else '<'} 0", fontsize=9)
-                ax.tick_params(labelsize=6)
-                ax.grid(True, alpha=0.4)
-                ax.set_xlabel("longitude: angle of (w₁, w₂)", fontsize=7)
-                ax.set_ylabel("latitude: toward b", fontsize=7)
-            fig.colorbar(im, ax=axes.tolist(), label="mass fraction per steradian", shrink=0.8)
-            fig.suptitle(title or f"direction density of (w, b)/|(w, b)| on S² (equal-area), "
-                                  f"J = {len(rays or [])} rays (circles)")
-        else:
-            return None
-        save(fig, path)
-        plt.close(fig)
-    return path
+    if convex is None and rep.get("references") and "skipped" not in rep["references"]:
+        try:
+            from analysis.references import convex_reference
+            c = convex_reference(X, run.y, float(run.config["dynamics"]["lam"]))
+            convex = (np.asarray(c.directions), np.asarray(c.signs))
+        except (ImportError, ValueError, RuntimeError):   # the overlay is optional
+            convex = None
+    halo = snap.get("thresholds", {}).get("halo_mass_fraction")
+    title = (f"τ = {snap['tau']:.0e}: J = {len(snap['rays'])} rays"
+             + (f", thermal halo {100 * halo:.0f} % of the mass" if halo is not None else ""))
+    with _rc():
+        if d == 1:
+            return _directions_1d(snap, V, mass, sign, convex, axes, title)
+        return _directions_2d(snap, V, mass, sign, convex, axes, title)
 
 
-def plot_ladder(path, taus, series: dict, title="low-temperature limit", references=None):
-    """Curves against the temperature ``τ`` (log axis, hot on the left, cold on the right).
+def _directions_1d(snap, V, mass, sign, convex, axes, title):
+    if axes is None:
+        fig = _figure((WIDTH, WIDTH))
+        ax = fig.add_subplot(projection="polar")
+    else:
+        ax = axes[0] if np.iterable(axes) else axes
+        fig = ax.figure
+    ang = np.arctan2(V[:, 1], V[:, 0])
+    bins = np.linspace(-np.pi, np.pi, 181)
+    for s in (1, -1):
+        h, _ = np.histogram(ang[sign == s], bins=bins, weights=mass[sign == s])
+        ax.bar(bins[:-1], h, width=np.diff(bins), color=SIGN_COLOURS[s], alpha=0.6,
+               align="edge", label="a > 0" if s > 0 else "a < 0")
+    rmax = ax.get_rmax()
+    for i, q in enumerate(snap["rays"]):
+        t = math.atan2(q["direction"][1], q["direction"][0])
+        ax.plot([t, t], [0, rmax], color=SIGN_COLOURS[q["sign"]], lw=0.9)
+        ax.text(t, rmax * 1.08, f"r{i}", fontsize=6, ha="center")
+    if convex is not None:
+        for v in convex[0]:
+            ax.plot(math.atan2(v[1], v[0]), rmax * 0.95, "+", color="k", ms=7)
+    ax.set_title(title, pad=12)
+    ax.legend(loc="lower right", frameon=False)
+    return fig
+
+
+def _directions_2d(snap, V, mass, sign, convex, axes, title):
+    from matplotlib.colors import LogNorm
+    from matplotlib.lines import Line2D
+    ray_lon = [math.atan2(q["direction"][1], q["direction"][0]) for q in snap["rays"]]
+    if convex is not None:
+        ray_lon += [math.atan2(v[1], v[0]) for v in convex[0]]
+    centre = _wrap(seam_longitude(ray_lon) + np.pi) if ray_lon else 0.0   # seam opposite
+    rounded = np.deg2rad(30 * round(np.rad2deg(centre) / 30))     # round tick labels if the
+    if all(abs(_wrap(r - rounded - np.pi)) > np.deg2rad(12) for r in ray_lon):  # seam stays clear
+        centre = rounded
+    if axes is None:
+        fig = _figure((WIDTH, 3.5))
+        axes = [fig.add_subplot(2, 1, i + 1, projection="mollweide") for i in range(2)]
+    else:
+        axes = list(np.ravel(axes))
+        fig = axes[0].figure
+    lon, lat = _lonlat(V)
+    lon = _wrap(lon - centre)
+    le = np.linspace(-np.pi, np.pi, 91)
+    be = np.linspace(-np.pi / 2, np.pi / 2, 46)
+    area = np.outer(np.diff(le), np.diff(np.sin(be)))
+    dens = {s: np.histogram2d(lon[sign == s], lat[sign == s], bins=(le, be),
+                              weights=mass[sign == s])[0] / area for s in (1, -1)}
+    top = max(max(h.max() for h in dens.values()), 1e-300)
+    norm = LogNorm(vmin=top * 1e-3, vmax=top)
+    im = None
+    for ax, s in zip(axes, (1, -1)):
+        im = ax.pcolormesh(le, be, np.ma.masked_less_equal(dens[s].T, top * 1e-3),
+                           cmap="magma_r", norm=norm, rasterized=True)
+        n_s = 0
+        for i, q in enumerate(snap["rays"]):
+            if q["sign"] != s:
+                continue
+            n_s += 1
+            v = np.asarray(q["direction"])
+            x, yv = _wrap(math.atan2(v[1], v[0]) - centre), math.asin(max(-1, min(1, v[2])))
+            ax.plot(x, yv, "o", mfc="none", mec=SIGN_COLOURS[s], ms=9, mew=1.3)
+            ax.annotate(f"r{i}", (x, yv), xytext=(6, 5), textcoords="offset points",
+                        fontsize=6, color=SIGN_COLOURS[s])
+        if convex is not None:
+            for v, cs in zip(*convex):
+                if np.sign(cs) == s:
+                    ax.plot(_wrap(math.atan2(v[1], v[0]) - centre),
+                            math.asin(max(-1, min(1, v[2]))), "+", color="k", ms=7, mew=1.0)
+        ax.set_title(f"a {'>' if s > 0 else '<'} 0: {n_s} ray{'s' if n_s != 1 else ''}",
+                     pad=3)
+        ticks = np.deg2rad(np.arange(-120, 121, 60))
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([f"{np.rad2deg(_wrap(t + centre)):.0f}°" for t in ticks],
+                           fontsize=6, color="0.35")
+        ax.set_yticks(np.deg2rad([-60, -30, 0, 30, 60]))
+        ax.set_yticklabels(["−60°", "−30°", "0°", "30°", "60°"], fontsize=6)
+        ax.grid(True, alpha=0.35, lw=0.5)
+    axes[-1].set_xlabel("longitude: angle of (w₁, w₂); latitude: toward b", fontsize=7)
+    fig.colorbar(im, ax=axes, label="mass fraction per steradian", shrink=0.7, pad=0.02)
+    key = [Line2D([], [], marker="o", ls="", mfc="none", mec="0.3", label="ray found (r0 heaviest)")]
+    if convex is not None:
+        key.append(Line2D([], [], marker="+", ls="", color="k", label="ray of the τ → 0 limit"))
+    axes[0].legend(handles=key, loc="upper center", bbox_to_anchor=(0.5, 1.42), ncol=2,
+                   frameon=False, fontsize=6)
+    fig.suptitle(title, fontsize=8)
+    return fig
+
+
+# --- ladder -----------------------------------------------------------------------------------
+
+def plot_ladder(rep, run, *, axes=None):
+    """The low-temperature limit against ``τ`` (log axis, hot on the left, the exact ``τ → 0``
+    limit at the right end).
+
+    Panels: (a) rays ``J`` and kink hyperplanes ``K`` with the bounds ``2P − 1`` and ``P − 1``
+    of [LJM26] and the convex solution's ``J``, ``K``; (b) the risk, time-averaged over the
+    second half of each temperature with its standard error, and the risk of the exact
+    references (Gibbs at each ``τ``, convex at ``τ → 0``); (c) ``W2`` between the particle
+    measures (and between the rays) of successive temperatures; (d) the distance of the
+    predictor on the data to the references: time-averaged (max over the data, ± standard
+    error) and at the last snapshot (RMS, to the convex limit).
 
     Parameters
     ----------
-    path : path-like
-        PNG to write.
-    taus : sequence of float
-        Temperatures (THEORY §2 convention: stationary density ``exp(−Ψ/τ)``).
-    series : dict
-        Panel label -> values per ``τ`` (``nan`` for missing); labels starting with ``rays`` or
-        ``hyperplanes`` get integer ticks. One panel per entry.
-    title : str
-    references : dict, optional
-        Panel label -> ``(value, legend)``: a dashed horizontal reference line on that panel
-        (e.g. the convex ``τ → 0`` reference's ray count).
+    rep : dict
+        The analysis (``analyze_run``).
+    run : meanfield.store.Run
+    axes : four matplotlib Axes, optional
 
     Returns
     -------
-    path
+    matplotlib.figure.Figure or None
+        ``None`` with fewer than two temperatures.
+
+    Raises
+    ------
+    meanfield.errors.RunFileError
+        The run file cannot be read (the particles of a snapshot load from it).
     """
-    plt = _plt()
-    taus = np.asarray(taus, float)
-    m = len(series)
-    ncol = min(3, m)
-    nrow = -(-m // ncol)
-    with plt.rc_context(STYLE):
-        fig, axes = plt.subplots(nrow, ncol, figsize=(3.3 * ncol, 2.7 * nrow), sharex=True,
-                                 constrained_layout=True, squeeze=False)
-        for ax, (lab, vals) in zip(axes.ravel(), series.items()):
-            ax.plot(taus, np.asarray(vals, float), "o-")
-            if references and lab in references and references[lab][0] is not None:
-                val, legend = references[lab]
-                ax.axhline(val, ls="--", color="0.4", lw=1, label=legend)
-                ax.legend(fontsize=7)
-            if lab.startswith(("rays", "hyperplanes")):
-                ax.yaxis.get_major_locator().set_params(integer=True)
+    rows = rep.get("ladder", [])
+    if len(rows) < 2:
+        return None
+    taus = np.array([r["tau"] for r in rows], float)
+    refs = rep.get("references") or {}
+    if "skipped" in refs:
+        refs = {}
+    cvx = refs.get("convex") if refs else None
+    t0 = taus.min() / 10                        # where the τ → 0 limit is drawn
+    with _rc():
+        has_refs = bool(refs) or any(r["dist_to_reference"] is not None for r in rows)
+        if axes is None:
+            fig = _figure((WIDTH, 3.9 if has_refs else 3.3))
+            if has_refs:
+                axes = list(fig.subplots(2, 2, sharex=True).ravel())
+            else:                       # no reference: three panels, none left empty
+                gs = fig.add_gridspec(2, 2)
+                axes = [fig.add_subplot(gs[0, 0]), fig.add_subplot(gs[0, 1]),
+                        fig.add_subplot(gs[1, :])]
+        else:
+            axes = list(np.ravel(axes))
+            fig = axes[0].figure
+        a, b, c = axes[:3]
+        d = axes[3] if len(axes) > 3 else None
+        # (a) J, K and the bounds
+        J = [r["J"] for r in rows]
+        K = [r["K"] for r in rows]
+        a.plot(taus, J, "o-", color="C0", ms=4, label="rays J")
+        a.plot(taus, K, "s--", color="C1", ms=3.5, mfc="none", label="kinks K")
+        P = rep.get("P")
+        if P is not None:
+            a.axhline(2 * P - 1, color="0.3", lw=0.8, ls="-")
+            a.axhline(P - 1, color="0.3", lw=0.8, ls=":")
+            a.text(0.97, 2 * P - 1, f"2P−1 = {2 * P - 1}", va="top", ha="right", fontsize=6,
+                   transform=a.get_yaxis_transform())
+            a.text(0.97, P - 1, f"P−1 = {P - 1}", va="top", ha="right", fontsize=6,
+                   transform=a.get_yaxis_transform())
+            a.set_yscale("log")
+            a.set_ylim(0.7, (2 * P - 1) * 1.6)
+        if cvx and cvx.get("n_rays") is not None:
+            try:
+                from analysis.references import convex_reference
+                sol = convex_reference(run.X, run.y, float(run.config["dynamics"]["lam"]))
+                a.plot([t0], [len(sol.weights)], "o", color="C0", mfc="white", ms=5,
+                       label="τ → 0 (exact)")
+                a.plot([t0], [len(kink_hyperplanes(sol.directions))], "s", color="C1",
+                       mfc="none", ms=6)
+            except (ImportError, ValueError, RuntimeError):   # the overlay is optional
+                pass
+        a.set_ylabel("count")
+        a.legend(frameon=False, fontsize=6, loc="center left")
+        a.set_title("(a) rays J, kinks K", loc="left")
+        # (b) risk
+        m, e = np.full(len(taus), np.nan), np.full(len(taus), np.nan)
+        for st in range(len(taus)):
+            with contextlib.suppress(ValueError):       # no observation in the window
+                m[st], e[st] = time_average_observable(run, "risk", st)
+        if np.isfinite(m).any():
+            b.errorbar(taus, m, yerr=e, fmt="o-", ms=3.5, capsize=2, color="C0",
+                       label="particles, time avg.")
+        g = [x for x in refs.get("gibbs", []) if "skipped" not in x] if refs else []
+        if g:
+            y = np.asarray(run.y, float)
+            b.plot([x["tau"] for x in g],
+                   [np.mean((np.asarray(x["f_reference"]) - y) ** 2) for x in g], "x",
+                   color="k", ms=5, label="exact Gibbs")
+        if cvx and "f_reference" in cvx:
+            b.plot([t0], [np.mean((np.asarray(cvx["f_reference"]) - np.asarray(run.y)) ** 2)],
+                   "+", color="k", ms=7, label="exact τ → 0")
+        b.set_ylabel("risk (1/n)Σ(f−y)²")
+        if b.get_legend_handles_labels()[0]:
+            b.legend(frameon=False, fontsize=6, loc="upper right")
+        b.set_title("(b) risk", loc="left")
+        # (c) W2
+        w2 = [np.nan if r["w2_to_previous"] is None else r["w2_to_previous"] for r in rows]
+        w2r = [np.nan if r.get("w2_rays_to_previous") is None else r["w2_rays_to_previous"]
+               for r in rows]
+        c.plot(taus, w2, "o-", ms=3.5, color="C0", label="particles")
+        c.plot(taus, w2r, "s--", ms=3.5, mfc="none", color="C2", label="rays")
+        c.set_ylabel("W2")
+        c.legend(frameon=False, fontsize=6, loc="upper right")
+        c.set_title("(c) W2 to previous τ", loc="left")
+        # (d) distances to the references
+        if d is not None:
+            if g:
+                d.errorbar([x["tau"] for x in g], [x["max_abs_diff"] for x in g],
+                           yerr=[x["max_stderr"] for x in g], fmt="o-", ms=3.5, capsize=2,
+                           color="C0", label="max|f̄ − f_Gibbs| at each τ")
+            if cvx and "max_abs_diff" in cvx:
+                d.plot([t0], [cvx["max_abs_diff"]], "+", color="k", ms=7,
+                       label="max|f̄ − f_τ→0| at the coldest τ")
+            dist = [np.nan if r["dist_to_reference"] is None else r["dist_to_reference"]
+                    for r in rows]
+            if np.isfinite(dist).any():
+                d.plot(taus, dist, "s:", ms=3, mfc="none", color="C3",
+                       label="RMS|f − f_τ→0|, last snapshot of each τ")
+            d.set_yscale("log")
+            d.set_ylabel("distance on the data")
+            d.set_title("(d) vs exact", loc="left")
+            fig.legend(handles=d.get_legend_handles_labels()[0], loc="outside lower center",
+                       ncol=1, frameon=False, fontsize=6,
+                       title="(d): f̄ averaged over the second half of each τ; error bars: "
+                             "standard errors", title_fontsize=5.5)
+        ticks = list(taus) + [t0]
+        panels = [ax for ax in (a, b, c, d) if ax is not None]
+        for ax in panels:
             ax.set_xscale("log")
+            ax.set_xlim(taus.max() * 3, t0 / 3)
+            ax.grid(True, alpha=0.3, lw=0.5)
+        for ax in panels:
+            ax.set_xticks(ticks)
+            ax.set_xticklabels([f"{t:.0e}".replace("e-0", "e-") for t in taus] + ["→0"],
+                               fontsize=6)
+            ax.minorticks_off()
+        for ax in panels[2:]:
             ax.set_xlabel("temperature τ")
-            ax.set_ylabel(lab)
-            ax.tick_params(labelbottom=True)
-        for ax in axes.ravel()[m:]:
-            ax.set_visible(False)
-        axes[0, 0].set_xlim(taus.max() * 2, taus.min() / 2)     # hot on the left
-        fig.suptitle(title)
-        save(fig, path)
-        plt.close(fig)
-    return path
+    return fig
 
 
-# --- a study over seeds and widths (meanfield analyze STUDY_DIR) ----------------------------
+# --- trajectory ---------------------------------------------------------------------------------
+
+def plot_trajectory(run, rep=None, *, axes=None):
+    """The run against time ``t = step · η``: risk, mean ``|θ|²`` and the stationarity statistic
+    (drift of the time-averaged residuals, THEORY §2), the temperatures' stages shaded and
+    labelled, the snapshot frames marked.
+
+    Parameters
+    ----------
+    run : meanfield.store.Run
+        Complete or in progress (its committed rows).
+    rep : dict, optional
+        Unused except for the title (the analysis it belongs to).
+    axes : three matplotlib Axes, optional
+
+    Returns
+    -------
+    matplotlib.figure.Figure or None
+        ``None`` before the first observation.
+
+    Raises
+    ------
+    meanfield.errors.RunFileError
+        The run file cannot be read (the particles of a snapshot load from it).
+    """
+    obs = run.observables
+    if not len(obs["risk"]["step"]):
+        return None
+    eta = float(run.config["dynamics"]["eta"])
+    T = int(run.config["dynamics"]["steps_per_tau"])
+    taus = run.config["dynamics"]["taus"]
+    t = np.asarray(obs["risk"]["time"], float)
+    with _rc():
+        if axes is None:
+            fig = _figure((WIDTH, 3.4))
+            axes = fig.subplots(3, 1, sharex=True)
+        else:
+            axes = list(np.ravel(axes))
+            fig = axes[0].figure
+        series = [("risk", "risk", False), ("mean_sq_norm", "mean |θ|²", False),
+                  ("stationarity", "stationarity", True)]
+        for ax, (name, label, logy) in zip(axes, series):
+            v = np.asarray(obs[name]["value"], float)
+            ax.plot(t, v, lw=0.8, color="C0")
+            ax.set_ylabel(label)
+            if logy and np.any(v > 0):
+                ax.set_yscale("log")
+            for s in range(len(taus)):
+                if s % 2:
+                    ax.axvspan(s * T * eta, (s + 1) * T * eta, color="0.92", lw=0)
+            for fs in run.frame_time:
+                ax.axvline(fs, color="C3", lw=0.6, ls=":")
+            ax.grid(True, alpha=0.3, lw=0.5)
+        top = axes[0]
+        for s, tau in enumerate(taus):
+            top.text((s + 0.5) * T * eta, 1.02, f"τ = {tau:.0e}", transform=top.get_xaxis_transform(),
+                     ha="center", va="bottom", fontsize=6)
+        axes[-1].set_xlabel("time t = step · η   (dotted: snapshot frames)")
+        axes[-1].set_xlim(0, len(taus) * T * eta)
+        if not run.complete:
+            fig.suptitle(f"run in progress: {len(t)} observations so far", fontsize=7)
+    return fig
+
+
+# --- studies and the high-dimensional experiment ---------------------------------------------
 
 def _label(params: dict) -> str:
     return ", ".join(f"{k.split('.')[-1]}={v}" for k, v in params.items()) or "all"
@@ -358,14 +717,22 @@ def study_figures(result: dict, outdir) -> list:
             n = np.asarray(g["n_particles"], float)
             m = np.asarray(g["w2_mean"], float)
             lab = _label({**{a: g[a] for a in other}, "tau": g["tau"]})
+            slope = (f"slope {g['slope']:.2f}" if np.isfinite(g["slope"]) else
+                     "no slope: needs two widths below the reference")
             ax.errorbar(n, m, yerr=np.nan_to_num(np.asarray(g["w2_std"], float)),
-                        marker="o", capsize=3, label=f"{lab} (slope {g['slope']:.2f})")
-        ok = [(np.asarray(g["n_particles"], float), np.asarray(g["w2_mean"], float))
-              for g in result["width"]]
-        n0, m0 = ok[0][0][0], ok[0][1][0]
-        if np.isfinite(m0) and m0 > 0:
-            nn = np.array([min(o[0].min() for o in ok), max(o[0].max() for o in ok)])
-            ax.plot(nn, m0 * (nn / n0) ** -0.5, "k--", lw=1, label="N^-1/2")
+                        marker="o", capsize=3, label=f"{lab} ({slope})")
+        pts = [(n, m) for g in result["width"]
+               for n, m in zip(np.asarray(g["n_particles"], float),
+                               np.asarray(g["w2_mean"], float)) if np.isfinite(m) and m > 0]
+        if pts:                     # the guide goes through the narrowest measured point
+            n0, m0 = min(pts)
+            ns = [n for n, _ in pts]
+            lo, hi = min(ns), max(ns)
+            if hi <= lo:            # one point: show the guide's slope around it
+                lo, hi = lo / 2, lo * 2
+            nn = np.geomspace(lo, hi, 20)
+            ax.plot(nn, m0 * (nn / n0) ** -0.5, "k--", lw=1,
+                    label="N^(-1/2) guide (propagation of chaos)")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("width N")
@@ -437,6 +804,8 @@ def highdim_figure(path, summary: dict) -> Path:
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle(f"GD on m = {p['neurons']} ReLU neuron(s), init {p['init']}, c = {p['c']:g}, "
-                 f"{p['trials']} trials", fontsize=10)
+                 f"{p['trials']} trials\npoints: mean over the trials; error bars: 95 % "
+                 f"Student-t interval of the mean (a lower end ≤ 0 is not drawn on the log "
+                 f"axis); lines: the log-log fit", fontsize=8)
     save(fig, path, dpi=120)
     return path

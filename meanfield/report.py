@@ -9,20 +9,46 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 from numpy.typing import ArrayLike
 
 from analysis.run_analysis import RunAnalysis, analyze
 from meanfield import atomic
 from meanfield import figures as plots
 from meanfield.store import open_run
-from solvers import numpy_model
+
+
+class Report(dict):
+    """The report of :func:`analyze_run`: the JSON document as a dict, with its tables as
+    pandas DataFrames (:meth:`to_dataframe`)."""
+
+    def to_dataframe(self, table: str = "ladder"):
+        """One of the report's tables as a ``pandas.DataFrame``.
+
+        Parameters
+        ----------
+        table : {"ladder", "rays", "kinks"}
+            ``"ladder"``: one row per temperature (``tau, step, J, K, risk, ...``);
+            ``"rays"``: one row per ray at each temperature's last snapshot (sign, weight,
+            mass fraction, spread, certificate ``G``, pattern, direction ``v1..v{d+1}``);
+            ``"kinks"``: one row per kink hyperplane (``offset``, unit normal ``n1..nd``, its
+            rays and their signs of ``a``). See :mod:`meanfield.tidy`.
+
+        Raises
+        ------
+        ValueError
+            An unknown table name.
+        """
+        from meanfield.tidy import TABLES
+        if table not in TABLES:
+            raise ValueError(f"unknown table {table!r}; one of {', '.join(TABLES)}")
+        return TABLES[table](self)
 
 
 def analyze_run(path: str | os.PathLike, outdir: str | os.PathLike | None = None,
                 figures: bool = True, *, reference: ArrayLike | Callable | None = None,
                 w2: bool = True, references: bool = False, convex: bool | None = None,
-                sensitivity: bool = False, **ray_kw) -> dict:
+                sensitivity: bool = False, fmt: str = "png", progress=False,
+                **ray_kw) -> Report:
     """Analyse every snapshot frame of a run file and its temperature ladder.
 
     Parameters
@@ -32,7 +58,9 @@ def analyze_run(path: str | os.PathLike, outdir: str | os.PathLike | None = None
     outdir : path-like, optional
         Where ``report.json``, ``report.md`` and figures go (created). ``None``: write nothing.
     figures : bool
-        Write PNG figures into ``outdir``.
+        Write the figures into ``outdir`` (:data:`FIGURES`).
+    fmt : {"png", "pdf", "svg"}
+        Their file format.
     reference : ndarray of shape (n,) or callable, optional
         Zero-temperature reference predictor on the training inputs (see :func:`analysis.run_analysis.ladder`).
     w2 : bool
@@ -48,12 +76,14 @@ def analyze_run(path: str | os.PathLike, outdir: str | os.PathLike | None = None
     sensitivity : bool
         Add ``sensitivity``: ``J`` and ``K`` of the coldest snapshot over a range of each
         threshold (THEORY §6.4; on in ``meanfield analyze``).
+    progress : bool or None
+        Progress on stderr (:func:`meanfield.progress.progress_bar`; default none).
     **ray_kw
         Passed to :func:`analysis.rays.find_rays`.
 
     Returns
     -------
-    dict
+    Report
         The report document (:meth:`analysis.run_analysis.RunAnalysis.as_dict`): ``run, d, n, P, cover, general_position, P_exact, P_tol_range, bound_2P_minus_1,
         bound_P_minus_1, complete, n_rays_by_tau, ladder, w2_to_previous, patterns,
         pattern_tolerance, theorem6, two_point, snapshots``. ``patterns`` and ``theorem6`` are
@@ -64,55 +94,49 @@ def analyze_run(path: str | os.PathLike, outdir: str | os.PathLike | None = None
     meanfield.errors.RunFileError
         The run file is missing, damaged or foreign.
     """
-    result = analyze(open_run(path), reference=reference, w2=w2, references=references,
-                     convex=convex, sensitivity=sensitivity, **ray_kw)
-    rep = result.as_dict()
+    from meanfield.progress import progress_bar
+    run = open_run(path)
+    with progress_bar(run.n_frames + 1 + bool(references), "analyze", "part",
+                      enabled=progress) as bar:
+        result = analyze(run, reference=reference, w2=w2, references=references,
+                         convex=convex, sensitivity=sensitivity, progress=bar, **ray_kw)
+    rep = Report(result.as_dict())
     if outdir is not None:
-        write_report(rep, result, outdir, figures)
+        write_report(rep, result, outdir, figures, fmt=fmt, run=run)
     return rep
 
 
-#: The figures :func:`write_report` may write (removed first when a report is rewritten).
-FIGURES = ("predictor.png", "directions.png", "ladder.png")
+#: The figures :func:`write_report` may write, by name (removed first, in every format, when
+#: a report is rewritten).
+FIGURES = ("predictor", "directions", "ladder", "trajectory")
+#: Their file formats.
+FORMATS = ("png", "pdf", "svg")
 
 
 def write_report(rep: dict, result: RunAnalysis, outdir: str | os.PathLike,
-                 figures: bool = True) -> None:
-    """Write ``report.json`` (``rep``), ``report.md`` and the figures of ``result``."""
+                 figures: bool = True, fmt: str = "png", run=None) -> None:
+    """Write ``report.json`` (``rep``), ``report.md`` and the figures (:data:`FIGURES`, as
+    ``fmt``) of ``result``; ``run`` (default: reopened from ``rep["run"]``) gives the
+    particles."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown figure format {fmt!r}; one of {', '.join(FORMATS)}")
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
     for stale in FIGURES:       # a rewritten report never sits next to an older run's figures
-        (out / stale).unlink(missing_ok=True)
+        for ext in FORMATS:
+            (out / f"{stale}.{ext}").unlink(missing_ok=True)
     atomic.write_text(out / "report.json", json.dumps(rep, indent=1))
     figs = []
-    frames = result.frames
-    if figures and frames:
-        last = frames[-1]
-        per_tau = {f.tau: f for f in frames}            # the last snapshot at each τ
-        preds = [(f"τ = {f.tau:.0e}",
-                  (lambda th: (lambda Xg: numpy_model.predict(th, Xg)))(f.theta), f.kinks)
-                 for f in per_tau.values()]
-        if plots.plot_predictor(out / "predictor.png", result.X, result.y, preds):
-            figs.append("predictor.png")
-        if plots.plot_directions(out / "directions.png", last.theta, last.rays.rays):
-            figs.append("directions.png")
-        rows = rep["ladder"]
-        if len(rows) > 1:
-            series = {"rays J": [r["J"] for r in rows], "hyperplanes K": [r["K"] for r in rows],
-                      "risk (1/n)Σ(f−y)²": [r["risk"] for r in rows]}
-            if any(r["w2_to_previous"] is not None for r in rows):
-                series["W2(ρ_τ, ρ_previous τ)"] = [np.nan if r["w2_to_previous"] is None
-                                              else r["w2_to_previous"] for r in rows]
-            if any(r["dist_to_reference"] is not None for r in rows):
-                series["RMS |f − f_convex| on data"] = [np.nan if r["dist_to_reference"] is None
-                                                       else r["dist_to_reference"] for r in rows]
-            refl = None
-            if rows[0].get("J_convex") is not None:
-                refl = {"rays J": (rows[0]["J_convex"], "convex τ→0"),
-                        "hyperplanes K": (rows[0]["K_convex"], "convex τ→0")}
-            plots.plot_ladder(out / "ladder.png", [r["tau"] for r in rows], series,
-                              references=refl)
-            figs.append("ladder.png")
+    if figures and result.frames:
+        run = run if run is not None else open_run(rep["run"])
+        drawn = {"predictor": plots.plot_predictor(rep, run),
+                 "directions": plots.plot_directions(rep, run),
+                 "ladder": plots.plot_ladder(rep, run),
+                 "trajectory": plots.plot_trajectory(run, rep)}
+        for name in FIGURES:
+            if drawn[name] is not None:
+                plots.save(drawn[name], out / f"{name}.{fmt}")
+                figs.append(f"{name}.{fmt}")
     atomic.write_text(out / "report.md", markdown(rep, figs))
 
 
@@ -122,6 +146,26 @@ def _fmt(x, spec=".3e"):
 
 def _pattern_str(p):
     return "".join({1: "+", 0: "0", -1: "−"}[int(t)] for t in p)
+
+
+#: One line under each figure of the report.
+CAPTIONS = {
+    "predictor": "Predictor f(x) at each temperature (last snapshot) with its kink lines, "
+                 "labelled with their rays' numbers (green solid: rays with a > 0, purple "
+                 "dashed: a < 0, black dash-dot: both); the training points are filled with "
+                 "y on the same colour scale.",
+    "directions": "Directions (w, b)/|(w, b)| of the neurons at the coldest temperature, one "
+                  "equal-area map per sign of a, coloured by mass per steradian: circles are "
+                  "the rays found, + the rays of the exact τ → 0 limit; uncircled mass is "
+                  "the thermal halo (not counted as rays).",
+    "ladder": "Against τ (exact τ → 0 limit at the right): (a) rays J and kinks K with the "
+              "bounds 2P−1, P−1; (b) risk averaged over the second half of each τ (± "
+              "standard error) and the exact references'; (c) W2 to the previous τ; (d) "
+              "distances to the exact references.",
+    "trajectory": "The run against time: risk, mean |θ|² and the stationarity statistic "
+                  "(drift of the time-averaged residuals), temperatures shaded, snapshot "
+                  "frames dotted.",
+}
 
 
 def markdown(rep, figs=()) -> str:
@@ -138,7 +182,7 @@ def markdown(rep, figs=()) -> str:
     L.append(f"- run complete: {rep['complete']}")
     L += ["", "## Low-temperature limit", "",
           "| τ | step | rays J | hyperplanes K | J convex | K convex | matched | risk | "
-          "halo mass | W2 to previous τ | W2 of rays to previous τ | distance to τ=0 reference |",
+          "halo mass | W2 to previous τ | W2 of rays to previous τ | RMS \\|f − f_τ→0\\| on the data, last snapshot |",
           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rep["ladder"]:
         w2 = "—" if r["w2_to_previous"] is None else f"{r['w2_to_previous']:.3e} ({r['w2_method']})"
@@ -229,7 +273,7 @@ def markdown(rep, figs=()) -> str:
     if rep.get("references"):
         L += _references_markdown(rep["references"])
     for f in figs:
-        L += ["", f"![{f}]({f})"]
+        L += ["", f"![{f}]({f})", "", CAPTIONS[f.rsplit(".", 1)[0]]]
     L += ["", "Method: directions (w, b)/|(w, b)| of one sign of a are linked by single linkage "
           "on the mutual-reachability chord distance; a cluster is a ray when it holds enough "
           "mass, its mean particle mass is well above the free-particle baseline (d+1)τ/λ, its "
@@ -264,18 +308,20 @@ def _references_markdown(refs) -> list:
         return L + [f"Skipped: {refs['skipped']}."]
     L += ["Time-averaged particle predictor on the training points (last half of each stage) "
           "against the Gibbs fixed point at the same τ:", "",
-          "| τ | max abs diff | rms diff | max std. error | reference max abs G | seconds |",
-          "|---|---|---|---|---|---|"]
+          "| τ | max abs diff | rms diff | max std. error | reference max abs G |",
+          "|---|---|---|---|---|"]
     for g in refs["gibbs"]:
         if "skipped" in g:
-            L.append(f"| {g['tau']:.2e} | skipped: {g['skipped']} | | | | |")
+            L.append(f"| {g['tau']:.2e} | skipped: {g['skipped']} | | | |")
         else:
             L.append(f"| {g['tau']:.2e} | {g['max_abs_diff']:.3e} | {g['rms_diff']:.3e} | "
-                     f"{g['max_stderr']:.1e} | {g['max_abs_G']:.6f} | {g['seconds']} |")
+                     f"{g['max_stderr']:.1e} | {g['max_abs_G']:.6f} |")
     c = refs["convex"]
     L += ["", f"Against the τ → 0 convex reference at τ = {c['tau']:.2e}: max abs diff "
           f"{c['max_abs_diff']:.3e}, rms {c['rms_diff']:.3e} (reference: {c['n_rays']} rays, "
-          f"max |G| = {c['max_abs_G']:.6f}, duality gap {c['duality_gap']:.1e})."]
+          f"max |G| = {c['max_abs_G']:.6f}, duality gap {c['duality_gap']:.1e}). This distance "
+          "is of the time-averaged predictor; the ladder table's last column is of the last "
+          "snapshot alone, hence two different values."]
     r = refs.get("rays")
     if r:
         L += ["", f"Rays at the coldest τ matched one-to-one to the convex reference's rays: "

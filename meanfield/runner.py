@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numba
-from tqdm.auto import tqdm
 
 from meanfield import atomic
 from meanfield import checkpoint as _ckpt
@@ -39,7 +38,8 @@ from meanfield.errors import (
     Interrupted,
     RunFileError,
 )
-from meanfield.store import RunWriter, open_run
+from meanfield.progress import progress_bar
+from meanfield.store import RunWriter, open_run, writer_alive
 from solvers.langevin import SolverState, convex_start, initial_state, simulate
 from solvers.stepper import Stepper
 
@@ -89,7 +89,11 @@ def _check_same_physics(cfg, other_hash: str, other: Path) -> None:
 
 
 def _refuse_if_locked(part: Path) -> None:
-    """Refuse to touch a ``.part`` that a running writer holds open (HDF5 file lock)."""
+    """Refuse to touch a ``.part`` that a running writer holds open (its writer lock, or an
+    HDF5 file lock outside SWMR mode)."""
+    if writer_alive(part):
+        raise InputError(str(part), "", "locked: another process is writing this run "
+                                        "(never run two 'meanfield run' with one output)")
     try:
         open_run(part)
     except RunFileError as exc:
@@ -241,7 +245,8 @@ def integrate(cfg: _config.RunConfig, dataset: _data.Dataset, writer: RunWriter 
     state : SolverState, optional
         Resume from this state instead of a fresh initialisation.
     progress : bool or None
-        Show a tqdm bar (``None``: only on a terminal).
+        Progress on stderr (:func:`meanfield.progress.progress_bar`): ``None`` or ``True``, a
+        bar on a terminal and a plain line every 10 s otherwise; ``False``, nothing.
     on_checkpoint : callable(SolverState), optional
         Called every ``output.checkpoint_every`` steps (at observation boundaries).
     should_stop : callable() -> bool, optional
@@ -268,10 +273,9 @@ def integrate(cfg: _config.RunConfig, dataset: _data.Dataset, writer: RunWriter 
                               cfg.dynamics.seed)
     ckpt_every = cfg.output.checkpoint_every
     last_ckpt = prev = state.step
-    disable = {True: False, False: True, None: None}[progress]
     loop = simulate(make_stepper(cfg, dataset), schedule, state, init_scale=cfg.model.init_scale)
-    with tqdm(total=schedule.total_steps, initial=state.step, unit="step", disable=disable,
-              dynamic_ncols=True, mininterval=0.5) as bar:
+    with progress_bar(schedule.total_steps, "run", "step", enabled=progress,
+                      initial=state.step) as bar:
         for state, obs, snapshot in loop:
             if writer is not None:
                 writer.append_observations([obs])
@@ -316,7 +320,8 @@ def run(cfg: _config.RunConfig | str | os.PathLike | None, output: str | os.Path
         finish a run that was complete but not yet renamed; do nothing if the output is
         already complete; start from the beginning if there is nothing to resume.
     progress : bool or None
-        Progress bar (``None``: only on a terminal).
+        Progress on stderr: ``None`` or ``True``, a bar on a terminal and a plain line every
+        10 s otherwise; ``False``, nothing.
     threads : int, optional
         numba threads for the kernels.
     log : callable(str), optional

@@ -16,14 +16,22 @@ Layout (documented in ``docs/format.md``)::
 Readers trust only the first ``n_frames`` / ``n_observations`` rows, so a killed writer leaves a
 readable file holding every committed row. The writer allocates every row of the run (and the
 disk space for it) when it creates the file, so appends never change the file's structure.
+
+The writer works in HDF5's single-writer/multiple-reader (SWMR) mode, so a run in progress can
+be read without disabling file locking: :func:`open_run` (and ``h5py.File(path, "r",
+libver="latest", swmr=True)``) sees the committed rows at the moment it opens the file. In SWMR
+mode HDF5 drops its own lock, so the writer holds a POSIX record lock on the file instead
+(:func:`writer_alive`), which tells a live writer from a killed one.
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import platform
+import struct
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,8 +153,114 @@ def _shrink(g, rows):
             g[name].resize(rows, axis=0)
 
 
+def _is_open_for_write(exc) -> bool:
+    """Whether an HDF5 open failed because the file is marked as open by a (SWMR) writer."""
+    return "already open for write" in str(exc)
+
+
+def _open_read(path):
+    """Open a run file for reading, live or not.
+
+    A file written in SWMR mode (running, or its writer killed) refuses a plain open; it is
+    then opened as a SWMR reader, which sees every row committed when it opens.
+
+    Raises
+    ------
+    OSError
+        From h5py: not HDF5, unreadable, or locked by a writer outside SWMR mode.
+    """
+    try:
+        return h5py.File(path, "r")
+    except OSError as exc:
+        if not _is_open_for_write(exc):
+            raise
+    return h5py.File(path, "r", libver="latest", swmr=True)
+
+
+def _record_lock(fd, kind) -> None:
+    """Take a non-blocking record lock (``fcntl.F_RDLCK`` or ``F_WRLCK``) on all of ``fd``.
+
+    Open-file-description locks where the system has them (Linux): unlike classic POSIX
+    record locks, closing another descriptor of the same file in the process keeps them.
+
+    Raises
+    ------
+    OSError
+        EAGAIN/EACCES when a conflicting lock is held.
+    """
+    if hasattr(fcntl, "F_OFD_SETLK"):
+        fcntl.fcntl(fd, fcntl.F_OFD_SETLK, struct.pack("hhqqi4x", kind, 0, 0, 0, 0))
+    else:  # pragma: no cover
+        fcntl.lockf(fd, (fcntl.LOCK_EX if kind == fcntl.F_WRLCK else fcntl.LOCK_SH)
+                    | fcntl.LOCK_NB)
+
+
+def _take_writer_lock(path):
+    """A record write lock on ``path`` for as long as the returned descriptor is open.
+
+    HDF5 releases its own (``flock``) lock when SWMR writing starts, and SWMR readers take a
+    shared ``flock``; a record lock is independent of both. Returns ``None`` where record
+    locks are not supported.
+
+    Raises
+    ------
+    RunFileError
+        Another process holds the lock.
+    """
+    fd = os.open(path, os.O_RDWR)
+    try:
+        _record_lock(fd, fcntl.F_WRLCK)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno in (errno.EACCES, errno.EAGAIN):
+            raise RunFileError(str(path), "", "locked: another process is writing this run "
+                                              "(never run two 'meanfield run' with one output)") \
+                from None
+        return None
+    return fd
+
+
+def writer_alive(path) -> bool:
+    """Whether a process is writing the run file ``path`` now (holds its writer lock)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        _record_lock(fd, fcntl.F_RDLCK)
+    except OSError as exc:
+        return exc.errno in (errno.EACCES, errno.EAGAIN)
+    finally:
+        os.close(fd)       # closing drops the probe's own shared lock
+    return False
+
+
+def _rebuild(path) -> None:
+    """Rewrite a run file whose SWMR writer was killed, so it can be opened for appending.
+
+    HDF5 marks a file open by a SWMR writer and refuses to open it for writing until the mark
+    is cleared (``h5clear -s``); h5py offers no way to clear it. The file's objects are copied
+    (as a SWMR reader, committed or not) into a fresh file that then replaces it atomically.
+    """
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    with h5py.File(path, "r", libver="latest", swmr=True) as src, \
+            h5py.File(tmp, "w", libver="latest") as dst:
+        for name in src:
+            src.copy(src[name], dst, name=name)
+        for key, value in src.attrs.items():
+            dst.attrs[key] = value
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
 class RunWriter:
-    """Writes one run file; flushes after every append and bumps the commit counters last.
+    """Writes one run file in SWMR mode; flushes after every append and bumps the commit
+    counters last.
 
     The datasets are allocated for ``capacity`` rows when the file is created; row ``k`` of a
     time-dependent element is valid only if ``k < n_frames`` (particles) or
@@ -177,6 +291,7 @@ class RunWriter:
     def __init__(self, path, cfg=None, dataset=None, mode="w", capacity=(0, 0)):
         self.path = Path(path)
         self.f = None
+        self._lock = None
         if mode == "w":
             # Reserve the space first: a full disk or a file-size limit then fails here with a
             # plain OSError, before HDF5 writes anything (HDF5 does not survive failed writes).
@@ -186,7 +301,7 @@ class RunWriter:
             except OSError as exc:
                 raise OSError(exc.errno, f"{exc.strerror}; the run file needs about "
                                          f"{need / 1e6:.3g} MB", str(self.path)) from None
-            self.f = h5py.File(self.path, "w", libver=("earliest", "v110"))
+            self.f = h5py.File(self.path, "w", libver="latest")
             self._create(cfg, dataset, capacity)
             # The preallocated rows are holes in a sparse file: give them blocks now, so that
             # appends never meet a full disk.
@@ -196,14 +311,37 @@ class RunWriter:
             finally:
                 os.close(fd)
         elif mode == "a":
+            if writer_alive(self.path):
+                raise RunFileError(str(self.path), "", "locked: another process is writing "
+                                                       "this run")
             try:
-                self.f = h5py.File(self.path, "a")
+                try:
+                    self.f = h5py.File(self.path, "a", libver="latest")
+                except OSError as exc:
+                    if not _is_open_for_write(exc):
+                        raise
+                    _rebuild(self.path)        # its SWMR writer was killed
+                    self.f = h5py.File(self.path, "a", libver="latest")
             except OSError as exc:
                 raise RunFileError(str(self.path), "",
                                    f"not a readable HDF5 file ({_h5_reason(exc)})") from None
-            check_schema(self.f, str(self.path))
+            try:
+                check_schema(self.f, str(self.path))
+            except BaseException:
+                self.close()
+                raise
         else:  # pragma: no cover
             raise ValueError(mode)
+        try:
+            # From here on no object is created: appends write rows and modify attributes.
+            self.f.swmr_mode = True
+        except (ValueError, OSError, RuntimeError):
+            pass                    # a file of an older HDF5 format: no live readers
+        try:
+            self._lock = _take_writer_lock(self.path)
+        except BaseException:
+            self.close()
+            raise
         self.n_frames = int(self.f.attrs.get("n_frames", 0))
         self.n_observations = int(self.f.attrs.get("n_observations", 0))
 
@@ -262,7 +400,7 @@ class RunWriter:
         _write_rows(neu["temperature"], k, [step], [time], [tau])
         self.f.flush()
         self.n_frames = k + 1
-        self.f.attrs["n_frames"] = self.n_frames
+        self.f.attrs.modify("n_frames", self.n_frames)
         self.f.flush()
 
     def append_observations(self, rows):
@@ -277,7 +415,7 @@ class RunWriter:
             _write_rows(obs[name], k, steps, times, np.asarray([getattr(r, name) for r in rows]))
         self.f.flush()
         self.n_observations = k + len(rows)
-        self.f.attrs["n_observations"] = self.n_observations
+        self.f.attrs.modify("n_observations", self.n_observations)
         self.f.flush()
 
     def truncate(self, n_frames, n_observations):
@@ -297,9 +435,9 @@ class RunWriter:
                                f"observations, fewer than the checkpoint's {n_frames} and "
                                f"{n_observations}; the run file does not belong to it")
         self.n_frames, self.n_observations = int(n_frames), int(n_observations)
-        self.f.attrs["n_frames"] = self.n_frames
-        self.f.attrs["n_observations"] = self.n_observations
-        self.f.attrs["complete"] = False
+        self.f.attrs.modify("n_frames", self.n_frames)
+        self.f.attrs.modify("n_observations", self.n_observations)
+        self.f.attrs.modify("complete", False)
         self.f.flush()
 
     def mark_complete(self):
@@ -310,7 +448,7 @@ class RunWriter:
         for name in OBSERVABLES:
             _shrink(self.f["observables"][name], self.n_observations)
         self.f.flush()
-        self.f.attrs["complete"] = True
+        self.f.attrs.modify("complete", True)
         self.f.flush()
 
     @property
@@ -322,6 +460,9 @@ class RunWriter:
         if getattr(self, "f", None) is not None:
             self.f.close()
             self.f = None
+        if getattr(self, "_lock", None) is not None:
+            os.close(self._lock)          # drops the writer lock
+            self._lock = None
 
     def __enter__(self):
         return self
@@ -455,7 +596,7 @@ class Run:
             raise IndexError(f"frame {k} out of range ({self.n_frames} frames)")
         k %= self.n_frames
         try:
-            with h5py.File(self.path, "r") as f:
+            with _open_read(self.path) as f:
                 theta = np.asarray(f["particles/neurons/position/value"][k], dtype=np.float64)
         except READ_ERRORS as exc:
             raise RunFileError(self.path, f"frame {k}", f"damaged run file, cannot read "
@@ -465,12 +606,20 @@ class Run:
                                                        f"{(self.n_particles, self.d + 2)}")
         return theta
 
+    def to_xarray(self, frames: bool = True):
+        """The run as an ``xarray.Dataset``: observables over ``time`` (coordinates ``step``,
+        ``tau``, ``stage``), frames over ``frame``, ``particle``, ``coord``; the committed
+        rows only. See :func:`meanfield.tidy.run_dataset`."""
+        from meanfield.tidy import run_dataset
+        return run_dataset(self, frames=frames)
+
 
 def open_run(path: str | os.PathLike) -> Run:
     """Read a run file's metadata, data, frame index and observables.
 
     Works on a partial file (``RUN.h5.part`` of a killed or running writer) as well: only the
-    committed rows are read.
+    rows committed when the file is opened are read (a running writer is read in HDF5's SWMR
+    mode, without touching file locking). Call again to see newer rows.
 
     Parameters
     ----------
@@ -496,7 +645,7 @@ def open_run(path: str | os.PathLike) -> Run:
     if p.is_dir():
         raise RunFileError(src, "", "is a directory, expected a run file (.h5)")
     try:
-        f = h5py.File(path, "r")
+        f = _open_read(path)
     except OSError as exc:
         raise RunFileError(src, "", f"not a readable HDF5 file ({_h5_reason(exc)})") from None
     try:

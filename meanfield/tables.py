@@ -142,6 +142,10 @@ class FileData:
 
     KIND: ClassVar[str] = "file"
     path: str
+    #: The ``y`` column of a CSV file with a header line (required there), by name.
+    target: str = ""
+    #: Its input columns, by name (default: every column but ``target``).
+    features: tuple = ()
 
     def _validated(self, src: str, base_dir) -> FileData:
         p = self.path
@@ -149,7 +153,16 @@ class FileData:
         path = Path(p)
         if not path.is_absolute():
             path = Path(base_dir) / path
-        return FileData(str(path.resolve()))
+        t, fs = self.target, self.features
+        _check(isinstance(t, str), src, "data.target",
+               f"must be a column name (a non-empty string), got {t!r}")
+        _check(isinstance(fs, (list, tuple)) and all(isinstance(c, str) for c in fs)
+               and (len(fs) > 0 or fs == ()), src, "data.features",
+               f"must be a non-empty list of column names, got {fs!r}")
+        if t or fs:
+            _check(path.suffix.lower() == ".csv", src, "data.target" if t else "data.features",
+                   "columns are chosen by name only in a .csv file with a header line")
+        return FileData(str(path.resolve()), t, tuple(fs))
 
 
 @dataclass(frozen=True)

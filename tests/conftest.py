@@ -50,3 +50,29 @@ def toml(tables: dict) -> str:
 def tiny_toml(changes: dict | None = None, base: dict = TINY) -> str:
     """TOML text of :func:`config_dict`."""
     return toml(config_dict(changes, base))
+
+
+def plane8_toml(changes: dict | None = None) -> str:
+    """The tiny run on the eight points in the plane (``data/plane8.csv``): 300 particles,
+    1500 steps per temperature, an observation every 100 steps."""
+    import os
+    return tiny_toml({"data": {"kind": "file", "path": os.path.abspath("data/plane8.csv"),
+                               "target": "y"},
+                      "model.n_particles": 300, "dynamics.steps_per_tau": 1500,
+                      "dynamics.seed": 2, "output.observe_every": 100, **(changes or {})})
+
+
+def run_one_thread(text: str, directory, name: str = "tiny"):
+    """Write config ``text`` to ``directory/name.toml`` and run it on one numba thread into
+    ``directory/name.h5``; returns the run file's path."""
+    import numba
+
+    from meanfield import config, runner
+    cfg = directory / f"{name}.toml"
+    cfg.write_text(text)
+    old = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        return runner.run(config.load(cfg), directory / f"{name}.h5", progress=False)
+    finally:
+        numba.set_num_threads(old)

@@ -5,7 +5,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 import analysis
@@ -72,27 +71,3 @@ def test_analyze_study_dir_prints_and_writes(tmp_path, monkeypatch, capsys):
     assert final.is_dir()
 
 
-def _kinks(normals, offsets):
-    from solvers.geometry import Kink
-    return [Kink(normal=np.asarray(n, float), offset=float(o), rays=[k])
-            for k, (n, o) in enumerate(zip(normals, offsets))]
-
-
-@pytest.mark.parametrize("d", [1, 2])
-def test_predictor_figure_one_panel_per_temperature(tmp_path, d):
-    import matplotlib.image as mpimg
-
-    from meanfield import figures as plots
-    X = np.array([[-1.0, 0.5], [0.5, -1.0], [1.0, 1.0]])[:, :d]
-    y = np.array([1.0, -1.0, 0.5])
-    preds = [(f"τ={t}", (lambda s: lambda Z: s * Z.sum(axis=1))(t),
-              _kinks([[1.0] + [0.0] * (d - 1)], [0.1 * t])) for t in (1, 2, 3)]
-    one = plots.plot_predictor(tmp_path / "one.png", X, y, preds[:1])
-    three = plots.plot_predictor(tmp_path / "three.png", X, y, preds)
-    w1 = mpimg.imread(one).shape[1]
-    w3 = mpimg.imread(three).shape[1]
-    if d == 2:
-        assert w3 > 2 * w1          # a row of heat maps, one per temperature
-    else:
-        assert w3 == pytest.approx(w1, rel=0.05)   # curves on one axis
-    assert plots.plot_predictor(tmp_path / "no.png", np.zeros((3, 3)), y, preds) is None

@@ -11,7 +11,8 @@ from meanfield.cli import main
 
 def tiny(csv, changes=None):
     """The tiny config of ``conftest`` on a data file: 300 particles, tau = 1e-2 and 1e-4."""
-    return tiny_toml({"data": {"kind": "file", "path": csv}, "model.n_particles": 300,
+    return tiny_toml({"data": {"kind": "file", "path": csv, "target": "y"},
+                      "model.n_particles": 300,
                       "dynamics.taus": [1e-2, 1e-4], "dynamics.steps_per_tau": 1500,
                       "dynamics.seed": None, "output.observe_every": 100,
                       "output.snapshots_per_tau": 2, **(changes or {})})
@@ -41,6 +42,7 @@ def test_inspect_json(tiny_run, capsys):
                                [0.05 * s for s in (1125, 1500, 2625, 3000)])
 
 
+@pytest.mark.slow       # the full analysis with W2 and both references (36 s under load)
 def test_analyze_json(tiny_run, capsys, tmp_path):
     cfg, out = tiny_run
     capsys.readouterr()
@@ -100,3 +102,14 @@ def test_analyze_into_a_file_refused(tiny_run, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "expected a report directory" in err[0]
     assert target.read_text() == "keep"
+
+
+def test_analyze_a_config_suggests_running_it(tmp_path, capsys):
+    cfg = tmp_path / "study.toml"
+    cfg.write_text('[data]\nkind = "gaussian"\n')
+    assert main(["analyze", str(cfg)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "study.toml" in err and "is a config, not a run file" in err
+    assert f"meanfield run {cfg} -o RUN.h5" in err
+    assert not (tmp_path / "study-report").exists()

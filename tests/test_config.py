@@ -92,7 +92,7 @@ def test_data_file_errors(tmp_path):
 
 
 def test_loaders_agree(tmp_path):
-    ds = data.load_file("data/plane8.csv")
+    ds = data.load_file("data/plane8.csv", target="y")
     np.save(tmp_path / "p.npy", np.c_[ds.X, ds.y])
     np.savez(tmp_path / "p.npz", X=ds.X, y=ds.y)
     for f in ("p.npy", "p.npz"):
@@ -104,7 +104,7 @@ def test_loaders_agree(tmp_path):
 def test_embedded_default_is_plane8():
     cfg = config.embedded_default()
     ds = data.from_config(cfg)
-    ref = data.load_file("data/plane8.csv")
+    ref = data.load_file("data/plane8.csv", target="y")
     np.testing.assert_array_equal(ds.X, ref.X)
     np.testing.assert_array_equal(ds.y, ref.y)
     shipped = config.load("data/plane8.toml")
@@ -141,7 +141,7 @@ def test_csv_header_must_be_all_text_and_complex_refused(tmp_path):
     with pytest.raises(DataError, match="line 1"):
         data.load_file(tmp_path / "typo.csv")
     (tmp_path / "head.csv").write_text("x1,x2,y\n4,5,6\n")
-    assert data.load_file(tmp_path / "head.csv").n == 1
+    assert data.load_file(tmp_path / "head.csv", target="y").n == 1
     np.save(tmp_path / "c.npy", np.ones((3, 3), dtype=complex))
     with pytest.raises(DataError, match="complex"):
         data.load_file(tmp_path / "c.npy")
@@ -153,3 +153,75 @@ def test_inline_errors_name_the_config_field(tmp_path):
     with pytest.raises(DataError) as ei:
         data.from_config(_cfg(text, tmp_path))
     assert ei.value.field == "data.y"
+
+
+# ---------------------------------------------------------------- CSV columns chosen by name
+
+def _headed(tmp_path, header, rows, data_extra=""):
+    (tmp_path / "d.csv").write_text(header + "\n" + "\n".join(rows) + "\n")
+    (tmp_path / "c.toml").write_text(f'[data]\nkind = "file"\npath = "d.csv"\n{data_extra}')
+    return config.load(tmp_path / "c.toml")
+
+
+def test_csv_target_and_features_by_name(tmp_path):
+    rows = ["7,1.0,2.0,0.5", "8,3.0,4.0,-0.5", "9,5.0,6.5,1.5"]
+    cfg = _headed(tmp_path, "id,x1,x2,label", rows,
+                  'target = "label"\nfeatures = ["x2", "x1"]\n')
+    ds = data.from_config(cfg)
+    np.testing.assert_array_equal(ds.X, [[2.0, 1.0], [4.0, 3.0], [6.5, 5.0]])
+    np.testing.assert_array_equal(ds.y, [0.5, -0.5, 1.5])
+    # the target alone: the inputs are every other column, in file order
+    cfg = _headed(tmp_path, "label,x1,x2", ["1,2,3", "4,5,6"], 'target = "label"\n')
+    ds = data.from_config(cfg)
+    np.testing.assert_array_equal(ds.X, [[2, 3], [5, 6]])
+    np.testing.assert_array_equal(ds.y, [1, 4])
+    # the names enter the config's hash; a config without them keeps its old hash
+    assert cfg.as_dict()["data"]["target"] == "label" and "features" not in cfg.as_dict()["data"]
+    plain = config.from_dict({"data": {"kind": "file", "path": str(tmp_path / "d.csv")}})
+    assert "target" not in plain.as_dict()["data"] and '"target":"label"' in cfg.canonical_json()
+
+
+@pytest.mark.parametrize("header,extra,field,words", [
+    # a header present but not used by name: refused, naming the choices
+    ("label,x1,x2", "", "header", "data.target = NAME, one of: label, x1, x2"),
+    ("id,x1,x2,y", "", "header", "one of: id, x1, x2, y"),
+    ("x1,x2,y", 'target = "z"\n', "data.target", "no column 'z'; columns: x1, x2, y"),
+    ("x1,x2,y", 'target = "y"\nfeatures = ["x1", "x3"]\n', "data.features", "no column 'x3'"),
+    ("x1,x2,y", 'target = "y"\nfeatures = ["x1", "y"]\n', "data.features", "holds the target"),
+    ("x1,x1,y", 'target = "y"\n', "header", "repeated column name(s) x1"),
+    (None, 'target = "y"\n', "data.target", "no header line"),
+])
+def test_csv_names_refused_with_one_line(tmp_path, header, extra, field, words):
+    width = 3 if header is None else len(header.split(","))
+    rows = [",".join(str(i + k) for k in range(width)) for i in (1, 4)]
+    if header is None:
+        (tmp_path / "d.csv").write_text("\n".join(rows) + "\n")
+        (tmp_path / "c.toml").write_text(f'[data]\nkind = "file"\npath = "d.csv"\n{extra}')
+        cfg = config.load(tmp_path / "c.toml")
+    else:
+        cfg = _headed(tmp_path, header, rows, extra)
+    with pytest.raises(DataError) as ei:
+        data.from_config(cfg)
+    line = ei.value.line()
+    assert "d.csv" in line and ei.value.field == field and words in line, line
+    assert "\n" not in line
+
+
+def test_csv_names_checked_in_the_config(tmp_path):
+    np.save(tmp_path / "a.npy", np.ones((3, 3)))
+    for extra, field in (('target = "y"\n', "data.target"), ("target = 3\n", "data.target"),
+                         ("features = []\n", "data.features"),
+                         ('features = "x1"\n', "data.features")):
+        path = "a.npy" if extra == 'target = "y"\n' else "d.csv"
+        (tmp_path / "c.toml").write_text(f'[data]\nkind = "file"\npath = "{path}"\n{extra}')
+        with pytest.raises(ConfigError) as ei:
+            config.load(tmp_path / "c.toml")
+        assert ei.value.field == field, ei.value.line()
+
+
+def test_missing_data_file_names_the_config_field(tmp_path):
+    (tmp_path / "c.toml").write_text('[data]\nkind = "file"\npath = "nope.csv"\n')
+    with pytest.raises(DataError) as ei:
+        data.from_config(config.load(tmp_path / "c.toml"))
+    assert ei.value.field == "data.path" and "c.toml" in ei.value.line()
+    assert "nope.csv" in ei.value.line()

@@ -145,12 +145,12 @@ def test_bad_input():
 def test_cli_json_on_data_file_and_config(tmp_path, capsys):
     csv = tmp_path / "g.csv"
     csv.write_text("x1,x2,y\n" + "".join(f"{a},{b},0\n" for a, b in _grid(3, 3)))
-    assert cli_main(["dichotomies", str(csv), "--json"]) == 0
+    assert cli_main(["dichotomies", str(csv), "--target", "y", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert {k: out[k] for k in ("P", "cover", "general_position", "n", "d")} == \
         {"P": 58, "cover": 74, "general_position": False, "n": 9, "d": 2}
     toml = tmp_path / "c.toml"
-    toml.write_text('[data]\nkind = "file"\npath = "g.csv"\n')
+    toml.write_text('[data]\nkind = "file"\npath = "g.csv"\ntarget = "y"\n')
     assert cli_main(["dichotomies", str(toml), "--json", "--exact"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["P"] == 58 and out["exact"] is True

@@ -213,10 +213,14 @@ def test_store_survives_sigkill_anywhere(tmp_path):
     assert readable == 12
 
 
-def test_open_run_names_a_lock_held_by_a_writer(tmp_path):
+def test_open_run_names_a_lock_held_by_a_writer_outside_swmr(tmp_path):
+    """A process holding the file open for writing the plain HDF5 way (not a meanfield
+    writer, which works in SWMR mode) still blocks readers, and the message says so."""
+    import h5py
     cfg = _cfg()
     path = tmp_path / "r.h5"
-    with RunWriter(path, cfg, data.from_config(cfg), capacity=(1, 1)):
+    RunWriter(path, cfg, data.from_config(cfg), capacity=(1, 1)).close()
+    with h5py.File(path, "r+"):
         script = (f"import sys; sys.path.insert(0, {str(REPO)!r})\n"
                   "from meanfield.store import open_run\n"
                   f"open_run({str(path)!r})\n")

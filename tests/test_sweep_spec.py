@@ -65,7 +65,7 @@ def test_base_file_merge_and_relative_paths(tmp_path):
     sub.mkdir()
     (sub / "pts.csv").write_text("x1,y\n0.0,1.0\n1.0,-1.0\n2.0,0.5\n")
     (tmp_path / "other.csv").write_text("x1,y\n0.0,1.0\n3.0,2.0\n")
-    (sub / "run.toml").write_text('[data]\nkind = "file"\npath = "pts.csv"\n'
+    (sub / "run.toml").write_text('[data]\nkind = "file"\npath = "pts.csv"\ntarget = "y"\n'
                                   '[model]\nn_particles = 50\n[dynamics]\nsteps_per_tau = 100\n'
                                   'taus = [0.01]\n')
     p = tmp_path / "study.toml"
@@ -190,9 +190,10 @@ def test_cli_dry_run_lists_jobs(tmp_path, capsys):
 def test_without_distributed_the_cli_says_how_to_install(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "distributed", None)  # import distributed -> ImportError
     p = _study(tmp_path, '"dynamics.seed" = [0, 1]')
-    assert cli_main(["sweep", str(p), "-o", str(tmp_path / "out"), "--quiet"]) == 1
+    assert cli_main(["sweep", str(p), "-o", str(tmp_path / "out"), "--quiet"]) == 2
     err = capsys.readouterr().err
-    assert "pip install 'meanfield-relu[distributed]'" in err
+    assert "pip install '.[distributed]'" in err and "--serial" in err
+    assert len(err.strip().splitlines()) == 1
     assert not list((tmp_path).glob("out/run-*.h5"))
 
 
@@ -216,7 +217,7 @@ def test_serial_failed_job_is_recorded_and_retried(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "distributed", None)
     (tmp_path / "a.csv").write_text("x1,y\n0.0,1.0\n1.0,-1.0\n2.0,0.5\n")
     p = tmp_path / "study.toml"
-    p.write_text('[data]\nkind = "file"\npath = "a.csv"\n[model]\nn_particles = 20\n'
+    p.write_text('[data]\nkind = "file"\npath = "a.csv"\ntarget = "y"\n[model]\nn_particles = 20\n'
                  '[dynamics]\ntaus = [0.01]\nsteps_per_tau = 100\n[output]\nobserve_every = 50\n'
                  '[sweep]\n"data.path" = ["a.csv", "b.csv"]\n')
     study = Study.from_file(p, tmp_path / "out")

@@ -26,7 +26,7 @@ examples:
   meanfield run data/skm22_d7.toml -o d7.h5
   meanfield inspect d7.h5
   meanfield analyze d7.h5 -o d7-report
-  meanfield dichotomies data/skm22_d12.csv --json   # exact P, Cover, general position
+  meanfield dichotomies data/skm22_d12.toml --json   # exact P, Cover, general position
   meanfield reference gibbs data/skm22_d7.toml --json   # exact stationary measure, each tau
   meanfield reference convex data/skm22_d7.toml         # the tau -> 0 convex limit
   meanfield sweep lowtemp.toml --workers 2   # a grid of runs on a local Dask cluster

@@ -25,7 +25,15 @@ def register(sub):
     p.add_argument("-o", "--outdir", help="report directory (default: <run>-report)")
     p.add_argument("--json", action="store_true",
                    help="print the report JSON to stdout (the files are still written)")
-    p.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
+    p.add_argument("--no-figures", action="store_true", help="skip the figures")
+    p.add_argument("--format", choices=("png", "pdf", "svg"), default="png",
+                   help="file format of the figures (default png)")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress on stderr (default: a bar on a terminal, else a line "
+                        "every 10 s)")
+    p.add_argument("--csv", action="store_true",
+                   help="also write the tables as CSV next to the report: ladder.csv (one row "
+                        "per tau), rays.csv (per ray), kinks.csv (per kink hyperplane)")
     p.add_argument("--min-mass", type=float, default=1e-2,
                    help="mass fraction below which a cluster is thermal halo (default 0.01)")
     p.add_argument("--g-ray", type=float, default=0.5,
@@ -145,6 +153,10 @@ def main(args) -> int:
         return _against(args)
     if is_study_dir(args.run):
         return _study(args)
+    if Path(args.run).suffix.lower() == ".toml":
+        raise InputError(args.run, "", "is a config, not a run file: run it first "
+                                       f"(meanfield run {args.run} -o RUN.h5), then "
+                                       "meanfield analyze RUN.h5")
     if not 0 <= args.min_mass < 1:
         raise InputError("--min-mass", "", f"must be in [0, 1), got {args.min_mass}")
     if not -1 <= args.g_ray <= 1:
@@ -152,12 +164,19 @@ def main(args) -> int:
     if not args.halo_ratio >= 0:
         raise InputError("--halo-ratio", "", f"must be >= 0, got {args.halo_ratio}")
     outdir = Path(args.outdir) if args.outdir else Path(str(Path(args.run).with_suffix("")) + "-report")
-    stack, replacing = _writing_report(outdir, {"report.json", "report.md", *FIGURES})
+    # a previous report (any figure format, with or without its tables) may be replaced
+    names = {"report.json", "report.md", "ladder.csv", "rays.csv", "kinks.csv",
+             *(f"{stem}.{ext}" for stem in FIGURES for ext in ("png", "pdf", "svg"))}
+    stack, replacing = _writing_report(outdir, names)
     with stack, replacing as tmp:
         rep = analyze_run(args.run, tmp, figures=not args.no_figures, w2=not args.no_w2,
                           references=not args.no_references, min_mass_frac=args.min_mass,
                           sensitivity=not args.no_sensitivity,
-                          g_ray=args.g_ray, halo_ratio=args.halo_ratio)
+                          g_ray=args.g_ray, halo_ratio=args.halo_ratio, fmt=args.format,
+                          progress=False if args.quiet else None)
+        if args.csv:
+            from meanfield.tidy import write_csv
+            write_csv(rep, tmp)
     if not rep["complete"]:
         sys.stderr.write(f"meanfield: warning: {args.run} is an incomplete run "
                          f"({len(rep['snapshots'])} snapshot frames so far)\n")

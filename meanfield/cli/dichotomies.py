@@ -30,13 +30,18 @@ def register(sub):
                         '"exact", "tol", "tol_range"}')
     p.add_argument("--exact", action="store_true",
                    help="exact integer arithmetic (decimals read as written); slower")
+    p.add_argument("--target", metavar="NAME",
+                   help="the y column of a .csv data file with a header line (required there)")
+    p.add_argument("--features", metavar="NAMES",
+                   help="comma-separated input columns of such a file (default: all but y)")
     p.add_argument("--tol", type=float, default=None,
                    help="chord tolerance of the float mode (default 1e-12)")
     p.set_defaults(func=main)
 
 
-def load_inputs(path: str):
-    """Training inputs ``X`` (n, d) of a data file, a config (``.toml``) or a run file (``.h5``).
+def load_inputs(path: str, target=None, features=None):
+    """Training inputs ``X`` (n, d) of a data file, a config (``.toml``) or a run file (``.h5``);
+    ``target`` and ``features`` name the columns of a CSV file with a header line.
 
     Raises
     ------
@@ -54,7 +59,7 @@ def load_inputs(path: str):
         raise DataError(str(path), "", f"unknown file type '{suffix}' (use a data file .csv, "
                                        ".npy or .npz, a config .toml, or a run file .h5 or "
                                        ".h5.part)")
-    return load_file(path).X
+    return load_file(path, target, features).X
 
 
 def main(args) -> int:
@@ -63,7 +68,8 @@ def main(args) -> int:
     tol = DEFAULT_TOL if args.tol is None else args.tol
     if not 0 < tol < 1:
         raise InputError("--tol", "", f"must be in (0, 1), got {tol}")
-    X = load_inputs(args.data)
+    features = None if args.features is None else [c.strip() for c in args.features.split(",")]
+    X = load_inputs(args.data, args.target, features)
     res = count_dichotomies(X, tol, exact=args.exact)
     if args.json:
         print(json.dumps(res.as_dict()))

@@ -80,7 +80,9 @@ def register(sub):
                                                 "seed<S>)")
     p.add_argument("--overwrite", action="store_true", help="replace existing output files")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress on stderr (default: a bar on a terminal, else a line every "
+                        "10 s)")
     p.set_defaults(func=main)
 
 
@@ -111,7 +113,10 @@ def main(args) -> int:
         for path in (h5, png):
             if path.exists() and not args.overwrite:
                 raise InputError(_SOURCE, "-o", f"{path} exists (use --overwrite)")
-        cells = run_study(params, progress=False if args.quiet else None)
+        from meanfield.progress import progress_bar
+        with progress_bar(len(params.cells) * params.trials, "highdim", "trial",
+                          enabled=not args.quiet) as bar:
+            cells = run_study(params, progress=bar)
         summary = summarize(params, cells)
         if not summary["converged_cells"]:
             sys.stderr.write(f"meanfield: error: gradient descent converged in no trial of any "
@@ -140,6 +145,22 @@ def _fmt(x, spec=".3e"):
     return "-" if x is None else format(x, spec)
 
 
+#: What the columns of the table mean (printed under it).
+COLUMNS = """\
+columns (means over the converged trials of each cell; [LWTM26] notation, THEORY §10):
+  conv         converged trials / trials ('*': none converged, cell left out of the slopes)
+  gap mean     ‖W_∞ − W*‖_F, GD's limit to the minimum-norm interpolant; 95% interval:
+               Student-t interval of that mean over the trials
+  rel gap      gap / ‖W*‖_F
+  frozen       per neuron j, the fraction of trials whose activation pattern froze at
+               1[a_j y > 0]
+  step1        fraction of trials frozen from the first step on (no pattern change after it)
+  fit+ max     largest |f(x_i) − y_i| over the positive examples, any trial
+  unfit+       mean number of positive examples with |f(x_i) − y_i| > 1e-6
+  cf res max   largest ‖W_∞ − W_cf‖_F to the closed-form limit of the frozen pattern
+               ('-' when no trial froze)"""
+
+
 def _print_table(summary: dict) -> None:
     print(f"{'n':>4} {'d':>6} {'conv':>5} {'gap mean':>10} {'95% interval':>23} {'rel gap':>8} "
           f"{'frozen':>11} {'step1':>5} {'fit+ max':>9} {'unfit+':>6} {'cf res max':>10}")
@@ -156,6 +177,7 @@ def _print_table(summary: dict) -> None:
               f"{_fmt(r['closed_form_residual_max'], '.1e'):>10}")
     for c in summary.get("excluded_cells", []):
         print(f"n={c['n']} d={c['d']}: no trial converged; left out of the slopes")
+    print(COLUMNS)
     for key, fit in summary["slopes"].items():
         for var in ("d", "n"):
             if var in fit:

@@ -1,8 +1,11 @@
-"""``meanfield inspect``: summarise a run file."""
+"""``meanfield inspect``: summarise a run file, or follow a run in progress."""
 
 from __future__ import annotations
 
 import json
+import sys
+import time
+from pathlib import Path
 
 # Deferred on purpose: the modules behind this command load numba, h5py, SciPy, POT or
 # Matplotlib, so they are imported when the command runs, not when `meanfield --help` or
@@ -14,10 +17,16 @@ def register(sub):
     p = sub.add_parser("inspect", help="summarise a run file (frames, config, completeness)",
                        description="Print a summary of a run file: schema version, sizes, "
                                    "frames (step, time, tau), whether the run completed.")
-    p.add_argument("run", help="run file (.h5)")
+    p.add_argument("run", help="run file (.h5, or RUN.h5.part of a run in progress)")
     p.add_argument("--json", action="store_true",
                    help='print {"schema_version", "n_particles", "d", "n", "complete", '
                         '"frames": [{"step", "time", "tau"}], "config"}')
+    p.add_argument("--follow", action="store_true",
+                   help="print the progress of a run in progress (read live, committed rows "
+                        "only) until it ends; exit 0 when it completes, 1 when its writer "
+                        "stops before the end")
+    p.add_argument("--interval", type=float, default=10.0,
+                   help="seconds between two progress lines with --follow (default 10)")
     p.set_defaults(func=main)
 
 
@@ -30,9 +39,85 @@ def summary(run) -> dict:
             "config": run.config}
 
 
+def _progress_line(run) -> str:
+    """One line on how far a run has come: step of total, temperature, risk, stationarity."""
+    dyn = run.config["dynamics"]
+    taus = dyn["taus"]
+    total = int(dyn["steps_per_tau"]) * len(taus)
+    obs = run.observables
+    if not len(obs["risk"]["step"]):
+        return f"step 0/{total}  waiting for the first observation"
+    k = -1                              # the latest committed observation
+    step = int(obs["risk"]["step"][k])
+    tau = float(obs["tau"]["value"][k])
+    stage = min(step - 1, total - 1) // int(dyn["steps_per_tau"]) + 1
+    return (f"step {step}/{total} ({100 * step / total:.0f}%)  tau={tau:.2e} "
+            f"(temperature {stage}/{len(taus)})  risk={float(obs['risk']['value'][k]):.4e}  "
+            f"stationarity={float(obs['stationarity']['value'][k]):.3g}  "
+            f"frames={run.n_frames}")
+
+
+def follow(path, interval=10.0, out=sys.stdout, poll=None) -> int:
+    """Print the progress of the run written to ``path`` until it ends.
+
+    Each read opens the file afresh as a SWMR reader and sees the rows committed by then.
+    ``path`` may name the finished file or its ``.part``; when the writer renames the
+    ``.part`` into place the finished file is read once more.
+
+    Returns
+    -------
+    int
+        0 when the run completes; 1 when no process writes it any more and it is incomplete
+        (interrupted or killed: continue with ``meanfield run ... --resume``).
+    """
+    from meanfield.errors import RunFileError
+    from meanfield.store import open_run, writer_alive
+    path = Path(path)
+    final = path.with_name(path.name[:-len(".part")]) if path.name.endswith(".part") else path
+    part = final.with_name(final.name + ".part")
+    poll = min(interval, 1.0) if poll is None else poll
+    last_line, last_print, stopped = None, 0.0, 0
+    while True:
+        target = part if part.exists() else final
+        try:
+            run = open_run(target)
+        except RunFileError:
+            if not (part.exists() or final.exists()):
+                raise
+            time.sleep(poll)            # renamed between the check and the open
+            continue
+        line = _progress_line(run)
+        now = time.monotonic()
+        if run.complete:
+            print(line, file=out, flush=True)
+            print(f"complete: {final if final.exists() else target}", file=out, flush=True)
+            return 0
+        if line != last_line and now - last_print >= interval:
+            print(line, file=out, flush=True)
+            last_line, last_print = line, now
+        if target == part and not writer_alive(part):
+            stopped += 1                # twice in a row: not a writer between open and lock
+            if stopped >= 2:
+                print(line, file=out, flush=True)
+                print(f"stopped: no process is writing {part} (interrupted or killed); continue "
+                      f"with 'meanfield run CONFIG -o {final} --resume'", file=out, flush=True)
+                return 1
+        else:
+            stopped = 0
+        time.sleep(poll)
+
+
 def main(args) -> int:
     """Run ``meanfield inspect`` with the parsed ``args``; returns the exit code."""
+    from meanfield.errors import InputError
     from meanfield.store import open_run
+    if args.follow:
+        if not args.interval > 0:
+            raise InputError("command line", "--interval", f"must be > 0, got {args.interval}")
+        try:
+            return follow(args.run, args.interval)
+        except KeyboardInterrupt:
+            return 130
     run = open_run(args.run)
     doc = summary(run)
     if args.json:

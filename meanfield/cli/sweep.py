@@ -64,9 +64,9 @@ def main(args) -> int:
     try:
         summary = study.run(args.workers, scheduler=args.scheduler, serial=args.serial,
                             threads=args.threads, progress=False if args.quiet else None)
-    except MissingDependencyError as exc:
+    except MissingDependencyError as exc:     # the environment, not a failed job: exit 2
         sys.stderr.write(f"meanfield: error: {exc}\n")
-        return 1
+        return 2
     sys.stderr.write(str(summary) + "\n")
     print(summary.directory)
     return 0 if summary.ok else 1

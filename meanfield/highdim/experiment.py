@@ -13,17 +13,17 @@ Trial ``k`` of cell ``(n, d)`` uses the seed key ``(seed, n, d, k)`` for the dat
 
 from __future__ import annotations
 
+import contextlib
 import math
-import sys
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from tqdm import tqdm
 
 from analysis.minnorm import closed_form_limit, frozen_limit, minnorm
 from analysis.slopes import loglog_fit, mean_ci
 from meanfield.errors import InputError
 from meanfield.highdim.design import LABELS, NORMALIZE, GaussianDesign
+from meanfield.progress import progress_bar
 from solvers.highdim_gd import INITS, default_signs, gd, initial_weights, step_size
 
 _SOURCE = "command line"
@@ -243,8 +243,10 @@ def run_study(p: StudyParams, progress=None) -> list:
     Parameters
     ----------
     p : StudyParams
-    progress : bool or None
-        tqdm bar over trials on stderr (``None``: only on a terminal).
+    progress : bool or None or progress reporter
+        Progress over trials on stderr (:func:`meanfield.progress.progress_bar`: a bar on a
+        terminal, a line every 10 s otherwise; ``False``: none), or an object with tqdm's
+        ``update``/``set_postfix``.
 
     Returns
     -------
@@ -253,8 +255,11 @@ def run_study(p: StudyParams, progress=None) -> list:
         (scalars to (T,), ``frozen`` to (T, m), ``pattern`` to (T, m, n), …).
     """
     cells = []
-    with tqdm(total=len(p.cells) * p.trials, desc="highdim", unit="trial", file=sys.stderr,
-              disable=None if progress is None else not progress) as bar:
+    if hasattr(progress, "update"):
+        ctx = contextlib.nullcontext(progress)
+    else:
+        ctx = progress_bar(len(p.cells) * p.trials, "highdim", "trial", enabled=progress)
+    with ctx as bar:
         for n, d in p.cells:
             bar.set_postfix(n=n, d=d)
             rows = []

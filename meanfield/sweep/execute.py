@@ -25,14 +25,14 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tqdm.auto import tqdm
-
 from meanfield.errors import MissingDependencyError, StudyError
+from meanfield.progress import progress_bar
 from meanfield.sweep import manifest as _manifest
 from meanfield.sweep.job import _usable_cores, run_file_complete, run_job
 
-INSTALL_HINT = ("Dask distributed is not installed; install it with "
-                "pip install 'meanfield-relu[distributed]' (or run the study serially)")
+INSTALL_HINT = ("Dask distributed is not installed: from the meanfield checkout, pip install "
+                "'.[distributed]'; or run the jobs one after another with --serial "
+                "(serial=True from Python)")
 
 
 def require_distributed():
@@ -129,10 +129,9 @@ class _Tracker:
         self.man = man
         self.summary = summary
         c = man.counts()
-        disable = {True: False, False: True, None: None}[progress]
         self.finished: set = set()  # jobs with a result in this call
-        self.bar = tqdm(total=summary.n_jobs, initial=c["done"], unit="job", desc="study",
-                        disable=disable, dynamic_ncols=True, file=sys.stderr)
+        self.bar = progress_bar(summary.n_jobs, "study", "job", enabled=progress,
+                                initial=c["done"])
         self._post()
 
     def _post(self):

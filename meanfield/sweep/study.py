@@ -7,8 +7,8 @@ Example (docs/sweep.md has the full walk-through)::
     study = Study.from_file("lowtemp.toml", directory="lowtemp")
     print(len(study.jobs), study.shape)          # 12 (2, 3, 2)
     summary = study.run(workers=2)               # local cluster; skips finished jobs
-    res = study.results()                        # arrays over the grid
-    res.risk.shape                               # (2, 3, 2, n_tau)
+    res = study.results()                        # an xarray.Dataset over the grid
+    res.risk.dims                                # ('lam', 'n_particles', 'seed', 'tau')
 """
 
 from __future__ import annotations
@@ -140,7 +140,10 @@ class Study:
         return counts
 
     def results(self, **kwargs):
-        """Per-run results as arrays over the study grid: an
-        :class:`meanfield.sweep.summary.StudyArrays` (keyword arguments go to
+        """Per-run results over the study grid, as an ``xarray.Dataset`` with one dimension
+        per sweep axis (named after it: ``seed``, ``n_particles``, ...) and ``tau``:
+        ``risk``, ``J``, ``K``, ``status``, ``run_file`` (see
+        :func:`meanfield.tidy.study_dataset`; keyword arguments go to
         :func:`meanfield.sweep.summary.study_arrays`)."""
-        return study_arrays(self.directory, **kwargs)
+        from meanfield.tidy import study_dataset
+        return study_dataset(study_arrays(self.directory, **kwargs))

@@ -1,0 +1,192 @@
+"""Tidy views of runs, analyses and studies: an ``xarray.Dataset`` of a run file, one pandas
+table per analysis result (one row per temperature, ray or kink hyperplane), and a study's
+results over its grid. Only committed rows ever appear (they come through
+:func:`meanfield.store.open_run`).
+
+xarray and pandas load on first use.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+
+def _stage(steps, steps_per_tau):
+    """Ladder stage (0 = hottest) of each global step ``1 ≤ step ≤ L·T``."""
+    return np.maximum(np.asarray(steps, dtype=np.int64) - 1, 0) // int(steps_per_tau)
+
+
+def run_dataset(run, frames: bool = True):
+    """A run as an ``xarray.Dataset``.
+
+    Parameters
+    ----------
+    run : meanfield.store.Run
+        An open run file (complete or in progress: its committed rows).
+    frames : bool
+        Load the snapshot frames (``F · N · (d+2)`` float64 values) into ``particles``.
+
+    Returns
+    -------
+    xarray.Dataset
+        Observables over dimension ``time`` (coordinates ``time = step · eta``, ``step``,
+        ``tau``, ``stage``): ``risk``, ``regulariser``, ``mean_sq_norm``, ``stationarity``
+        and ``residuals`` (``time``, ``sample``). Frames over ``frame``, ``particle``,
+        ``coord`` (``coord`` = ``a, w1..wd, b``; coordinates ``frame_step``, ``frame_time``,
+        ``frame_tau``, ``frame_stage``): ``particles``. The data: ``X`` (``sample``,
+        ``input``) and ``y`` (``sample``). Attributes: ``path``, ``complete``, ``lam``,
+        ``eta``, ``steps_per_tau``, ``taus``, ``n_particles``, ``config_json``.
+    """
+    import xarray as xr
+    dyn = run.config["dynamics"]
+    T = int(dyn["steps_per_tau"])
+    obs = run.observables
+    step = obs["risk"]["step"]
+    coords = {"time": ("time", obs["risk"]["time"], {"units": "step · eta"}),
+              "step": ("time", step), "tau": ("time", obs["tau"]["value"]),
+              "stage": ("time", _stage(step, T)),
+              "sample": np.arange(run.n), "input": [f"x{k + 1}" for k in range(run.d)]}
+    data = {name: ("time", obs[name]["value"])
+            for name in ("risk", "regulariser", "mean_sq_norm", "stationarity")}
+    data["residuals"] = (("time", "sample"), obs["residuals"]["value"].reshape(len(step), run.n),
+                         {"meaning": "R_j = (f(x_j) - y_j) / n"})
+    data["X"] = (("sample", "input"), run.X)
+    data["y"] = ("sample", run.y)
+    cols = ["a"] + [f"w{k + 1}" for k in range(run.d)] + ["b"]
+    coords.update({"frame": np.arange(run.n_frames), "frame_step": ("frame", run.frame_step),
+                   "frame_time": ("frame", run.frame_time),
+                   "frame_tau": ("frame", run.frame_tau),
+                   "frame_stage": ("frame", _stage(run.frame_step, T)), "coord": cols})
+    if frames:
+        parts = (np.stack([run.frame(k) for k in range(run.n_frames)]) if run.n_frames
+                 else np.empty((0, run.n_particles, run.d + 2)))
+        coords["particle"] = np.arange(run.n_particles)
+        data["particles"] = (("frame", "particle", "coord"), parts)
+    attrs = {"path": str(run.path), "complete": int(run.complete), "lam": float(dyn["lam"]),
+             "eta": float(dyn["eta"]), "steps_per_tau": T,
+             "taus": np.asarray(dyn["taus"], dtype=float), "n_particles": run.n_particles,
+             "config_json": run.config_json}
+    return xr.Dataset(data, coords=coords, attrs=attrs)
+
+
+# --- analysis results -------------------------------------------------------------------------
+
+def ladder_table(rep):
+    """One row per temperature of an analysis (``rep["ladder"]``), coldest last.
+
+    Columns: ``tau, step, J, K, risk, halo_mass_fraction, w2_to_previous, w2_method,
+    w2_rays_to_previous, dist_to_reference`` and, where the report has them, the bounds
+    ``bound_2P_minus_1``, ``bound_P_minus_1``.
+    """
+    import pandas as pd
+    df = pd.DataFrame(list(rep["ladder"]))
+    if len(df):
+        df["bound_2P_minus_1"] = rep.get("bound_2P_minus_1")
+        df["bound_P_minus_1"] = rep.get("bound_P_minus_1")
+    return df
+
+
+def _last_per_tau(rep):
+    last = {}
+    for s in rep.get("snapshots", []):
+        last[s["tau"]] = s
+    return list(last.values())
+
+
+def rays_table(rep, all_frames: bool = False):
+    """One row per ray: ``tau, step, ray`` (index, by decreasing mass), ``sign``, ``weight``,
+    ``mass_fraction``, ``spread`` (rad), ``n_particles``, ``n_cells``, ``G``,
+    ``pattern_margin``, ``pattern`` (``+0−`` string), ``v1..v{d+1}`` (the unit direction of
+    ``(w, b)``). The last snapshot at each temperature, or every snapshot (``all_frames``)."""
+    import pandas as pd
+    rows = []
+    for s in (rep.get("snapshots", []) if all_frames else _last_per_tau(rep)):
+        for i, r in enumerate(s["rays"]):
+            row = {"tau": s["tau"], "step": s["step"], "ray": i}
+            row.update({k: r[k] for k in ("sign", "weight", "mass_fraction", "spread",
+                                          "n_particles", "n_cells", "G", "pattern_margin")})
+            row["pattern"] = "".join({1: "+", 0: "0", -1: "−"}[int(t)] for t in r["pattern"])
+            row.update({f"v{k + 1}": x for k, x in enumerate(r["direction"])})
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def kinks_table(rep, all_frames: bool = False):
+    """One row per kink hyperplane ``{x : normal·x = offset}``: ``tau, step, hyperplane``,
+    ``offset``, ``n1..nd`` (unit normal), ``rays`` (indices of the rays on it, as in
+    :func:`rays_table`, e.g. ``"0 3"``), ``signs`` (the signs of ``a`` of those rays)."""
+    import pandas as pd
+    rows = []
+    for s in (rep.get("snapshots", []) if all_frames else _last_per_tau(rep)):
+        for i, kk in enumerate(s["kinks"]):
+            row = {"tau": s["tau"], "step": s["step"], "hyperplane": i,
+                   "offset": kk["offset"]}
+            row.update({f"n{k + 1}": x for k, x in enumerate(kk["normal"])})
+            row["rays"] = " ".join(str(r) for r in kk["rays"])
+            row["signs"] = " ".join("+" if s["rays"][r]["sign"] > 0 else "−"
+                                    for r in kk["rays"])
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+#: The tables of an analysis, by name (``Report.to_dataframe(name)``).
+TABLES = {"ladder": ladder_table, "rays": rays_table, "kinks": kinks_table}
+#: CSV files written by ``meanfield analyze --csv``, and their tables.
+CSV_TABLES = {f"{name}.csv": table for name, table in TABLES.items()}
+
+
+def write_csv(rep, outdir) -> list:
+    """Write ``ladder.csv``, ``rays.csv`` and ``kinks.csv`` of an analysis into ``outdir``
+    (each through a temporary file and a rename); returns the paths."""
+    import os
+    out = Path(outdir)
+    written = []
+    for name, table in CSV_TABLES.items():
+        tmp = out / (name + ".tmp")
+        table(rep).to_csv(tmp, index=False)
+        os.replace(tmp, out / name)
+        written.append(out / name)
+    return written
+
+
+# --- studies ----------------------------------------------------------------------------------
+
+def _dim_names(axes) -> dict:
+    """Dimension name of each dotted sweep axis: its last part (``model.n_particles`` ->
+    ``n_particles``), the full name where two axes would share one."""
+    short = {a: a.split(".")[-1] for a in axes}
+    counts = {}
+    for s in short.values():
+        counts[s] = counts.get(s, 0) + 1
+    return {a: (s if counts[s] == 1 else a) for a, s in short.items()}
+
+
+def study_dataset(arrays):
+    """A study's results (:class:`meanfield.sweep.summary.StudyArrays`) as an ``xarray.Dataset``.
+
+    Dimensions: one per sweep axis, named after it (``dynamics.seed`` -> ``seed``,
+    ``model.n_particles`` -> ``n_particles``; the dotted name in the coordinate's ``axis``
+    attribute), and ``tau`` (descending). Variables: ``risk``, ``J`` (rays), ``K`` (kink
+    hyperplanes) over the axes and ``tau`` (``nan`` where a run is not done or lacks that
+    ``tau``); ``status`` and ``run_file`` over the axes.
+    """
+    import xarray as xr
+    names = _dim_names(arrays.axes)
+    dims = [names[a] for a in arrays.axes]
+    coords = {names[a]: (names[a], _coord(v), {"axis": a}) for a, v in arrays.axes.items()}
+    coords["tau"] = ("tau", np.asarray(arrays.taus, dtype=float))
+    grid = tuple(dims)
+    data = {"risk": (grid + ("tau",), arrays.risk),
+            "J": (grid + ("tau",), arrays.n_rays, {"meaning": "rays"}),
+            "K": (grid + ("tau",), arrays.n_hyperplanes, {"meaning": "kink hyperplanes"}),
+            "status": (grid, arrays.status), "run_file": (grid, arrays.run_files)}
+    return xr.Dataset(data, coords=coords)
+
+
+def _coord(values):
+    """Axis values as a coordinate: numbers stay numbers, anything else becomes its string."""
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        return np.asarray(values)
+    return np.asarray([v if isinstance(v, str) else repr(v) for v in values], dtype=object)

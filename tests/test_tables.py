@@ -1,0 +1,139 @@
+"""Tidy outputs on a real run file: ``Run.to_xarray``, the analysis tables (one row per τ, ray,
+kink hyperplane), ``analyze --csv`` and ``Study.results()`` as an ``xarray.Dataset``."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+from conftest import plane8_toml, run_one_thread
+
+from meanfield import cli
+from meanfield.store import open_run
+
+
+@pytest.fixture(scope="module")
+def analysed(tmp_path_factory):
+    """A run of the eight points in the plane, its analysis (no W2, no references) and the
+    report folder written with --csv."""
+    d = tmp_path_factory.mktemp("tables")
+    out = run_one_thread(plane8_toml({"output.snapshots_per_tau": 2}), d)
+    rep_dir = d / "rep"
+    assert cli.main(["analyze", str(out), "-o", str(rep_dir), "--csv", "--no-w2",
+                     "--no-references", "--no-figures", "--quiet"]) == 0
+    import json
+    rep = json.loads((rep_dir / "report.json").read_text())
+    return out, rep, rep_dir
+
+
+def test_run_to_xarray_matches_the_file(analysed):
+    import h5py
+    out, _, _ = analysed
+    run = open_run(out)
+    ds = run.to_xarray()
+    with h5py.File(out, "r") as f:           # an independent read of the same rows
+        no, nf = int(f.attrs["n_observations"]), int(f.attrs["n_frames"])
+        risk = f["observables/risk/value"][:no]
+        steps = f["observables/risk/step"][:no]
+        tau = f["observables/tau/value"][:no]
+        resid = f["observables/residuals/value"][:no]
+        frames = f["particles/neurons/position/value"][:nf]
+        ftau = f["particles/neurons/temperature/value"][:nf]
+        eta = float(f["parameters"].attrs["eta"])
+    assert ds.risk.dims == ("time",) and ds.sizes["time"] == no == 2 * 16  # 15 + snapshot
+    np.testing.assert_array_equal(ds.risk.values, risk)
+    np.testing.assert_array_equal(ds.step.values, steps)
+    np.testing.assert_array_equal(ds.tau.values, tau)
+    np.testing.assert_allclose(ds.time.values, steps * eta)
+    np.testing.assert_array_equal(ds.residuals.values, resid)
+    # stage: 0 for the steps of the first temperature (1..1500), 1 for the second
+    np.testing.assert_array_equal(ds.stage.values, (steps > 1500).astype(int))
+    assert set(ds.tau.values[ds.stage.values == 0]) == {1e-2}
+    assert ds.particles.dims == ("frame", "particle", "coord")
+    assert ds.particles.shape == (nf, 300, 4) == (4, 300, 4)
+    assert list(ds.coord.values) == ["a", "w1", "w2", "b"]
+    np.testing.assert_array_equal(ds.particles.values, frames)
+    np.testing.assert_array_equal(ds.frame_tau.values, ftau)
+    np.testing.assert_array_equal(ds.frame_stage.values, [0, 0, 1, 1])
+    np.testing.assert_array_equal(ds.X.values, run.X)
+    assert bool(ds.attrs["complete"]) and ds.attrs["steps_per_tau"] == 1500
+    # selection by temperature works the xarray way
+    cold = ds.risk.where(ds.tau == 1e-3, drop=True)
+    assert cold.sizes["time"] == 16
+    assert "particles" not in run.to_xarray(frames=False)
+
+
+def test_tables_one_row_per_tau_ray_and_hyperplane(analysed):
+    from meanfield.tidy import kinks_table, ladder_table, rays_table
+    _, rep, _ = analysed
+    lad = ladder_table(rep)
+    assert list(lad.tau) == [1e-2, 1e-3]
+    assert list(lad.J) == [r["J"] for r in rep["ladder"]]
+    assert (lad.bound_2P_minus_1 == 2 * rep["P"] - 1).all()
+    rays = rays_table(rep)
+    kinks = kinks_table(rep)
+    for r in rep["ladder"]:
+        assert (rays.tau == r["tau"]).sum() == r["J"] > 0
+        assert (kinks.tau == r["tau"]).sum() == r["K"] > 0
+    last = rep["snapshots"][-1]
+    mine = rays[rays.tau == last["tau"]]
+    np.testing.assert_allclose(mine.weight, [q["weight"] for q in last["rays"]])
+    np.testing.assert_allclose(mine[["v1", "v2", "v3"]].to_numpy(),
+                               [q["direction"] for q in last["rays"]])
+    # every ray of a frame lies on exactly one kink hyperplane of it (d = 2, no pure biases
+    # expected here), and each hyperplane lists the signs of a of its rays
+    k_last = kinks[kinks.tau == last["tau"]]
+    on = sorted(int(i) for rs in k_last.rays for i in rs.split())
+    assert on == sorted(set(on)) and set(on) <= set(range(len(last["rays"])))
+    for rs, signs in zip(k_last.rays, k_last.signs):
+        assert [("+" if last["rays"][int(i)]["sign"] > 0 else "−") for i in rs.split()] == \
+            signs.split()
+    np.testing.assert_allclose(np.hypot(k_last.n1, k_last.n2), 1.0)
+
+
+def test_analyze_csv_writes_the_tables(analysed):
+    import pandas as pd
+
+    from meanfield.tidy import kinks_table, ladder_table, rays_table
+    _, rep, rep_dir = analysed
+    for name, table in (("ladder.csv", ladder_table), ("rays.csv", rays_table),
+                        ("kinks.csv", kinks_table)):
+        back = pd.read_csv(rep_dir / name, keep_default_na=False, na_values=[""])
+        want = table(rep)
+        assert list(back.columns) == list(want.columns) and len(back) == len(want)
+        for col in want.columns:
+            if want[col].dtype.kind in "fi":
+                np.testing.assert_allclose(back[col].astype(float), want[col].astype(float))
+
+
+def test_study_results_is_a_dataset_over_the_axes(tmp_path, monkeypatch):
+    from meanfield.sweep import Study
+    monkeypatch.setitem(sys.modules, "distributed", None)      # serial needs no Dask
+    study = Study.from_dict(
+        {"data": {"kind": "gaussian", "n": 4, "d": 1, "seed": 0},
+         "model": {"n_particles": 40},
+         "dynamics": {"taus": [1e-2, 1e-3], "steps_per_tau": 200},
+         "output": {"observe_every": 50},
+         "sweep": {"dynamics.lam": [0.05, 0.1], "dynamics.seed": [0, 1, 2]}},
+        tmp_path / "st")
+    summary = study.run(serial=True, threads=1, progress=False)
+    assert summary.ok, summary.failed
+    res = study.results()
+    assert res.risk.dims == ("lam", "seed", "tau")
+    assert res.risk.shape == (2, 3, 2) and res.J.shape == (2, 3, 2)
+    assert list(res.seed.values) == [0, 1, 2] and list(res.tau.values) == [1e-2, 1e-3]
+    assert res.lam.attrs["axis"] == "dynamics.lam"
+    assert (res.status == "done").all()
+    # each cell holds its own run's numbers: the time-averaged risk of the stage
+    for job in study.jobs:
+        lam, seed = job.axis_values["dynamics.lam"], job.axis_values["dynamics.seed"]
+        run = open_run(study.run_file(job))
+        stage = run.observables["risk"]
+        sel = (stage["step"] > 200 + 100) & (stage["step"] <= 400)
+        np.testing.assert_allclose(res.risk.sel(lam=lam, seed=seed, tau=1e-3),
+                                   stage["value"][sel].mean())
+        assert res.run_file.sel(lam=lam, seed=seed).item() == str(study.run_file(job))
+    assert np.isfinite(res.J.values).all()
+    # the mean over seeds, the xarray way
+    assert res.risk.mean("seed").dims == ("lam", "tau")
