@@ -23,7 +23,7 @@ def magnitude_range(X) -> str:
 
 
 @contextlib.contextmanager
-def numerical_failures(error_cls, what: str, X):
+def numerical_failures(error_cls, what: str, X, keep: tuple = ()):
     """Re-raise numerical failures inside the block as ``error_cls`` (one line).
 
     Parameters
@@ -34,10 +34,12 @@ def numerical_failures(error_cls, what: str, X):
         The computation, e.g. ``"convex reference"``.
     X : array-like
         The inputs, whose magnitudes the message names.
+    keep : tuple of exception types
+        Errors of the solver that already say what went wrong, re-raised unchanged.
     """
     try:
         yield
-    except error_cls:
+    except (error_cls, *keep):
         raise
     except (np.linalg.LinAlgError, FloatingPointError, OverflowError, ZeroDivisionError,
             RuntimeError, ValueError) as exc:

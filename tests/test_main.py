@@ -18,7 +18,7 @@ def _folder(tmp_path):
 def _run(cwd, pythonpath):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, pythonpath))}
     return subprocess.run([sys.executable, "-m", "meanfield", "dichotomies",
-                           str(ROOT / "data" / "plane8.csv"), "--json"],
+                           str(ROOT / "data" / "plane8.csv"), "--target", "y", "--json"],
                           cwd=cwd, env=env, capture_output=True, text=True)
 
 

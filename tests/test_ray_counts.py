@@ -32,6 +32,7 @@ def _run(tmp, name, csv_rows, N, *, lam, eta, taus, steps, seed=0, observe=10):
     cfg.write_text(f"""[data]
 kind = "file"
 path = "{data}"
+target = "y"
 [model]
 n_particles = {N}
 [dynamics]

@@ -92,7 +92,8 @@ def main_gibbs(args) -> int:
             raise InputError(cfg.source, "dynamics.taus", "no temperature > 0")
     t0 = time.time()
     try:
-        with numerical_failures(GibbsConvergenceError, "Gibbs reference", ds.X):
+        with numerical_failures(GibbsConvergenceError, "Gibbs reference", ds.X,
+                                keep=(GibbsAccuracyError,)):
             if method == "quadrature":
                 ref = GibbsReference(ds.X, ds.y, cfg.dynamics.lam)
             else:
