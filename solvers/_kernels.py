@@ -735,3 +735,80 @@ def run_steps(T, X, y, B, partial, scratch, ibuf, fbuf, f, R, lam, eta, tau, see
         if not np.isfinite(R[j]):
             ok = False
     return 0 if ok else 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Data-mode curvature (``solvers.stability``): Gauss–Newton kernel and its Hessian correction
+# ---------------------------------------------------------------------------------------------
+
+@nb.njit(inline="always")
+def _act_value_slope(z, kind, p):
+    if kind == ACT_RELU:
+        return (0.0, 0.0) if z <= 0.0 else (z, 1.0)
+    return _act_pair(z, kind, p)
+
+
+@nb.njit(cache=True)
+def gauss_newton_kernel(theta, X, kind, p, K):
+    """``K_jk = (1/N) Σ_i [σ(z_ij) σ(z_ik) + a_i² σ'(z_ij) σ'(z_ik) x̃_j·x̃_k]`` into ``K``
+    (n, n), for particles ``theta`` (N, d+2) in row layout; ``O(N n (d + n))``, serial."""
+    N = theta.shape[0]
+    n, d = X.shape
+    SS = np.zeros((n, n))
+    QQ = np.zeros((n, n))
+    s = np.empty(n)
+    q = np.empty(n)
+    for i in range(N):
+        a = theta[i, 0]
+        for j in range(n):
+            z = theta[i, d + 1]
+            for k in range(d):
+                z += theta[i, 1 + k] * X[j, k]
+            s[j], ds = _act_value_slope(z, kind, p)
+            q[j] = a * ds
+        for j in range(n):
+            sj = s[j]
+            qj = q[j]
+            for k in range(j + 1):
+                SS[j, k] += sj * s[k]
+                QQ[j, k] += qj * q[k]
+    for j in range(n):
+        for k in range(j + 1):
+            g = 1.0
+            for c in range(d):
+                g += X[j, c] * X[k, c]
+            K[j, k] = (SS[j, k] + QQ[j, k] * g) / N
+            K[k, j] = K[j, k]
+
+
+@nb.njit(cache=True)
+def residual_curvature(theta, X, e, R, kind, p):
+    """``Σ_i 2 α_i a_i (β_i·h_i)`` with ``α_i = Σ_j e_j σ(z_ij)``,
+    ``β_i = Σ_j e_j σ'(z_ij) x̃_j``, ``h_i = Σ_j R_j σ'(z_ij) x̃_j``: the quadratic form of the
+    residual part of the Hessian on the direction the kernel eigenvector ``e`` spans."""
+    N = theta.shape[0]
+    n, d = X.shape
+    beta = np.empty(d + 1)
+    h = np.empty(d + 1)
+    total = 0.0
+    for i in range(N):
+        alpha = 0.0
+        for c in range(d + 1):
+            beta[c] = 0.0
+            h[c] = 0.0
+        for j in range(n):
+            z = theta[i, d + 1]
+            for k in range(d):
+                z += theta[i, 1 + k] * X[j, k]
+            v, ds = _act_value_slope(z, kind, p)
+            alpha += e[j] * v
+            for c in range(d):
+                beta[c] += e[j] * ds * X[j, c]
+                h[c] += R[j] * ds * X[j, c]
+            beta[d] += e[j] * ds
+            h[d] += R[j] * ds
+        bh = 0.0
+        for c in range(d + 1):
+            bh += beta[c] * h[c]
+        total += 2.0 * alpha * theta[i, 0] * bh
+    return total

@@ -1,0 +1,102 @@
+"""Linear stability of the Euler–Maruyama step on the data mode (docs/theory.md, "Stability").
+
+The drift of the particle system is ``−∇_Θ (N F)`` with ``F = ½R + (λ/2N) Σ_i |θ_i|²``, so one
+Euler step is the map ``Θ ↦ Θ − η ∇(NF)(Θ) + noise`` whose Jacobian is ``I − η H``, ``H`` the
+Hessian of ``NF`` over all ``N (d+2)`` particle coordinates. It splits into
+
+- the Gauss–Newton part ``(1/(nN)) Σ_j g_j g_jᵀ`` with ``g_j = (∇_θ[a σ(u·x̃_j)])_{i=1..N}``,
+  whose non-zero eigenvalues are those of ``K/n``, ``K`` the Gauss–Newton kernel of the
+  particle measure
+  ``K_jk = (1/N) Σ_i [σ(u_i·x̃_j) σ(u_i·x̃_k) + a_i² σ'(u_i·x̃_j) σ'(u_i·x̃_k) x̃_j·x̃_k]``;
+- weight decay ``λ I``;
+- the residual curvature, block diagonal: ``Σ_j R_j ∇²_θ[a σ(u·x̃_j)]`` for each particle.
+
+The step is stable on a mode of ``H`` with eigenvalue ``h`` iff ``|1 − ηh| < 1``, i.e.
+``η h < 2``; the data mode is the top one, ``h ≈ λmax(K)/n + c`` where ``c`` is the Rayleigh
+quotient of the last two parts on the top Gauss–Newton eigenvector (first-order perturbation,
+exact to ``O(λ² n/λmax(K))``). At a ``τ → 0`` stationary point (balanced rays,
+``a g = −λ u``) ``0 ≤ c ≤ λ``. Beyond ``η h = 2`` the predictor alternates between two mirror
+states every step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+#: Euler is stable on a linear mode of curvature ``h`` iff ``η h`` is below this.
+STABILITY_LIMIT = 2.0
+
+
+@dataclass(frozen=True)
+class DataMode:
+    """Top curvature of the particle system's drift (see the module docstring).
+
+    Attributes
+    ----------
+    lambda_max_K : float
+        Largest eigenvalue of the Gauss–Newton kernel ``K`` (n, n).
+    curvature : float
+        ``h = λmax(K)/n + c``: the Rayleigh quotient of the full Hessian ``H`` on the top
+        Gauss–Newton eigenvector (inverse time).
+    correction : float
+        ``c`` (weight decay plus residual curvature), of order ``λ``.
+    """
+
+    lambda_max_K: float
+    curvature: float
+    correction: float
+
+    def eta_lambda_max(self, eta: float) -> float:
+        """The dimensionless stability number ``η h``; the step is unstable above 2."""
+        return float(eta) * self.curvature
+
+    def largest_stable_eta(self) -> float:
+        """``2 / h``: the largest step for which this mode is stable."""
+        return STABILITY_LIMIT / self.curvature if self.curvature > 0 else float("inf")
+
+
+def data_mode(theta, X, R, lam, activation="relu", sharpness=10.0, cap=3.0) -> DataMode:
+    """Top curvature of the Euler step's drift at particles ``theta``.
+
+    Parameters
+    ----------
+    theta : ndarray of shape (N, d+2)
+        Particles, rows ``(a, w_1..w_d, b)``.
+    X : ndarray of shape (n, d)
+    R : ndarray of shape (n,)
+        Scaled residuals ``(f_N(x_j) − y_j)/n`` of these particles (e.g. ``Stepper.R``).
+    lam : float
+        Weight decay ``λ``.
+    activation, sharpness, cap
+        As in :class:`solvers.stepper.Stepper`. The residual curvature includes only the
+        ``σ'`` cross term of ``∇²[a σ(u·x̃)]`` (exact for relu; the ``a σ''`` term of smooth
+        activations is left out).
+
+    Returns
+    -------
+    DataMode
+
+    Notes
+    -----
+    Cost ``O(N n (d + n) + n³)``: the kernel ``K`` (numba, ``solvers._kernels``), one symmetric
+    eigendecomposition of size ``n``, one more pass over the particles for the correction.
+    """
+    from solvers import _kernels
+    from solvers.stepper import ACT_CODES
+    kind = ACT_CODES[activation]
+    p = _kernels.activation_params(kind, sharpness, cap)
+    theta = np.ascontiguousarray(theta, dtype=np.float64)
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    R = np.ascontiguousarray(R, dtype=np.float64)
+    N, n = theta.shape[0], X.shape[0]
+    K = np.empty((n, n))
+    _kernels.gauss_newton_kernel(theta, X, kind, p, K)
+    vals, vecs = np.linalg.eigh(K)
+    kappa, e = float(vals[-1]), np.ascontiguousarray(vecs[:, -1])
+    if not kappa > 0:
+        return DataMode(max(kappa, 0.0), float(lam), float(lam))
+    # v = (α_i, a_i β_i) has |v|² = N κ (see the module docstring)
+    corr = float(lam) + _kernels.residual_curvature(theta, X, e, R, kind, p) / (N * kappa)
+    return DataMode(kappa, kappa / n + corr, corr)
