@@ -100,3 +100,73 @@ def data_mode(theta, X, R, lam, activation="relu", sharpness=10.0, cap=3.0) -> D
     # v = (α_i, a_i β_i) has |v|² = N κ (see the module docstring)
     corr = float(lam) + _kernels.residual_curvature(theta, X, e, R, kind, p) / (N * kappa)
     return DataMode(kappa, kappa / n + corr, corr)
+
+
+def _kernel_of_directions(V, X, w_value, w_slope) -> np.ndarray:
+    """``K = Σ_k [w_value_k s_k s_kᵀ + w_slope_k (s'_k s'_kᵀ) ∘ (X̃X̃ᵀ)]`` with
+    ``s_k = (v_k·x̃_j)_+``, ``s'_k = 1[v_k·x̃_j > 0]``, for unit directions ``V`` (m, d+1)."""
+    Xl = np.hstack([np.asarray(X, float), np.ones((len(X), 1))])
+    Z = np.asarray(V, float) @ Xl.T
+    S = np.maximum(Z, 0.0)
+    P = (Z > 0).astype(float)
+    return (S.T * w_value) @ S + ((P.T * w_slope) @ P) * (Xl @ Xl.T)
+
+
+def _top(K, n, lam) -> DataMode:
+    kappa = float(np.linalg.eigvalsh(K)[-1])
+    return DataMode(kappa, kappa / n + float(lam), float(lam))
+
+
+def convex_data_mode(solution, X, lam) -> DataMode:
+    """Data mode of the ``τ → 0`` convex reference (relu): balanced rays ``|a| = |u|`` carry
+    ``r² = |c_k|``, so ``K = Σ_k |c_k| [s_k s_kᵀ + (s'_k s'_kᵀ) ∘ X̃X̃ᵀ]``. The correction is
+    taken at its bound ``λ`` (``0 ≤ c ≤ λ`` at a stationary point).
+
+    Parameters
+    ----------
+    solution : solvers.convex.ConvexSolution
+    X : ndarray (n, d)
+    lam : float
+    """
+    w = np.abs(np.asarray(solution.weights, float))
+    if not len(w):
+        return DataMode(0.0, float(lam), float(lam))
+    K = _kernel_of_directions(solution.directions, X, w, w)
+    return _top(K, len(X), lam)
+
+
+def gibbs_data_mode(solution, X, lam, tau, m=None) -> DataMode:
+    """Data mode of the Gibbs reference at temperature ``τ`` (relu, ``d ≤ 2``), by a midpoint
+    rule on ``S^d``: ``K = ∫ π(v) (E[r²|v] s sᵀ + E[a²|v] (s' s'ᵀ) ∘ X̃X̃ᵀ) dv`` with
+    ``E[a²|v] = E[r²|v] G(v)² + τ/λ`` (docs/theory.md, Gibbs reference). The correction is taken
+    at its bound ``λ``.
+
+    Parameters
+    ----------
+    solution : solvers.gibbs.GibbsSolution
+    X : ndarray (n, d)
+    lam, tau : float
+    m : int, optional
+        Grid size: ``m`` angles on ``S¹`` (default 20000) or ``m × 2m`` on ``S²`` (default 300).
+    """
+    d = np.asarray(X).shape[1]
+    if d == 1:
+        m = m or 20000
+        th = (np.arange(m) + 0.5) * 2 * np.pi / m
+        V = np.stack([np.cos(th), np.sin(th)], axis=1)
+        dA = np.full(m, 2 * np.pi / m)
+    elif d == 2:
+        m = m or 300
+        th = (np.arange(m) + 0.5) * np.pi / m
+        ph = (np.arange(2 * m) + 0.5) * np.pi / m
+        T, P = np.meshgrid(th, ph, indexing="ij")
+        V = np.stack([np.sin(T) * np.cos(P), np.sin(T) * np.sin(P), np.cos(T)],
+                     axis=-1).reshape(-1, 3)
+        dA = (np.sin(T) * (np.pi / m) ** 2).ravel()
+    else:
+        raise ValueError(f"the Gibbs data mode needs d <= 2, got d = {d}")
+    mass = solution.density(V) * dA
+    r2 = solution.second_moment(V)
+    G = solution.G(V)
+    K = _kernel_of_directions(V, X, mass * r2, mass * (r2 * G ** 2 + float(tau) / float(lam)))
+    return _top(K, len(X), lam)

@@ -1,0 +1,223 @@
+"""Stationarity verdict of one temperature stage, from its observations (docs/theory.md,
+"Is a stage stationary?").
+
+Pure functions on arrays: the observed predictor ``F`` (M, n) on the training points at steps
+``steps`` (M,) of one stage, optionally the stability number ``η h`` at the same steps and the
+rays of the stage's snapshots. Only the second half of the stage enters the statistics (the
+first half is burn-in after the temperature change).
+
+- **Monte Carlo standard error** of the time-averaged predictor, per training point:
+  ``MCSE_j = sqrt(var_j · τ_j / M)`` with ``τ_j`` the integrated autocorrelation time (in
+  observations) from Sokal's automatic window (``emcee.autocorr.integrated_time``, ``c = 5``);
+  ``M/τ_j`` is the effective sample size.
+- **Drift**: the second half split into an early and a late window (equal halves);
+  ``drift_z = max_j |mean_late − mean_early| / sqrt(MCSE_early² + MCSE_late²)``.
+- **Parity**: observations at even against odd steps (the period-2 oscillation of an unstable
+  step, THEORY "Stability"); ``parity_z`` as above; ``nan`` when one parity is missing.
+- **Stability**: the largest ``η h`` observed in the stage (``solvers.stability``); the step is
+  unstable at ``η h ≥ 2``.
+- **Ray weights**: rays of consecutive snapshots of the second half matched by direction within
+  a sign; the largest weight change (an unmatched ray counts its whole weight) relative to the
+  total ``Σ|c_k|``.
+
+A stage is *stationary* when none of the tests fails; each failure adds one line to
+``reasons``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+from scipy.stats import norm
+
+#: Family-wise false-alarm level of the drift and parity tests (Bonferroni over the ``n``
+#: training points and the two tests).
+ALPHA = 0.01
+#: Fewest effective samples per window for the standard errors to be trusted.
+MIN_ESS = 10.0
+#: Largest admissible relative change of a ray weight between snapshots.
+RAY_DRIFT_MAX = 0.1
+#: Stability limit of ``η h`` (``solvers.stability.STABILITY_LIMIT``).
+ETA_H_LIMIT = 2.0
+
+
+@dataclass
+class Verdict:
+    """The stationarity verdict of one stage (JSON: :meth:`to_dict`).
+
+    Attributes
+    ----------
+    stationary : bool
+    mcse : float
+        Largest Monte Carlo standard error of the time-averaged predictor ``f(x_j)`` over the
+        second half (units of ``y``).
+    drift_z, parity_z : float
+        Largest standardised early/late and even/odd differences (``nan``: not testable).
+    eta_lambda_max : float
+        Largest ``η h`` observed in the stage (``nan``: not recorded).
+    ray_drift : float
+        Largest relative ray-weight change between snapshots (``nan``: fewer than two
+        snapshots with rays).
+    ess : float
+        Smallest effective sample size over the training points (second half).
+    z_crit : float
+        Threshold of the drift and parity tests.
+    reasons : list of str
+        Why the stage is not stationary (empty when it is).
+    """
+
+    stationary: bool
+    mcse: float
+    drift_z: float
+    parity_z: float
+    eta_lambda_max: float
+    ray_drift: float
+    ess: float
+    z_crit: float
+    reasons: list = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        """Plain JSON types; ``nan`` becomes ``None``."""
+        out = {}
+        for k, v in asdict(self).items():
+            out[k] = None if isinstance(v, float) and not math.isfinite(v) else v
+        return out
+
+
+def integrated_time(F) -> np.ndarray:
+    """Integrated autocorrelation time, in observations, of each column of ``F`` (M, n)
+    (Sokal's window ``c = 5``, ``emcee.autocorr.integrated_time``); 1 for a constant column,
+    never below 1 (antithetic series are not credited with more samples than they have)."""
+    from emcee.autocorr import integrated_time as _it
+    F = np.asarray(F, dtype=float)
+    if F.ndim == 1:
+        F = F[:, None]
+    out = np.ones(F.shape[1])
+    for j in range(F.shape[1]):
+        x = F[:, j]
+        if F.shape[0] >= 2 and np.ptp(x) > 0:
+            out[j] = max(1.0, float(_it(x, c=5, tol=0, quiet=True)[0]))
+    return out
+
+
+def mcse(F) -> tuple[np.ndarray, np.ndarray]:
+    """Monte Carlo standard error of the column means of ``F`` (M, n) and the effective
+    sample sizes: ``(sqrt(var · τ / M), M / τ)``, each of shape (n,)."""
+    F = np.asarray(F, dtype=float)
+    M = F.shape[0]
+    tau = integrated_time(F)
+    var = F.var(axis=0, ddof=1) if M > 1 else np.full(F.shape[1], np.nan)
+    return np.sqrt(var * tau / M), M / tau
+
+
+def _z(A, B) -> tuple[float, float]:
+    """Largest standardised difference of column means of ``B`` and ``A``, and the smallest
+    effective sample size of the two."""
+    if len(A) < 2 or len(B) < 2:
+        return math.nan, 0.0
+    sa, ea = mcse(A)
+    sb, eb = mcse(B)
+    den = np.sqrt(sa ** 2 + sb ** 2)
+    diff = np.abs(B.mean(axis=0) - A.mean(axis=0))
+    z = np.where(den > 0, diff / np.where(den > 0, den, 1.0), np.where(diff > 0, np.inf, 0.0))
+    return float(np.max(z)), float(min(np.min(ea), np.min(eb)))
+
+
+def z_critical(n: int, alpha: float = ALPHA) -> float:
+    """Two-sided threshold of the drift and parity tests: Bonferroni over ``n`` points and
+    both tests at family-wise level ``alpha``."""
+    return float(norm.isf(alpha / (4 * max(1, n))))
+
+
+def ray_drift(snapshots) -> float:
+    """Largest relative change of a ray weight between consecutive snapshots.
+
+    Parameters
+    ----------
+    snapshots : list of (directions (J, d+1), signs (J,), weights (J,))
+        Rays of the stage's snapshots in time order.
+
+    Returns
+    -------
+    float
+        ``max |Δc_k| / Σ_k |c_k|`` over matched rays (an unmatched ray counts its whole
+        weight), ``nan`` with fewer than two snapshots.
+    """
+    from analysis.references import match_rays
+    worst = math.nan
+    for (d0, s0, w0), (d1, s1, w1) in itertools.pairwise(snapshots):
+        total = max(float(np.sum(np.abs(w0))), float(np.sum(np.abs(w1))))
+        if total <= 0:
+            continue
+        m = match_rays(d1, s1, w1, d0, s0, w0)
+        changes = [p["weight_error"] for p in m["pairs"]]
+        changes += [abs(float(w1[i])) for i in m["unmatched_measured"]]
+        changes += [abs(float(w0[j])) for j in m["unmatched_reference"]]
+        rel = max(changes, default=0.0) / total
+        worst = rel if not worst >= rel else worst
+    return worst
+
+
+def verdict(steps, F, eta_h=None, ray_snapshots=None, *, alpha: float = ALPHA,
+            min_ess: float = MIN_ESS, ray_drift_max: float = RAY_DRIFT_MAX) -> Verdict:
+    """Stationarity verdict of one stage.
+
+    Parameters
+    ----------
+    steps : array-like of int, shape (M,)
+        Global steps of the stage's observations, increasing.
+    F : array-like, shape (M, n)
+        Predictor on the training points at those steps.
+    eta_h : array-like, shape (M,), optional
+        Stability number ``η h`` at those steps (``solvers.stability``).
+    ray_snapshots : list, optional
+        Rays of the stage's snapshots in the second half, see :func:`ray_drift`.
+    alpha, min_ess, ray_drift_max : float
+        Thresholds (module constants by default).
+
+    Returns
+    -------
+    Verdict
+    """
+    steps = np.asarray(steps, dtype=np.int64)
+    F = np.asarray(F, dtype=float)
+    if F.ndim == 1:
+        F = F[:, None]
+    M, n = F.shape
+    zc = z_critical(n, alpha)
+    reasons = []
+    eh = math.nan
+    if eta_h is not None and len(eta_h):
+        eh_arr = np.asarray(eta_h, dtype=float)
+        eh = float(np.nanmax(eh_arr)) if np.any(np.isfinite(eh_arr)) else math.nan
+        if eh >= ETA_H_LIMIT:
+            reasons.append(f"unstable step: eta*h = {eh:.3g} >= {ETA_H_LIMIT:g} (period-2 "
+                           "oscillation)")
+    H = F[M // 2:]
+    hs = steps[M // 2:]
+    if len(H) < 8:
+        reasons.append(f"too few observations ({M}) for a verdict")
+        return Verdict(False, math.nan, math.nan, math.nan, eh, math.nan, 0.0, zc, reasons)
+    se, ess = mcse(H)
+    k = len(H) // 2
+    dz, dess = _z(H[:k], H[k:])
+    even, odd = hs % 2 == 0, hs % 2 == 1
+    pz = _z(H[even], H[odd])[0] if even.sum() >= 2 and odd.sum() >= 2 else math.nan
+    if dess < min_ess:
+        reasons.append(f"too few effective samples ({dess:.3g} < {min_ess:g} per window; "
+                       "autocorrelation time too long for the stage)")
+    if dz > zc:
+        reasons.append(f"drift: late and early windows differ by {dz:.3g} standard errors "
+                       f"(> {zc:.3g})")
+    if pz > zc:
+        reasons.append(f"parity: even and odd steps differ by {pz:.3g} standard errors "
+                       f"(> {zc:.3g}; period-2 oscillation)")
+    rd = ray_drift(ray_snapshots) if ray_snapshots else math.nan
+    if rd > ray_drift_max:
+        reasons.append(f"ray weights drift by {rd:.3g} of the total between snapshots "
+                       f"(> {ray_drift_max:g})")
+    return Verdict(not reasons, float(np.max(se)), dz, pz, eh, rd, float(np.min(ess)), zc,
+                   reasons)
