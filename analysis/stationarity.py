@@ -16,9 +16,9 @@ first half is burn-in after the temperature change).
   step, THEORY "Stability"); ``parity_z`` as above; ``nan`` when one parity is missing.
 - **Stability**: the largest ``η h`` observed in the stage (``solvers.stability``); the step is
   unstable at ``η h ≥ 2``.
-- **Ray weights**: rays of consecutive snapshots of the second half matched by direction within
-  a sign; the largest weight change (an unmatched ray counts its whole weight) relative to the
-  total ``Σ|c_k|``.
+- **Ray weights**: the weight of the particles in each activation cell and sign (the rays of a
+  cell summed, no clustering threshold) at consecutive snapshots of the second half; the
+  largest change relative to the total ``Σ|c|``.
 
 A stage is *stationary* when none of the tests fails; each failure adds one line to
 ``reasons``.
@@ -37,9 +37,9 @@ from scipy.stats import norm
 #: training points and the two tests).
 ALPHA = 0.01
 #: Fewest effective samples per window for the standard errors to be trusted.
-MIN_ESS = 10.0
+MIN_ESS = 20.0
 #: Largest admissible relative change of a ray weight between snapshots.
-RAY_DRIFT_MAX = 0.1
+RAY_DRIFT_MAX = 0.05
 #: Stability limit of ``η h`` (``solvers.stability.STABILITY_LIMIT``).
 ETA_H_LIMIT = 2.0
 
@@ -132,36 +132,52 @@ def z_critical(n: int, alpha: float = ALPHA) -> float:
     return float(norm.isf(alpha / (4 * max(1, n))))
 
 
-def ray_drift(snapshots) -> float:
-    """Largest relative change of a ray weight between consecutive snapshots.
+def cell_weights(theta, X) -> dict:
+    """Signed weight ``Σ_{i∈cell} a_i|u_i| / N`` of the particles ``theta`` (N, d+2) in each
+    activation cell and sign of ``a``: ``{(pattern bytes, sign): weight}``.
+
+    A ray lies inside one cell of one sign (``G`` is linear there, THEORY §4), so these are
+    the ray weights summed per cell, without any clustering threshold.
+    """
+    theta = np.asarray(theta, dtype=float)
+    X = np.asarray(X, dtype=float)
+    Xl = np.hstack([X, np.ones((len(X), 1))])
+    a, u = theta[:, 0], theta[:, 1:]
+    mass = a * np.linalg.norm(u, axis=1) / len(theta)
+    keys = np.packbits(u @ Xl.T > 0, axis=1)
+    out: dict = {}
+    for k, sg, w in zip(map(bytes, keys), np.sign(a), mass):
+        out[(k, sg)] = out.get((k, sg), 0.0) + float(w)
+    return out
+
+
+def ray_drift(snapshots, X) -> float:
+    """Largest relative change of a ray weight between consecutive snapshots, with the rays
+    summed per activation cell (:func:`cell_weights`).
 
     Parameters
     ----------
-    snapshots : list of (directions (J, d+1), signs (J,), weights (J,))
-        Rays of the stage's snapshots in time order.
+    snapshots : list of ndarray (N, d+2)
+        Particles of the stage's snapshots in time order.
+    X : ndarray (n, d)
 
     Returns
     -------
     float
-        ``max |Δc_k| / Σ_k |c_k|`` over matched rays (an unmatched ray counts its whole
-        weight), ``nan`` with fewer than two snapshots.
+        ``max_cell |Δc| / Σ|c|`` over consecutive pairs; ``nan`` with fewer than two.
     """
-    from analysis.references import match_rays
     worst = math.nan
-    for (d0, s0, w0), (d1, s1, w1) in itertools.pairwise(snapshots):
-        total = max(float(np.sum(np.abs(w0))), float(np.sum(np.abs(w1))))
+    ws = [cell_weights(t, X) for t in snapshots]
+    for c0, c1 in itertools.pairwise(ws):
+        total = max(sum(map(abs, c0.values())), sum(map(abs, c1.values())))
         if total <= 0:
             continue
-        m = match_rays(d1, s1, w1, d0, s0, w0)
-        changes = [p["weight_error"] for p in m["pairs"]]
-        changes += [abs(float(w1[i])) for i in m["unmatched_measured"]]
-        changes += [abs(float(w0[j])) for j in m["unmatched_reference"]]
-        rel = max(changes, default=0.0) / total
+        rel = max(abs(c0.get(k, 0.0) - c1.get(k, 0.0)) for k in set(c0) | set(c1)) / total
         worst = rel if not worst >= rel else worst
     return worst
 
 
-def verdict(steps, F, eta_h=None, ray_snapshots=None, *, alpha: float = ALPHA,
+def verdict(steps, F, eta_h=None, snapshots=None, X=None, *, alpha: float = ALPHA,
             min_ess: float = MIN_ESS, ray_drift_max: float = RAY_DRIFT_MAX) -> Verdict:
     """Stationarity verdict of one stage.
 
@@ -173,8 +189,10 @@ def verdict(steps, F, eta_h=None, ray_snapshots=None, *, alpha: float = ALPHA,
         Predictor on the training points at those steps.
     eta_h : array-like, shape (M,), optional
         Stability number ``η h`` at those steps (``solvers.stability``).
-    ray_snapshots : list, optional
-        Rays of the stage's snapshots in the second half, see :func:`ray_drift`.
+    snapshots : list of ndarray (N, d+2), optional
+        Particles of the stage's snapshots in its second half (:func:`ray_drift`).
+    X : ndarray (n, d), optional
+        Training inputs (needed with ``snapshots``).
     alpha, min_ess, ray_drift_max : float
         Thresholds (module constants by default).
 
@@ -215,7 +233,7 @@ def verdict(steps, F, eta_h=None, ray_snapshots=None, *, alpha: float = ALPHA,
     if pz > zc:
         reasons.append(f"parity: even and odd steps differ by {pz:.3g} standard errors "
                        f"(> {zc:.3g}; period-2 oscillation)")
-    rd = ray_drift(ray_snapshots) if ray_snapshots else math.nan
+    rd = ray_drift(snapshots, X) if snapshots is not None and len(snapshots) > 1 else math.nan
     if rd > ray_drift_max:
         reasons.append(f"ray weights drift by {rd:.3g} of the total between snapshots "
                        f"(> {ray_drift_max:g})")

@@ -235,8 +235,11 @@ def time_average_predictor(run, stage: int, window: float = 0.5):
     Returns
     -------
     mean : ndarray (n,)
-    stderr : ndarray (n,)   naive standard error (ignores autocorrelation)
+    stderr : ndarray (n,)
+        Monte Carlo standard error from the integrated autocorrelation time
+        (:func:`analysis.stationarity.mcse`).
     """
+    from analysis.stationarity import mcse
     obs = run.observables
     taus = np.asarray(run.config["dynamics"]["taus"], dtype=float)
     T = int(run.config["dynamics"]["steps_per_tau"])
@@ -247,4 +250,4 @@ def time_average_predictor(run, stage: int, window: float = 0.5):
     if not np.any(sel):
         raise ValueError(f"no observations in stage {stage} (tau={taus[stage]:g})")
     F = obs["residuals"]["value"][sel] * run.n + run.y[None, :]
-    return F.mean(axis=0), F.std(axis=0, ddof=1) / np.sqrt(max(1, F.shape[0] - 1))
+    return F.mean(axis=0), mcse(F)[0]

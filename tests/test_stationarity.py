@@ -84,12 +84,22 @@ def test_too_short_for_a_verdict():
 
 
 def test_ray_drift():
-    dirs = np.array([[1.0, 0.0], [0.0, 1.0]])
-    sg = np.array([1.0, -1.0])
-    a = (dirs, sg, np.array([1.0, 0.5]))
-    b = (dirs, sg, np.array([1.02, 0.49]))
-    c = (dirs[:1], sg[:1], np.array([1.0]))          # the second ray decayed away
-    assert st.ray_drift([a, b]) == pytest.approx(0.02 / 1.51)
-    assert st.ray_drift([a, c]) == pytest.approx(0.5 / 1.5)
-    v = st.verdict(np.arange(1, 2001), ar1(2000, 0.5, n=2, seed=6), ray_snapshots=[a, c])
+    X = np.array([[-1.0], [1.0]])
+    # two rays: +1 at v ∝ (1, 0) (cell: on at x=1 only), -1 at v ∝ (-1, 0.5)
+    a = np.array([[1.0, 1.0, 0.0], [-1.0, -1.0, 0.5]])
+    w = a[:, 0] * np.linalg.norm(a[:, 1:], axis=1) / 2
+    cw = st.cell_weights(a, X)
+    assert sorted(cw.values()) == pytest.approx(sorted(w))
+    b = a.copy()
+    b[0, 0] = 1.1                                      # first ray 10 % heavier
+    c = a.copy()
+    c[1, 1] = 1.0                                      # second ray moved to another cell
+    tot = np.abs(w).sum()
+    assert st.ray_drift([a, b], X) == pytest.approx(0.1 * w[0] / (tot + 0.1 * w[0]))
+    wc = -1.0 * np.linalg.norm(c[1, 1:]) / 2
+    assert st.ray_drift([a, c], X) == pytest.approx(max(abs(w[1]), abs(wc))
+                                                    / max(tot, w[0] + abs(wc)))
+    assert st.ray_drift([a, a], X) == 0.0
+    assert st.ray_drift([a], X) != st.ray_drift([a], X)    # nan
+    v = st.verdict(np.arange(1, 2001), ar1(2000, 0.5, n=2, seed=6), snapshots=[a, c], X=X)
     assert any(r.startswith("ray weights") for r in v.reasons)
