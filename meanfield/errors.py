@@ -80,6 +80,12 @@ class DivergenceError(RuntimeError):
         super().__init__(message)
 
 
+class UnstableStepError(DivergenceError):
+    """The Euler step became linearly unstable on the data mode (``η h ≥ 2``, docs/theory.md,
+    "Stability of the step"): the predictor would oscillate with period 2. CLI exit code 1,
+    one line naming ``η``, the limit, ``τ`` and the step."""
+
+
 class StudyError(InputError):
     """A study file (TOML with a ``[sweep]`` table) or a study directory that cannot be used."""
 

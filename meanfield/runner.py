@@ -194,6 +194,34 @@ def _finalize(paths: RunPaths) -> None:
         _ckpt.fsync_path(paths.final.absolute().parent)
 
 
+#: The guard skips data sets with more points than this (the convex reference enumerates
+#: the dichotomies).
+GUARD_MAX_N = 64
+
+
+def _stability_guard(cfg, dataset, log) -> None:
+    """One-line warning when ``eta`` is above the stability limit of the data mode predicted
+    by the exact references (``solvers.stability.reference_limits``; relu, ``n ≤
+    GUARD_MAX_N``). The run itself stops at the first observation with ``η h ≥ 2``."""
+    if cfg.model["activation"] != "relu" or dataset.n > GUARD_MAX_N:
+        return
+    from solvers.stability import STABILITY_LIMIT, reference_limits
+    eta = float(cfg.dynamics["eta"])
+    try:
+        limits = reference_limits(dataset.X, dataset.y, float(cfg.dynamics["lam"]), cfg.taus,
+                                  eta=eta)
+    except Exception:      # noqa: BLE001 - a failed estimate must not stop the run
+        return
+    name, tau, mode = max(limits, key=lambda t: t[2].curvature)
+    if mode.eta_lambda_max(eta) >= STABILITY_LIMIT:
+        at = "the tau -> 0 convex reference" if name == "convex" else \
+            f"the Gibbs reference at tau={tau:g}"
+        log(f"warning: eta={eta:g} is above the stability limit of the data mode (eta*h = "
+            f"{mode.eta_lambda_max(eta):.3g} >= {STABILITY_LIMIT:g} at {at}); the largest "
+            f"stable eta is {mode.largest_stable_eta():.3g}: the run will stop when its step "
+            "becomes unstable")
+
+
 def _resume_command(cfg, out: Path) -> str:
     src = "" if cfg.source.startswith("<") else f"{cfg.source} "
     return f"meanfield run {src}-o {out} --resume"
@@ -264,6 +292,7 @@ def run(cfg, output=None, *, overwrite=False, resume=False, progress=None, threa
         _finalize(paths)
         return out
 
+    _stability_guard(cfg, dataset, log)
     from solvers.langevin import SolverState, row_counts, simulate
     state = None
     if plan == "resume":
@@ -327,7 +356,7 @@ def run(cfg, output=None, *, overwrite=False, resume=False, progress=None, threa
     except DivergenceError as exc:
         kept = f"frames so far kept in {paths.part}" + (
             f", last good checkpoint {paths.ckpt}" if paths.ckpt.exists() else "")
-        raise DivergenceError(exc.step, exc.tau, f"{exc} ({kept})") from None
+        raise type(exc)(exc.step, exc.tau, f"{exc} ({kept})") from None
     except InputError:
         if not paths.ckpt.exists() and paths.part.exists():
             paths.part.unlink()      # nothing resumable was written

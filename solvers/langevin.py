@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from meanfield.errors import ConfigError, DivergenceError
+from meanfield.errors import ConfigError, DivergenceError, UnstableStepError
+from solvers.stability import STABILITY_LIMIT, data_mode
 from solvers.stepper import from_config as _stepper_from_config
 
 
@@ -144,6 +145,9 @@ def simulate(cfg, dataset, writer=None, state: SolverState | None = None, progre
     ------
     DivergenceError
         NaN/Inf in the residuals or particles (names the step, τ and a likely cause).
+    UnstableStepError
+        Full batch and ``η h ≥ 2`` at an observation (``solvers.stability``): the step is
+        linearly unstable on the data mode. The observation is written first.
     """
     from tqdm.auto import tqdm
 
@@ -173,6 +177,7 @@ def simulate(cfg, dataset, writer=None, state: SolverState | None = None, progre
                dynamic_ncols=True, mininterval=0.5)
     last_ckpt = state.step
     runaway = RUNAWAY_FACTOR * second_moment_scale(cfg, y, d)
+    full_batch = int(dyn.get("batch_size", 0)) == 0
     try:
         while state.stage < len(taus):
             tau = taus[state.stage]
@@ -181,7 +186,11 @@ def simulate(cfg, dataset, writer=None, state: SolverState | None = None, progre
             nxt_snap = min((s for s in snaps if s > state.step_in_stage), default=T)
             target = min(nxt_obs, nxt_snap, T)
             nsteps = target - state.step_in_stage
-            code = stepper.advance(theta, tau, state.step, nsteps)
+            # the last step separately: the residuals of both parities are observed
+            code = stepper.advance(theta, tau, state.step, nsteps - 1)
+            R_prev = stepper.R.copy()
+            if code == 0:
+                code = stepper.advance(theta, tau, state.step + nsteps - 1, 1)
             state.step += nsteps
             state.step_in_stage = target
             msq = float(np.mean(np.einsum("ij,ij->i", theta, theta))) if code == 0 else math.nan
@@ -200,16 +209,26 @@ def simulate(cfg, dataset, writer=None, state: SolverState | None = None, progre
                     f"size eta={eta:g} is likely too large for this data scale (try eta/2)")
             R = stepper.R.copy()
             state.stage_residuals.append(R)
+            mode = data_mode(theta, X, R, lam, mod["activation"],
+                             float(mod.get("sharpness", 10.0)), float(mod.get("cap", 3.0)))
+            eta_h = mode.eta_lambda_max(eta)
             row = {"step": state.step, "time": state.step * eta, "tau": tau,
                    "risk": float(np.sum((n * R) ** 2) / n), "regulariser": 0.5 * lam * msq,
                    "mean_sq_norm": msq, "stationarity": stationarity(state.stage_residuals),
-                   "residuals": R}
+                   "residuals": R, "residuals_previous": R_prev, "eta_lambda_max": eta_h}
             if writer is not None:
                 writer.append_observations([row])
                 state.n_observations += 1
                 if target in snaps:
                     writer.append_frame(theta, state.step, state.step * eta, tau)
                     state.n_frames += 1
+            if eta_h >= STABILITY_LIMIT and full_batch:
+                raise UnstableStepError(
+                    state.step, tau,
+                    f"unstable step: eta={eta:g} is above the stability limit "
+                    f"{mode.largest_stable_eta():.4g} of the data mode (eta*h = {eta_h:.3g} >= "
+                    f"{STABILITY_LIMIT:g}) at tau={tau:g}, step {state.step}; the predictor "
+                    "oscillates with period 2")
             bar.update(nsteps)
             bar.set_postfix(tau=f"{tau:.1e}", risk=f"{row['risk']:.3e}", refresh=False)
             if state.step_in_stage >= T:

@@ -170,3 +170,34 @@ def gibbs_data_mode(solution, X, lam, tau, m=None) -> DataMode:
     G = solution.G(V)
     K = _kernel_of_directions(V, X, mass * r2, mass * (r2 * G ** 2 + float(tau) / float(lam)))
     return _top(K, len(X), lam)
+
+
+def reference_limits(X, y, lam, taus, eta=None, gibbs_max_d=2, gibbs_from=0.1) -> list:
+    """Predicted data modes from the exact references, for a guard before a run (relu).
+
+    The ``τ → 0`` convex reference always; for ``d ≤ gibbs_max_d`` also the Gibbs reference
+    at the hottest positive temperature of ``taus`` (where, on the shipped data, the thermal
+    spread makes ``h`` largest: up to 9× the convex value on D2), unless ``eta`` is given and
+    ``η h`` of the convex reference is below ``gibbs_from`` (the Gibbs solve costs seconds).
+
+    Returns
+    -------
+    list of (str, float, DataMode)
+        ``(reference name, τ, data mode)``; the Gibbs entry is left out when its fixed point
+        does not converge.
+    """
+    from solvers.convex import convex
+    X = np.asarray(X, dtype=float)
+    y = np.asarray(y, dtype=float)
+    out = [("convex", 0.0, convex_data_mode(convex(X, y, lam), X, lam))]
+    hot = max((float(t) for t in taus if float(t) > 0), default=None)
+    if eta is not None and out[0][2].eta_lambda_max(eta) < gibbs_from:
+        return out
+    if hot is not None and X.shape[1] <= gibbs_max_d:
+        from solvers.gibbs import GibbsConvergenceError, gibbs
+        try:
+            out.append(("Gibbs", hot, gibbs_data_mode(gibbs(X, y, lam, hot), X, lam, hot,
+                                                      m=None if X.shape[1] == 1 else 100)))
+        except GibbsConvergenceError:
+            pass
+    return out
