@@ -31,7 +31,8 @@ def _cfg(N=6, n=3, d=2, T=40, every=10, snaps=2, taus=(0.1, 0.01)):
 
 def _obs(k, n):
     return {"step": k, "time": 0.5 * k, "tau": 0.1, "risk": float(k), "regulariser": 2.0 * k,
-            "mean_sq_norm": 3.0 * k, "stationarity": np.nan, "residuals": np.full(n, k / 7)}
+            "mean_sq_norm": 3.0 * k, "stationarity": np.nan, "residuals": np.full(n, k / 7),
+            "residuals_previous": np.full(n, k / 9), "eta_lambda_max": 0.1 * k}
 
 
 def _frame(k, N, d):
