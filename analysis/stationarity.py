@@ -12,8 +12,11 @@ first half is burn-in after the temperature change).
   ``M/τ_j`` is the effective sample size.
 - **Drift**: the second half split into an early and a late window (equal halves);
   ``drift_z = max_j |mean_late − mean_early| / sqrt(MCSE_early² + MCSE_late²)``.
-- **Parity**: observations at even against odd steps (the period-2 oscillation of an unstable
-  step, THEORY "Stability"); ``parity_z`` as above; ``nan`` when one parity is missing.
+- **Parity** (the period-2 oscillation of an unstable step): with the predictor ``F'`` observed
+  one step before each observation, ``P_t = (−1)^t (F_t − F'_t)`` has mean 0 at stationarity
+  and ``2δ`` under an oscillation ``±δ``; ``parity_z = max_j |mean P_j| / MCSE(P_j)``. Without
+  ``F'``, observations at even against odd steps, as the drift test (``nan`` when one parity
+  is missing).
 - **Stability**: the largest ``η h`` observed in the stage (``solvers.stability``); the step is
   unstable at ``η h ≥ 2``.
 - **Ray weights**: the weight of the particles in each activation cell and sign (the rays of a
@@ -39,7 +42,7 @@ ALPHA = 0.01
 #: Fewest effective samples per window for the standard errors to be trusted.
 MIN_ESS = 20.0
 #: Largest admissible relative change of a ray weight between snapshots.
-RAY_DRIFT_MAX = 0.05
+RAY_DRIFT_MAX = 0.1
 #: Stability limit of ``η h`` (``solvers.stability.STABILITY_LIMIT``).
 ETA_H_LIMIT = 2.0
 
@@ -177,7 +180,7 @@ def ray_drift(snapshots, X) -> float:
     return worst
 
 
-def verdict(steps, F, eta_h=None, snapshots=None, X=None, *, alpha: float = ALPHA,
+def verdict(steps, F, eta_h=None, snapshots=None, X=None, F_previous=None, *, alpha: float = ALPHA,
             min_ess: float = MIN_ESS, ray_drift_max: float = RAY_DRIFT_MAX) -> Verdict:
     """Stationarity verdict of one stage.
 
@@ -193,6 +196,8 @@ def verdict(steps, F, eta_h=None, snapshots=None, X=None, *, alpha: float = ALPH
         Particles of the stage's snapshots in its second half (:func:`ray_drift`).
     X : ndarray (n, d), optional
         Training inputs (needed with ``snapshots``).
+    F_previous : array-like, shape (M, n), optional
+        Predictor one step before each observation (the parity test).
     alpha, min_ess, ray_drift_max : float
         Thresholds (module constants by default).
 
@@ -222,8 +227,16 @@ def verdict(steps, F, eta_h=None, snapshots=None, X=None, *, alpha: float = ALPH
     se, ess = mcse(H)
     k = len(H) // 2
     dz, dess = _z(H[:k], H[k:])
-    even, odd = hs % 2 == 0, hs % 2 == 1
-    pz = _z(H[even], H[odd])[0] if even.sum() >= 2 and odd.sum() >= 2 else math.nan
+    if F_previous is not None:
+        Fp = np.asarray(F_previous, dtype=float).reshape(F.shape)[M // 2:]
+        P = np.where(hs % 2 == 0, 1.0, -1.0)[:, None] * (H - Fp)
+        pse, _ = mcse(P)
+        pm = np.abs(P.mean(axis=0))
+        pz = float(np.max(np.where(pse > 0, pm / np.where(pse > 0, pse, 1.0),
+                                   np.where(pm > 0, np.inf, 0.0))))
+    else:
+        even, odd = hs % 2 == 0, hs % 2 == 1
+        pz = _z(H[even], H[odd])[0] if even.sum() >= 2 and odd.sum() >= 2 else math.nan
     if dess < min_ess:
         reasons.append(f"too few effective samples ({dess:.3g} < {min_ess:g} per window; "
                        "autocorrelation time too long for the stage)")

@@ -63,6 +63,12 @@ def test_period_two_is_flagged_when_both_parities_are_observed():
     v = st.verdict(steps, x)
     assert not v.stationary and v.parity_z > v.z_crit
     assert any(r.startswith("parity") for r in v.reasons)
+    # with the predictor one step earlier, the lag-1 statistic sees it at even steps only
+    even_steps = steps * 2
+    base, base_prev = ar1(2000, 0.3, n=4, seed=8), ar1(2000, 0.3, n=4, seed=7)
+    v1 = st.verdict(even_steps, base + 0.3, F_previous=base_prev - 0.3)
+    assert v1.parity_z > v1.z_crit and any(r.startswith("parity") for r in v1.reasons)
+    assert st.verdict(even_steps, base, F_previous=base_prev).stationary
     # even steps only: the parity test cannot run (nan), the stability number must do it
     v2 = st.verdict(steps * 2, x, eta_h=np.full(2000, 2.4))
     assert v2.parity_z != v2.parity_z
