@@ -252,3 +252,49 @@ def verdict(steps, F, eta_h=None, snapshots=None, X=None, F_previous=None, *, al
                        f"(> {ray_drift_max:g})")
     return Verdict(not reasons, float(np.max(se)), dz, pz, eh, rd, float(np.min(ess)), zc,
                    reasons)
+
+
+def stage_observations(run, stage: int) -> np.ndarray:
+    """Boolean mask (M,) of the observations of ladder stage ``stage`` of a run file
+    (:class:`meanfield.store.Run` or anything with its ``observables`` and ``config``): those
+    recorded at the stage's temperature, so it holds for fixed and for ``"auto"`` stage
+    lengths."""
+    taus = [float(t) for t in run.config["dynamics"]["taus"]]
+    return np.asarray(run.observables["tau"]["value"], dtype=float) == taus[stage]
+
+
+def run_verdicts(run, **kw) -> list:
+    """:func:`verdict` of every stage of a run file.
+
+    Uses the predictor ``y + n R`` from the ``residuals`` observable, ``residuals_previous``
+    and ``eta_lambda_max`` when the file has them, and the snapshot frames of the stage's
+    second half. ``kw`` go to :func:`verdict`.
+
+    Returns
+    -------
+    list of Verdict
+        One per ladder stage (a stage without observations: not stationary, "not reached").
+    """
+    obs = run.observables
+    n, y = run.n, np.asarray(run.y, dtype=float)
+    steps_all = np.asarray(obs["residuals"]["step"])
+    F_all = np.asarray(obs["residuals"]["value"]) * n + y
+    Fp_all = (np.asarray(obs["residuals_previous"]["value"]) * n + y
+              if "residuals_previous" in obs else None)
+    eh_all = np.asarray(obs["eta_lambda_max"]["value"]) if "eta_lambda_max" in obs else None
+    frame_tau = np.asarray(run.frame_tau, dtype=float)
+    frame_step = np.asarray(run.frame_step)
+    out = []
+    for s, tau in enumerate(float(t) for t in run.config["dynamics"]["taus"]):
+        sel = stage_observations(run, s)
+        if not np.any(sel):
+            out.append(Verdict(False, math.nan, math.nan, math.nan, math.nan, math.nan, 0.0,
+                               z_critical(n), ["stage not reached"]))
+            continue
+        steps = steps_all[sel]
+        mid = steps[len(steps) // 2]
+        frames = [k for k in np.nonzero(frame_tau == tau)[0] if frame_step[k] >= mid]
+        out.append(verdict(steps, F_all[sel], None if eh_all is None else eh_all[sel],
+                           [run.frame(int(k)) for k in frames] if len(frames) > 1 else None,
+                           run.X, None if Fp_all is None else Fp_all[sel], **kw))
+    return out
