@@ -43,9 +43,10 @@ def convex_reference(X, y, lam):
 
 
 def stage_of_frame(run, k: int) -> int:
-    """Ladder stage of snapshot frame ``k`` of a :class:`meanfield.store.Run` (by its step)."""
-    T = int(run.config["dynamics"]["steps_per_tau"])
-    return int((int(run.frame_step[k]) - 1) // T)
+    """Ladder stage of snapshot frame ``k`` of a :class:`meanfield.store.Run` (by its
+    temperature)."""
+    taus = [float(t) for t in run.config["dynamics"]["taus"]]
+    return taus.index(float(run.frame_tau[k]))
 
 
 def _particles(run, stage, window):

@@ -254,6 +254,18 @@ def verdict(steps, F, eta_h=None, snapshots=None, X=None, F_previous=None, *, al
                    reasons)
 
 
+def stage_bounds(run, stage: int) -> tuple[int, int]:
+    """Global steps ``(lo, hi]`` of ladder stage ``stage`` of a run file, from its observations
+    (the end of every stage is observed): ``(stage T, (stage+1) T)`` for a fixed
+    ``steps_per_tau``, the steps actually run with ``"auto"``. A stage not reached yet is empty,
+    ``lo == hi``; one under way ends at its last observation."""
+    steps = np.asarray(run.observables["tau"]["step"])
+    ends = [int(steps[m][-1]) if np.any(m) else None
+            for m in (stage_observations(run, s) for s in range(stage + 1))]
+    lo = max((e for e in ends[:-1] if e is not None), default=0)
+    return lo, ends[-1] if ends[-1] is not None else lo
+
+
 def stage_observations(run, stage: int) -> np.ndarray:
     """Boolean mask (M,) of the observations of ladder stage ``stage`` of a run file
     (:class:`meanfield.store.Run` or anything with its ``observables`` and ``config``): those
@@ -284,6 +296,9 @@ def run_verdicts(run, **kw) -> list:
     eh_all = np.asarray(obs["eta_lambda_max"]["value"]) if "eta_lambda_max" in obs else None
     frame_tau = np.asarray(run.frame_tau, dtype=float)
     frame_step = np.asarray(run.frame_step)
+    dyn = run.config["dynamics"]
+    auto = dyn.get("steps_per_tau") == "auto"
+    budget = int(dyn.get("max_steps_per_tau", 0) or 0)
     out = []
     for s, tau in enumerate(float(t) for t in run.config["dynamics"]["taus"]):
         sel = stage_observations(run, s)
@@ -294,7 +309,11 @@ def run_verdicts(run, **kw) -> list:
         steps = steps_all[sel]
         mid = steps[len(steps) // 2]
         frames = [k for k in np.nonzero(frame_tau == tau)[0] if frame_step[k] >= mid]
-        out.append(verdict(steps, F_all[sel], None if eh_all is None else eh_all[sel],
-                           [run.frame(int(k)) for k in frames] if len(frames) > 1 else None,
-                           run.X, None if Fp_all is None else Fp_all[sel], **kw))
+        v = verdict(steps, F_all[sel], None if eh_all is None else eh_all[sel],
+                    [run.frame(int(k)) for k in frames] if len(frames) > 1 else None,
+                    run.X, None if Fp_all is None else Fp_all[sel], **kw)
+        lo, hi = stage_bounds(run, s)
+        if auto and not v.stationary and hi - lo >= budget:
+            v.reasons.append(f"budget spent: max_steps_per_tau = {budget} steps run")
+        out.append(v)
     return out

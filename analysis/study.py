@@ -47,8 +47,8 @@ def _per_run_analysis():
 
 
 def _stage_bounds(run, stage):
-    T = int(run.config["dynamics"]["steps_per_tau"])
-    return stage * T, (stage + 1) * T
+    from analysis.stationarity import stage_bounds
+    return stage_bounds(run, stage)
 
 
 def _observable_summary(run) -> dict:

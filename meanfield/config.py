@@ -49,7 +49,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "model": {"activation": "relu", "n_particles": 4000, "init_scale": 1.0,
               "sharpness": 10.0, "cap": 3.0},
     "dynamics": {"lam": 0.05, "eta": 0.05, "taus": [1e-2, 1e-3, 1e-4],
-                 "steps_per_tau": 40000, "batch_size": 0, "seed": 0},
+                 "steps_per_tau": 40000, "max_steps_per_tau": 0, "batch_size": 0, "seed": 0},
     "output": {"observe_every": 100, "snapshots_per_tau": 1, "checkpoint_every": 10000},
 }
 
@@ -279,7 +279,17 @@ def validate(raw: dict, source: str = "<config>", base_dir: str | os.PathLike = 
                f"must be a finite number, got {t!r}")
         _check(t >= 0, src, f"dynamics.taus[{i}]", f"temperature must be >= 0, got {t!r}")
     dyn["taus"] = [float(t) for t in taus]
-    _num(dyn, "steps_per_tau", src, "dynamics", integer=True, minimum=1)
+    if dyn["steps_per_tau"] == "auto":
+        _num(dyn, "max_steps_per_tau", src, "dynamics", integer=True, minimum=16)
+        _check(dyn["max_steps_per_tau"] < 2**31 // max(1, len(taus)), src,
+               "dynamics.max_steps_per_tau", "the whole ladder must stay below 2**31 steps")
+    else:
+        _check(_is_int(dyn["steps_per_tau"]), src, "dynamics.steps_per_tau",
+               f"must be an integer or \"auto\", got {_type_name(dyn['steps_per_tau'])} "
+               f"{dyn['steps_per_tau']!r}")
+        _num(dyn, "steps_per_tau", src, "dynamics", integer=True, minimum=1)
+        _check(dyn["max_steps_per_tau"] == 0, src, "dynamics.max_steps_per_tau",
+               "only with steps_per_tau = \"auto\"")
     _num(dyn, "batch_size", src, "dynamics", integer=True, nonneg=True)
     _num(dyn, "seed", src, "dynamics", integer=True, nonneg=True)
     _check(dyn["seed"] < 2**63, src, "dynamics.seed", "must be < 2**63")
@@ -291,8 +301,10 @@ def validate(raw: dict, source: str = "<config>", base_dir: str | os.PathLike = 
     _num(out, "observe_every", src, "output", integer=True, minimum=1)
     _num(out, "snapshots_per_tau", src, "output", integer=True, minimum=1)
     _num(out, "checkpoint_every", src, "output", integer=True, minimum=1)
-    _check(out["snapshots_per_tau"] <= dyn["steps_per_tau"], src, "output.snapshots_per_tau",
-           f"must be <= dynamics.steps_per_tau ({dyn['steps_per_tau']})")
+    if dyn["steps_per_tau"] != "auto":
+        _check(out["snapshots_per_tau"] <= dyn["steps_per_tau"], src,
+               "output.snapshots_per_tau",
+               f"must be <= dynamics.steps_per_tau ({dyn['steps_per_tau']})")
 
     return RunConfig(data=data, model=m, dynamics=dyn, output=out, source=src,
                      base_dir=str(base_dir))

@@ -197,6 +197,7 @@ def _finalize(paths: RunPaths) -> None:
 #: The guard skips data sets with more points than this (the convex reference enumerates
 #: the dichotomies).
 GUARD_MAX_N = 64
+_GUARD_CACHE: dict = {}
 
 
 def _stability_guard(cfg, dataset, log) -> None:
@@ -207,10 +208,16 @@ def _stability_guard(cfg, dataset, log) -> None:
         return
     from solvers.stability import STABILITY_LIMIT, reference_limits
     eta = float(cfg.dynamics["eta"])
-    try:
-        limits = reference_limits(dataset.X, dataset.y, float(cfg.dynamics["lam"]), cfg.taus,
-                                  eta=eta)
-    except Exception:      # noqa: BLE001 - a failed estimate must not stop the run
+    key = (dataset.X.tobytes(), dataset.y.tobytes(), dataset.X.shape, cfg.dynamics["lam"],
+           tuple(cfg.taus), eta)
+    if key not in _GUARD_CACHE:
+        try:
+            _GUARD_CACHE[key] = reference_limits(dataset.X, dataset.y,
+                                                 float(cfg.dynamics["lam"]), cfg.taus, eta=eta)
+        except Exception:      # noqa: BLE001 - a failed estimate must not stop the run
+            _GUARD_CACHE[key] = []
+    limits = _GUARD_CACHE[key]
+    if not limits:
         return
     name, tau, mode = max(limits, key=lambda t: t[2].curvature)
     if mode.eta_lambda_max(eta) >= STABILITY_LIMIT:
@@ -220,6 +227,20 @@ def _stability_guard(cfg, dataset, log) -> None:
             f"{mode.eta_lambda_max(eta):.3g} >= {STABILITY_LIMIT:g} at {at}); the largest "
             f"stable eta is {mode.largest_stable_eta():.3g}: the run will stop when its step "
             "becomes unstable")
+
+
+def _stage_stationary(n):
+    """``stage_done`` of ``steps_per_tau = "auto"``: the stationarity verdict of the stage so
+    far from the solver state's observations (``analysis.stationarity.verdict``)."""
+    import numpy as np
+
+    from analysis.stationarity import verdict
+
+    def done(state) -> bool:
+        return verdict(np.asarray(state.stage_steps, dtype=np.int64),
+                       np.asarray(state.stage_residuals) * n, np.asarray(state.stage_eta_h),
+                       F_previous=np.asarray(state.stage_previous) * n).stationary
+    return done
 
 
 def _resume_command(cfg, out: Path) -> str:
@@ -346,7 +367,8 @@ def run(cfg, output=None, *, overwrite=False, resume=False, progress=None, threa
     try:
         with _Writing(paths.part, hint), writer, _StopRequest(log) as stop:
             state = simulate(cfg, dataset, writer=writer, state=state, progress=progress,
-                             on_checkpoint=save_checkpoint, should_stop=stop)
+                             on_checkpoint=save_checkpoint, should_stop=stop,
+                             stage_done=_stage_stationary(dataset.n))
             if state.stage < len(cfg.taus):
                 raise Interrupted(state.step, str(paths.ckpt),
                                   f"interrupted at step {state.step}; checkpoint "

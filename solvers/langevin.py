@@ -37,6 +37,12 @@ class SolverState:
         Steps already done at the current temperature.
     stage_residuals : list of ndarray (n,)
         Residuals observed so far in this stage (for the stationarity statistic).
+    stage_previous : list of ndarray (n,)
+        Residuals one step before each of those observations (parity test).
+    stage_eta_h : list of float
+        ``η h`` at each of those observations.
+    stage_steps : list of float
+        Their global steps (``steps_per_tau = "auto"`` decides from these four).
     n_frames, n_observations : int
         Rows committed to the run file when this state was taken.
     """
@@ -46,6 +52,9 @@ class SolverState:
     stage: int = 0
     step_in_stage: int = 0
     stage_residuals: list = field(default_factory=list)
+    stage_previous: list = field(default_factory=list)
+    stage_eta_h: list = field(default_factory=list)
+    stage_steps: list = field(default_factory=list)
     n_frames: int = 0
     n_observations: int = 0
 
@@ -67,16 +76,40 @@ def snapshot_steps(steps_per_tau: int, snapshots_per_tau: int) -> list[int]:
     return sorted({half + int(round((steps_per_tau - half) * (s + 1) / S)) for s in range(S)})
 
 
+#: ``steps_per_tau = "auto"``: a stage is cut into this many chunks of
+#: ``max_steps_per_tau // AUTO_CHUNKS`` steps (the last takes the remainder).
+AUTO_CHUNKS = 8
+
+
+def stage_plan(cfg) -> tuple[int, list[int], bool]:
+    """``(T, snapshot steps, auto)``: the longest stage, the steps within a stage (1-based
+    counts) after which a frame is written, and whether stages end early when stationary.
+
+    Fixed ``steps_per_tau``: ``T`` steps, snapshots by :func:`snapshot_steps`.
+    ``steps_per_tau = "auto"``: ``T = max_steps_per_tau`` cut into :data:`AUTO_CHUNKS` chunks;
+    a frame at the end of every chunk; from the second chunk on, the stage ends at a chunk end
+    as soon as ``simulate``'s ``stage_done`` says so (the runner asks the stationarity
+    verdict).
+    """
+    dyn = cfg.dynamics
+    if dyn["steps_per_tau"] == "auto":
+        T = int(dyn["max_steps_per_tau"])
+        c = T // AUTO_CHUNKS
+        return T, [c * k for k in range(1, AUTO_CHUNKS)] + [T], True
+    T = int(dyn["steps_per_tau"])
+    return T, snapshot_steps(T, int(cfg.output["snapshots_per_tau"])), False
+
+
 def row_counts(cfg) -> tuple[int, int]:
-    """Rows :func:`simulate` writes for ``cfg``: ``(n_frames, n_observations)``.
+    """Rows :func:`simulate` writes at most for ``cfg``: ``(n_frames, n_observations)``.
 
     Per temperature an observation is written at every multiple of ``observe_every``, at every
-    snapshot step and at the end of the stage; frames at the snapshot steps. The run file
-    allocates exactly these rows up front (``meanfield.store.RunWriter``).
+    snapshot step and at the end of the stage; frames at the snapshot steps (:func:`stage_plan`).
+    The run file allocates these rows up front (``meanfield.store.RunWriter``); with
+    ``steps_per_tau = "auto"`` a stage that ends early leaves its rows unused.
     """
-    T = int(cfg.dynamics["steps_per_tau"])
+    T, snaps, _ = stage_plan(cfg)
     every = int(cfg.output["observe_every"])
-    snaps = snapshot_steps(T, int(cfg.output["snapshots_per_tau"]))
     extra = len({s for s in snaps + [T] if s % every})
     n_taus = len(cfg.taus)
     return len(snaps) * n_taus, (T // every + extra) * n_taus
@@ -117,7 +150,7 @@ def stationarity(resid_history: list) -> float:
 
 
 def simulate(cfg, dataset, writer=None, state: SolverState | None = None, progress=None,
-             on_checkpoint=None, should_stop=None) -> SolverState:
+             on_checkpoint=None, should_stop=None, stage_done=None) -> SolverState:
     """Run the temperature ladder of ``cfg`` on ``dataset``.
 
     Parameters
@@ -135,6 +168,11 @@ def simulate(cfg, dataset, writer=None, state: SolverState | None = None, progre
     should_stop : callable() -> bool, optional
         Polled at observation boundaries; when it returns true, ``on_checkpoint`` is called and
         the function returns the current state.
+    stage_done : callable(SolverState) -> bool, optional
+        ``steps_per_tau = "auto"`` only: asked at every chunk end from the second on whether
+        the stage may end (e.g. its stationarity verdict from ``stage_steps``,
+        ``stage_residuals``, ``stage_previous``, ``stage_eta_h``); a pure function of the
+        state, so a resumed run decides the same.
 
     Returns
     -------
@@ -158,13 +196,12 @@ def simulate(cfg, dataset, writer=None, state: SolverState | None = None, progre
     dyn, out, mod = cfg.dynamics, cfg.output, cfg.model
     lam, eta, seed = dyn["lam"], dyn["eta"], int(dyn["seed"])
     taus = cfg.taus
-    T = int(dyn["steps_per_tau"])
+    T, snaps, auto = stage_plan(cfg)
     obs_every = int(out["observe_every"])
     ckpt_every = int(out.get("checkpoint_every", 0)) or None
     if int(dyn.get("batch_size", 0)) > n:
         raise ConfigError(cfg.source, "dynamics.batch_size",
                           f"must be <= the number of samples n={n}, got {dyn['batch_size']}")
-    snaps = snapshot_steps(T, int(out["snapshots_per_tau"]))
 
     if state is None:
         state = SolverState(theta=initial_particles(N, d, mod["init_scale"], seed))
@@ -173,8 +210,8 @@ def simulate(cfg, dataset, writer=None, state: SolverState | None = None, progre
     stepper = _stepper_from_config(cfg, X, y)
     total = T * len(taus)
     disable = {True: False, False: True, None: None}[progress]
-    bar = tqdm(total=total, initial=state.step, unit="step", disable=disable,
-               dynamic_ncols=True, mininterval=0.5)
+    bar = tqdm(total=total, initial=state.stage * T + state.step_in_stage, unit="step",
+               disable=disable, dynamic_ncols=True, mininterval=0.5)
     last_ckpt = state.step
     runaway = RUNAWAY_FACTOR * second_moment_scale(cfg, y, d)
     full_batch = int(dyn.get("batch_size", 0)) == 0
@@ -209,9 +246,12 @@ def simulate(cfg, dataset, writer=None, state: SolverState | None = None, progre
                     f"size eta={eta:g} is likely too large for this data scale (try eta/2)")
             R = stepper.R.copy()
             state.stage_residuals.append(R)
+            state.stage_previous.append(R_prev)
+            state.stage_steps.append(float(state.step))
             mode = data_mode(theta, X, R, lam, mod["activation"],
                              float(mod.get("sharpness", 10.0)), float(mod.get("cap", 3.0)))
             eta_h = mode.eta_lambda_max(eta)
+            state.stage_eta_h.append(eta_h)
             row = {"step": state.step, "time": state.step * eta, "tau": tau,
                    "risk": float(np.sum((n * R) ** 2) / n), "regulariser": 0.5 * lam * msq,
                    "mean_sq_norm": msq, "stationarity": stationarity(state.stage_residuals),
@@ -231,10 +271,18 @@ def simulate(cfg, dataset, writer=None, state: SolverState | None = None, progre
                     "oscillates with period 2")
             bar.update(nsteps)
             bar.set_postfix(tau=f"{tau:.1e}", risk=f"{row['risk']:.3e}", refresh=False)
-            if state.step_in_stage >= T:
+            done = state.step_in_stage >= T
+            if auto and not done and target in snaps and target >= snaps[1] and \
+                    stage_done is not None:
+                done = bool(stage_done(state))
+            if done:
+                bar.update(T - state.step_in_stage)
                 state.stage += 1
                 state.step_in_stage = 0
                 state.stage_residuals = []
+                state.stage_previous = []
+                state.stage_eta_h = []
+                state.stage_steps = []
             stop = should_stop is not None and should_stop()
             if on_checkpoint is not None and (stop or (ckpt_every and
                                                        state.step - last_ckpt >= ckpt_every)):
@@ -258,14 +306,13 @@ def time_average_predictor(run, stage: int, window: float = 0.5):
         Monte Carlo standard error from the integrated autocorrelation time
         (:func:`analysis.stationarity.mcse`).
     """
-    from analysis.stationarity import mcse
+    from analysis.stationarity import mcse, stage_bounds
     obs = run.observables
     taus = np.asarray(run.config["dynamics"]["taus"], dtype=float)
-    T = int(run.config["dynamics"]["steps_per_tau"])
     steps = obs["residuals"]["step"]
-    lo = stage * T + int(math.floor((1 - window) * T))
-    hi = (stage + 1) * T
-    sel = (steps > lo) & (steps <= hi)
+    start, end = stage_bounds(run, stage)
+    lo = start + int(math.floor((1 - window) * (end - start)))
+    sel = (steps > lo) & (steps <= end)
     if not np.any(sel):
         raise ValueError(f"no observations in stage {stage} (tau={taus[stage]:g})")
     F = obs["residuals"]["value"][sel] * run.n + run.y[None, :]
