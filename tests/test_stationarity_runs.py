@@ -123,8 +123,8 @@ def test_relaxed_plane8_run_is_stationary(tmp_path):
 
 @pytest.mark.usefixtures("one_thread")
 def test_auto_stages_end_on_their_verdict_and_resume_bitwise(tmp_path):
-    from solvers.langevin import simulate, stage_plan
     from meanfield import data as _data
+    from solvers.langevin import simulate, stage_plan
     cfg = d4(tmp_path, "auto", N=60, taus="[5e-2, 5e-3]", steps='"auto"', every=7,
              extra="max_steps_per_tau = 48000")
     T, snaps, auto = stage_plan(cfg)
