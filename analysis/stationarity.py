@@ -34,7 +34,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
-from scipy.stats import norm
+from scipy.stats import norm, t as student_t
 
 #: Family-wise false-alarm level of the drift and parity tests (Bonferroni over the ``n``
 #: training points and the two tests).
@@ -129,10 +129,15 @@ def _z(A, B) -> tuple[float, float]:
     return float(np.max(z)), float(min(np.min(ea), np.min(eb)))
 
 
-def z_critical(n: int, alpha: float = ALPHA) -> float:
+def z_critical(n: int, alpha: float = ALPHA, ess: float = math.inf) -> float:
     """Two-sided threshold of the drift and parity tests: Bonferroni over ``n`` points and
-    both tests at family-wise level ``alpha``."""
-    return float(norm.isf(alpha / (4 * max(1, n))))
+    both tests at family-wise level ``alpha``; Student's ``t`` with ``ess − 1`` degrees of
+    freedom when the standard errors rest on ``ess`` effective samples (normal for
+    ``ess = inf``)."""
+    q = alpha / (4 * max(1, n))
+    if not math.isfinite(ess):
+        return float(norm.isf(q))
+    return float(student_t.isf(q, max(1.0, ess - 1.0)))
 
 
 def cell_weights(theta, X) -> dict:
@@ -227,6 +232,7 @@ def verdict(steps, F, eta_h=None, snapshots=None, X=None, F_previous=None, *, al
     se, ess = mcse(H)
     k = len(H) // 2
     dz, dess = _z(H[:k], H[k:])
+    zc = z_critical(n, alpha, max(dess, 2.0))
     if F_previous is not None:
         Fp = np.asarray(F_previous, dtype=float).reshape(F.shape)[M // 2:]
         P = np.where(hs % 2 == 0, 1.0, -1.0)[:, None] * (H - Fp)

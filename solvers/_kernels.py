@@ -749,66 +749,58 @@ def _act_value_slope(z, kind, p):
 
 
 @nb.njit(cache=True)
-def gauss_newton_kernel(theta, X, kind, p, K):
+def gauss_newton_kernel(T, X, kind, p, K, S, P):
     """``K_jk = (1/N) Σ_i [σ(z_ij) σ(z_ik) + a_i² σ'(z_ij) σ'(z_ik) x̃_j·x̃_k]`` into ``K``
-    (n, n), for particles ``theta`` (N, d+2) in row layout; ``O(N n (d + n))``, serial."""
-    N = theta.shape[0]
+    (n, n) for particles ``T`` in column layout (d+2, N); leaves ``σ(z_ij)`` in ``S`` (n, N)
+    and ``σ'(z_ij)`` in ``P`` (n, N) for :func:`residual_curvature`. ``O(N n (d + n))``,
+    serial, vectorised over particles."""
+    N = T.shape[1]
     n, d = X.shape
-    SS = np.zeros((n, n))
-    QQ = np.zeros((n, n))
-    s = np.empty(n)
-    q = np.empty(n)
-    for i in range(N):
-        a = theta[i, 0]
-        for j in range(n):
-            z = theta[i, d + 1]
+    a = T[0]
+    for j in range(n):
+        sj = S[j]
+        pj = P[j]
+        for i in range(N):
+            z = T[d + 1, i]
             for k in range(d):
-                z += theta[i, 1 + k] * X[j, k]
-            s[j], ds = _act_value_slope(z, kind, p)
-            q[j] = a * ds
-        for j in range(n):
-            sj = s[j]
-            qj = q[j]
-            for k in range(j + 1):
-                SS[j, k] += sj * s[k]
-                QQ[j, k] += qj * q[k]
+                z += T[1 + k, i] * X[j, k]
+            sj[i], pj[i] = _act_value_slope(z, kind, p)
     for j in range(n):
         for k in range(j + 1):
+            ss = 0.0
+            qq = 0.0
+            sj, sk, pj, pk = S[j], S[k], P[j], P[k]
+            for i in range(N):
+                ss += sj[i] * sk[i]
+                qq += a[i] * a[i] * pj[i] * pk[i]
             g = 1.0
             for c in range(d):
                 g += X[j, c] * X[k, c]
-            K[j, k] = (SS[j, k] + QQ[j, k] * g) / N
+            K[j, k] = (ss + qq * g) / N
             K[k, j] = K[j, k]
 
 
 @nb.njit(cache=True)
-def residual_curvature(theta, X, e, R, kind, p):
+def residual_curvature(T, X, e, R, S, P):
     """``Σ_i 2 α_i a_i (β_i·h_i)`` with ``α_i = Σ_j e_j σ(z_ij)``,
     ``β_i = Σ_j e_j σ'(z_ij) x̃_j``, ``h_i = Σ_j R_j σ'(z_ij) x̃_j``: the quadratic form of the
-    residual part of the Hessian on the direction the kernel eigenvector ``e`` spans."""
-    N = theta.shape[0]
+    residual part of the Hessian on the direction the kernel eigenvector ``e`` spans. ``S``,
+    ``P``: as left by :func:`gauss_newton_kernel` for the same ``T``."""
+    N = T.shape[1]
     n, d = X.shape
-    beta = np.empty(d + 1)
-    h = np.empty(d + 1)
     total = 0.0
     for i in range(N):
         alpha = 0.0
-        for c in range(d + 1):
-            beta[c] = 0.0
-            h[c] = 0.0
-        for j in range(n):
-            z = theta[i, d + 1]
-            for k in range(d):
-                z += theta[i, 1 + k] * X[j, k]
-            v, ds = _act_value_slope(z, kind, p)
-            alpha += e[j] * v
-            for c in range(d):
-                beta[c] += e[j] * ds * X[j, c]
-                h[c] += R[j] * ds * X[j, c]
-            beta[d] += e[j] * ds
-            h[d] += R[j] * ds
         bh = 0.0
         for c in range(d + 1):
-            bh += beta[c] * h[c]
-        total += 2.0 * alpha * theta[i, 0] * bh
+            b = 0.0
+            h = 0.0
+            for j in range(n):
+                xc = X[j, c] if c < d else 1.0
+                b += e[j] * P[j, i] * xc
+                h += R[j] * P[j, i] * xc
+            bh += b * h
+        for j in range(n):
+            alpha += e[j] * S[j, i]
+        total += 2.0 * alpha * T[0, i] * bh
     return total

@@ -91,14 +91,17 @@ def data_mode(theta, X, R, lam, activation="relu", sharpness=10.0, cap=3.0) -> D
     X = np.ascontiguousarray(X, dtype=np.float64)
     R = np.ascontiguousarray(R, dtype=np.float64)
     N, n = theta.shape[0], X.shape[0]
+    T = np.ascontiguousarray(theta.T)
     K = np.empty((n, n))
-    _kernels.gauss_newton_kernel(theta, X, kind, p, K)
+    S = np.empty((n, N))
+    P = np.empty((n, N))
+    _kernels.gauss_newton_kernel(T, X, kind, p, K, S, P)
     vals, vecs = np.linalg.eigh(K)
     kappa, e = float(vals[-1]), np.ascontiguousarray(vecs[:, -1])
     if not kappa > 0:
         return DataMode(max(kappa, 0.0), float(lam), float(lam))
     # v = (α_i, a_i β_i) has |v|² = N κ (see the module docstring)
-    corr = float(lam) + _kernels.residual_curvature(theta, X, e, R, kind, p) / (N * kappa)
+    corr = float(lam) + _kernels.residual_curvature(T, X, e, R, S, P) / (N * kappa)
     return DataMode(kappa, kappa / n + corr, corr)
 
 
