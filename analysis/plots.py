@@ -212,7 +212,7 @@ def plot_directions(path, theta, rays=None, title=""):
     return path
 
 
-def plot_ladder(path, taus, series: dict, title="low-temperature limit"):
+def plot_ladder(path, taus, series: dict, title="low-temperature limit", not_stationary=None):
     """Curves against the temperature ``τ`` (log axis, hot on the left, cold on the right).
 
     Parameters
@@ -225,6 +225,8 @@ def plot_ladder(path, taus, series: dict, title="low-temperature limit"):
         Panel label -> values per ``τ`` (``nan`` for missing); labels starting with ``rays`` or
         ``hyperplanes`` get integer ticks. One panel per entry.
     title : str
+    not_stationary : sequence of bool, optional
+        Stages judged not stationary: drawn as red crosses and named in the legend.
 
     Returns
     -------
@@ -232,6 +234,7 @@ def plot_ladder(path, taus, series: dict, title="low-temperature limit"):
     """
     plt = _plt()
     taus = np.asarray(taus, float)
+    bad = np.zeros(len(taus), bool) if not_stationary is None else np.asarray(not_stationary, bool)
     m = len(series)
     ncol = min(3, m)
     nrow = -(-m // ncol)
@@ -240,6 +243,10 @@ def plot_ladder(path, taus, series: dict, title="low-temperature limit"):
                                  constrained_layout=True, squeeze=False)
         for ax, (lab, vals) in zip(axes.ravel(), series.items()):
             ax.plot(taus, np.asarray(vals, float), "o-")
+            if bad.any():
+                ax.plot(taus[bad], np.asarray(vals, float)[bad], "x", color="red", ms=10,
+                        mew=2, label="not stationary")
+                ax.legend(fontsize="small")
             if lab.startswith(("rays", "hyperplanes")):
                 ax.yaxis.get_major_locator().set_params(integer=True)
             ax.set_xscale("log")

@@ -200,6 +200,8 @@ def analyze_run(path, outdir=None, figures: bool = True, *, reference=None, w2: 
                                  else pat.PatternTolerance().as_dict()),
            "theorem6": th6, "two_point": tp,
            "snapshots": [_public(s) for s in snaps]}
+    from analysis.stationarity import annotate_report, run_verdicts
+    annotate_report(rep, run_verdicts(run), run.config["dynamics"]["taus"])
     if references:
         from analysis.references import report_section
         rep["references"] = report_section(run, rep)
@@ -235,7 +237,8 @@ def write_report(rep, snaps, run, outdir, figures=True):
             figs.append("directions.png")
         rows = rep["ladder"]
         if len(rows) > 1:
-            series = {"rays J": [r["J"] for r in rows], "hyperplanes K": [r["K"] for r in rows],
+            series = {"rays J": [r["J_measured"] for r in rows],
+                      "hyperplanes K": [r["K_measured"] for r in rows],
                       "risk (1/n)Σ(f−y)²": [r["risk"] for r in rows]}
             if any(r["w2_to_previous"] is not None for r in rows):
                 series["W2(ρ_τ, ρ_previous τ)"] = [np.nan if r["w2_to_previous"] is None
@@ -243,7 +246,8 @@ def write_report(rep, snaps, run, outdir, figures=True):
             if any(r["dist_to_reference"] is not None for r in rows):
                 series["RMS |f − f_convex| on data"] = [np.nan if r["dist_to_reference"] is None
                                                        else r["dist_to_reference"] for r in rows]
-            plots.plot_ladder(out / "ladder.png", [r["tau"] for r in rows], series)
+            plots.plot_ladder(out / "ladder.png", [r["tau"] for r in rows], series,
+                              not_stationary=[r.get("stationary") is False for r in rows])
             figs.append("ladder.png")
     (out / "report.md").write_text(markdown(rep, figs))
 
@@ -269,14 +273,16 @@ def markdown(rep, figs=()) -> str:
              f"P−1 = {rep['bound_P_minus_1']}")
     L.append(f"- run complete: {rep['complete']}")
     L += ["", "## Low-temperature limit", "",
-          "| τ | step | rays J | hyperplanes K | risk | halo mass | W2 to previous τ | "
-          "W2 of rays to previous τ | distance to τ=0 reference |",
-          "|---|---|---|---|---|---|---|---|---|"]
+          "| τ | step | stationary | rays J | hyperplanes K | risk | halo mass | "
+          "W2 to previous τ | W2 of rays to previous τ | distance to τ=0 reference |",
+          "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rep["ladder"]:
         w2 = "—" if r["w2_to_previous"] is None else f"{r['w2_to_previous']:.3e} ({r['w2_method']})"
-        L.append(f"| {r['tau']:.2e} | {r['step']} | {r['J']} | {r['K']} | {r['risk']:.4e} | "
-                 f"{r['halo_mass_fraction']:.3f} | {w2} | {_fmt(r['w2_rays_to_previous'])} | "
-                 f"{_fmt(r['dist_to_reference'])} |")
+        st = {True: "yes", False: "**NO**", None: "—"}[r.get("stationary")]
+        L.append(f"| {r['tau']:.2e} | {r['step']} | {st} | {r['J']} | {r['K']} | "
+                 f"{r['risk']:.4e} | {r['halo_mass_fraction']:.3f} | {w2} | "
+                 f"{_fmt(r['w2_rays_to_previous'])} | {_fmt(r['dist_to_reference'])} |")
+    L += _stationarity_markdown(rep["ladder"])
     L += ["", "Snapshots:", "", "| τ | step | risk | J | K | halo mass | threshold (chord) | "
           "plateau |", "|---|---|---|---|---|---|---|---|"]
     for s in rep["snapshots"]:
@@ -312,19 +318,26 @@ def markdown(rep, figs=()) -> str:
             L.append(f"- normal ({', '.join(f'{x:.3f}' for x in kk['normal'])}), "
                      f"offset {kk['offset']:.4f} (rays {kk['rays']})")
         th = rep["theorem6"]
-        L += ["", "## [LJM26] Theorem 6 on the ternary patterns", "",
-              f"- J = {th['J']} rays; J ≤ 2P−1 = {th['bound_2P_minus_1']}: "
-              f"{th['within_2P_minus_1']}; J ≤ P−1 = {th['bound_P_minus_1']}: "
-              f"{th['within_P_minus_1']}",
-              f"- patterns distinct: {th['distinct']}"
-              + ("" if th["distinct"] else f" (equal: {th['duplicates']})"),
-              f"- antichain under degeneration: {th['antichain']}"
-              + ("" if th["antichain"] else f" (t_k ⪯ t_l for [k, l] in {th['comparable']})"),
-              f"- at most two per binary pattern: {th['at_most_two_per_binary']} (max "
-              f"{th['max_per_binary']}"
-              + ("" if th["at_most_two_per_binary"] else
-                 f", rays {th['max_per_binary_rays']} below "
-                 f"{_pattern_str(th['binary_witness'])}") + ")"]
+        L += ["", "## [LJM26] Theorem 6 on the ternary patterns", ""]
+        if th.get("status", "checked") != "checked":
+            why = ("the coldest stage is not stationary (see above); measured: "
+                   f"{th.get('measured')}" if th["status"] == "not stationary"
+                   else "no rays (J = 0): nothing to check")
+            L.append(f"- {th['status']}: {why}")
+        else:
+            L += [f"- J = {th['J']} rays; J ≤ 2P−1 = {th['bound_2P_minus_1']}: "
+                  f"{th['within_2P_minus_1']}; J ≤ P−1 = {th['bound_P_minus_1']}: "
+                  f"{th['within_P_minus_1']}",
+                  f"- patterns distinct: {th['distinct']}"
+                  + ("" if th["distinct"] else f" (equal: {th['duplicates']})"),
+                  f"- antichain under degeneration: {th['antichain']}"
+                  + ("" if th["antichain"] else
+                     f" (t_k ⪯ t_l for [k, l] in {th['comparable']})"),
+                  f"- at most two per binary pattern: {th['at_most_two_per_binary']} (max "
+                  f"{th['max_per_binary']}"
+                  + ("" if th["at_most_two_per_binary"] else
+                     f", rays {th['max_per_binary_rays']} below "
+                     f"{_pattern_str(th['binary_witness'])}") + ")"]
     if rep.get("two_point"):
         L += ["", "## [LJM26] Proposition 7 (symmetric two-point data)", "",
               "| τ | labels | s | predicted kinks ⟨x̄,x⟩=c | measured | off-axis | "
@@ -346,6 +359,27 @@ def markdown(rep, figs=()) -> str:
           "and the threshold is the middle of the widest plateau of the ray count "
           "(analysis/rays.py)."]
     return "\n".join(L) + "\n"
+
+
+def _stationarity_markdown(rows) -> list:
+    """Verdict lines under the ladder table (docs/theory.md, "Is a stage stationary?")."""
+    L = ["", "Stationarity of each stage (second half: autocorrelation-aware standard error of "
+         "the time-averaged predictor, early/late drift, step parity, stability number η h, "
+         "ray-weight drift between snapshots):", ""]
+    for r in rows:
+        v = r.get("stationarity")
+        if v is None:
+            L.append(f"- τ = {r['tau']:.2e}: no observations to judge")
+            continue
+        nums = (f"MCSE {_fmt(v['mcse'], '.1e')}, drift z {_fmt(v['drift_z'], '.2f')}, "
+                f"parity z {_fmt(v['parity_z'], '.2f')} (threshold {v['z_crit']:.2f}), "
+                f"η h {_fmt(v['eta_lambda_max'], '.3f')}, ESS {v['ess']:.0f}")
+        if v["stationary"]:
+            L.append(f"- τ = {r['tau']:.2e}: stationary ({nums})")
+        else:
+            L.append(f"- τ = {r['tau']:.2e}: **not stationary**: {'; '.join(v['reasons'])} "
+                     f"({nums}); J, K and Theorem 6 of this stage are not results")
+    return L
 
 
 def _references_markdown(refs) -> list:

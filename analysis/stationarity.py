@@ -323,3 +323,69 @@ def run_verdicts(run, **kw) -> list:
             v.reasons.append(f"budget spent: max_steps_per_tau = {budget} steps run")
         out.append(v)
     return out
+
+
+#: What a report shows instead of a result measured at a stage that is not stationary.
+NOT_STATIONARY = "not stationary"
+#: Theorem 6 on no rays at all: nothing is checked.
+VACUOUS = "vacuous"
+_THEOREM6_CLAIMS = ("distinct", "antichain", "at_most_two_per_binary")
+
+
+def theorem6_status(checks: dict | None, n_rays: int, stationary) -> dict | None:
+    """The [LJM26] Theorem 6 block of a report for one stage.
+
+    ``status`` is ``"not stationary"`` (stage judged not stationary: the claims are replaced by
+    that string, the measured checks kept under ``measured``), ``"vacuous"`` (no rays: every
+    claim is ``"vacuous"``, never true) or ``"checked"`` (the checks as measured).
+    """
+    if checks is None:
+        return None
+    out = dict(checks)
+    if stationary is False:
+        out = {k: v for k, v in checks.items() if k not in _THEOREM6_CLAIMS}
+        out.update({k: NOT_STATIONARY for k in _THEOREM6_CLAIMS if k in checks})
+        out["measured"] = {k: checks[k] for k in _THEOREM6_CLAIMS if k in checks}
+        out["status"] = NOT_STATIONARY
+    elif n_rays == 0:
+        out.update({k: VACUOUS for k in _THEOREM6_CLAIMS if k in checks})
+        out["status"] = VACUOUS
+    else:
+        out["status"] = "checked"
+    return out
+
+
+def annotate_report(rep: dict, verdicts: list, taus) -> dict:
+    """Put the stage verdicts into a report document (``meanfield analyze --json``), in place.
+
+    Every ``ladder`` row gains ``stationary`` (true, false, or null when the run file has no
+    observations of the stage) and ``stationarity`` (:meth:`Verdict.to_dict`); in a row judged
+    not stationary ``J`` and ``K`` read ``"not stationary"`` and the counts move to
+    ``J_measured`` / ``K_measured``. The ``theorem6`` block of the coldest snapshot and of every
+    snapshot goes through :func:`theorem6_status`.
+    """
+    taus = [float(t) for t in taus]
+    by_tau = dict(zip(taus, verdicts))
+
+    def flag(tau):
+        v = by_tau.get(float(tau))
+        if v is None or v.reasons == ["stage not reached"]:
+            return None, None
+        return bool(v.stationary), v.to_dict()
+
+    for row in rep.get("ladder", []):
+        st, doc = flag(row["tau"])
+        row["stationary"], row["stationarity"] = st, doc
+        row["J_measured"], row["K_measured"] = row["J"], row["K"]
+        if st is False:
+            row["J"] = row["K"] = NOT_STATIONARY
+    for snap in rep.get("snapshots", []):
+        st, _ = flag(snap["tau"])
+        snap["stationary"] = st
+        snap["theorem6"] = theorem6_status(snap.get("theorem6"), snap.get("n_rays", 0), st)
+    snaps = rep.get("snapshots", [])
+    if rep.get("theorem6") is not None and snaps:
+        last = snaps[-1]
+        rep["theorem6"] = theorem6_status(rep["theorem6"], last.get("n_rays", 0),
+                                          last["stationary"])
+    return rep

@@ -77,12 +77,17 @@ def main(args) -> int:
         for r in rep["ladder"]:
             w2 = "" if r["w2_to_previous"] is None else \
                 f" W2 to previous tau={r['w2_to_previous']:.3e} ({r['w2_method']})"
+            st = "" if r.get("stationary") is not False else \
+                f"  NOT STATIONARY: {'; '.join(r['stationarity']['reasons'])}"
             print(f"tau={r['tau']:.2e} step={r['step']:>8d} risk={r['risk']:.4e} "
-                  f"rays J={r['J']:>3d} hyperplanes K={r['K']:>3d}{w2}")
+                  f"rays J={r['J']!s:>3} hyperplanes K={r['K']!s:>3}{w2}{st}")
         th = rep["theorem6"]
         if th is not None:
-            print(f"Theorem 6 (lowest tau): distinct={th['distinct']} antichain={th['antichain']} "
-                  f"max per binary pattern={th['max_per_binary']}")
+            if th.get("status", "checked") != "checked":
+                print(f"Theorem 6 (lowest tau): {th['status']}")
+            else:
+                print(f"Theorem 6 (lowest tau): distinct={th['distinct']} "
+                      f"antichain={th['antichain']} max per binary pattern={th['max_per_binary']}")
         refs = rep.get("references")
         if refs and "skipped" not in refs:
             for g in refs["gibbs"]:

@@ -12,8 +12,23 @@ def register(sub):
     p.add_argument("run", help="run file (.h5)")
     p.add_argument("--json", action="store_true",
                    help='print {"schema_version", "n_particles", "d", "n", "complete", '
-                        '"frames": [{"step", "time", "tau"}], "config"}')
+                        '"frames": [{"step", "time", "tau"}], "stages": [{"tau", "steps", '
+                        '"stationary", "stationarity"}], "config"}')
     p.set_defaults(func=main)
+
+
+def stages(run) -> list:
+    """Per ladder stage: ``tau``, ``steps`` (run so far), ``stationary`` (null without
+    observations) and ``stationarity`` (docs/theory.md, "Is a stage stationary?")."""
+    from analysis.stationarity import run_verdicts, stage_bounds
+    out = []
+    for s, (tau, v) in enumerate(zip(run.config["dynamics"]["taus"], run_verdicts(run))):
+        lo, hi = stage_bounds(run, s)
+        judged = v.reasons != ["stage not reached"]
+        out.append({"tau": float(tau), "steps": int(hi - lo),
+                    "stationary": bool(v.stationary) if judged else None,
+                    "stationarity": v.to_dict() if judged else None})
+    return out
 
 
 def summary(run) -> dict:
@@ -22,7 +37,7 @@ def summary(run) -> dict:
             "n": run.n, "complete": run.complete,
             "frames": [{"step": int(s), "time": float(t), "tau": float(u)}
                        for s, t, u in zip(run.frame_step, run.frame_time, run.frame_tau)],
-            "config": run.config}
+            "stages": stages(run), "config": run.config}
 
 
 def main(args) -> int:
@@ -47,4 +62,10 @@ def main(args) -> int:
         risk = obs["risk"]["value"][sel]
         r = f"  risk={risk[0]:.4e}" if risk.size else ""
         print(f"  step={int(s):>9d}  time={t:10.2f}  tau={u:.2e}{r}")
+    print("stages")
+    for st in doc["stages"]:
+        v = st["stationarity"]
+        verdict = ("no observations" if v is None else "stationary" if st["stationary"]
+                   else "NOT stationary: " + "; ".join(v["reasons"]))
+        print(f"  tau={st['tau']:.2e}  steps={st['steps']:>9d}  {verdict}")
     return 0
