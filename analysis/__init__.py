@@ -1,36 +1,33 @@
 """Analysis of runs and studies ([LJM26], [SKM22], [LWTM26]; THEORY §4, §6–§8, §10).
 
-- :func:`analyze_run`: everything ``meanfield analyze`` computes for a run file (rays, kinks,
-  ``P``, Theorem 6, ``W2``, the references), with report and figures;
 - :func:`find_rays`, :func:`kink_hyperplanes`: rays of a particle snapshot and their kinks;
 - :func:`count_dichotomies`, :func:`cover`: ``P``, the number of affine dichotomies;
 - :func:`theorem6`: the [LJM26] Theorem 6 checks on ternary patterns;
 - :func:`certificate`: ``G`` of the zero-temperature problem (THEORY §4);
 - :func:`w2_exact`, :func:`w2_sliced`, :func:`w2_snapshots`: Wasserstein-2 distances;
 - :func:`two_point_predict`: [LJM26] Proposition 7 closed forms (THEORY §8);
-- :func:`analyze_study`: aggregates a study directory of ``meanfield sweep``;
 - :func:`minnorm`, :func:`closed_form_limit`: the minimum-norm interpolant and GD's limit in
   the high-dimensional study (THEORY §10).
 
-Imports are lazy: numba, POT and matplotlib load on first use.
+Pure functions of arrays and of run objects (a :class:`meanfield.store.Run` or anything with
+its attributes); it imports :mod:`solvers` and never :mod:`meanfield`. Imports are lazy: numba
+and POT load on first use.
 """
 
-from meanfield._lazy import exports
+from solvers._lazy import exports
 
 _EXPORTS = {
-    "analyze_run": "analysis.report:analyze_run",
     "find_rays": "analysis.rays:find_rays",
-    "kink_hyperplanes": "analysis.kinks:kink_hyperplanes",
+    "kink_hyperplanes": "solvers.geometry:kink_hyperplanes",
     "count_dichotomies": "analysis.dichotomies:count_dichotomies",
     "cover": "analysis.dichotomies:cover",
-    "theorem6": "analysis.patterns:theorem6",
+    "theorem6": "analysis.ternary:theorem6",
     "certificate": "analysis.certificate:certificate",
     "w2_exact": "analysis.transport:w2_exact",
     "w2_sliced": "analysis.transport:w2_sliced",
     "w2_snapshots": "analysis.transport:w2_snapshots",
     "two_point_predict": "analysis.two_point:predict",
     "compare_run": "analysis.references:compare_run",
-    "analyze_study": "analysis.study:analyze_study",
     "minnorm": "analysis.minnorm:minnorm",
     "closed_form_limit": "analysis.minnorm:closed_form_limit",
 }

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.dichotomies import lifted
+from solvers.geometry import lifted
 
 
 def residuals(f_train, y) -> np.ndarray:

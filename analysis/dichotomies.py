@@ -7,10 +7,10 @@ its complement count separately, and the all-on / all-off patterns are included.
 patterns ``1[w·x_j + b > 0]`` of a neuron are in bijection with the regions.
 
 Method: the incremental deletion–restriction recursion ``r(A) = r(A∖H) + r(A^H)``
-(engineering notes §5), exact for any ``d`` and any point set (duplicates, collinear or coplanar
+(THEORY §6.2), exact for any ``d`` and any point set (duplicates, collinear or coplanar
 points, grids). Two modes:
 
-* float (default, numba kernel ``analysis._kernels.region_count``): hyperplanes of every
+* float (default, numba kernel ``solvers._arrangement.region_count``): hyperplanes of every
   restriction are identified when the chord distance of their unit normals up to sign is at most
   ``tol`` (default ``1e-12``; the distance is an angle in radians for small values; rounding
   errors of coinciding hyperplanes measured on integer grids up to ``d = 5`` stay below
@@ -38,6 +38,10 @@ from fractions import Fraction
 from math import comb, gcd, lcm
 
 import numpy as np
+from numpy.typing import ArrayLike
+
+from solvers._arrangement import region_count
+from solvers.geometry import lifted
 
 #: Default chord tolerance of the float mode (see the module docstring).
 DEFAULT_TOL = 1e-12
@@ -67,14 +71,6 @@ def cover(n: int, d: int) -> int:
     if n < 1:
         return 1
     return 2 * sum(comb(n - 1, k) for k in range(0, d + 1))
-
-
-def lifted(X) -> np.ndarray:
-    """Lifted inputs ``x̃_j = (x_j, 1)``: ndarray of shape (n, d+1). A 1-D ``X`` is ``d = 1``."""
-    X = np.asarray(X, dtype=np.float64)
-    if X.ndim == 1:
-        X = X[:, None]
-    return np.hstack([X, np.ones((X.shape[0], 1))])
 
 
 def general_position(X, tol: float = 1e-9, max_subsets: int = 2_000_000) -> bool | None:
@@ -231,7 +227,8 @@ def _regions_exact(H: list, D: int) -> int:
 
 # ---------------------------------------------------------------------------------- public API
 
-def count_dichotomies(X, tol: float = DEFAULT_TOL, *, exact: bool = False) -> DichotomyCount:
+def count_dichotomies(X: ArrayLike, tol: float = DEFAULT_TOL, *,
+                      exact: bool = False) -> DichotomyCount:
     """Count the affine dichotomies ``P`` of ``X`` exactly, for any ``d`` (THEORY §6).
 
     Parameters
@@ -270,7 +267,6 @@ def count_dichotomies(X, tol: float = DEFAULT_TOL, *, exact: bool = False) -> Di
         P = _regions_exact(H, d + 1)
         cv = cover(n, d)
         return DichotomyCount(P, cv, P == cv, n, d, len(H), True, None, None)
-    from analysis._kernels import region_count
     if not 0 < tol < 1:
         raise ValueError(f"tol must be in (0, 1), got {tol}")
     L = lifted(X)

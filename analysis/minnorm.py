@@ -40,8 +40,13 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.linalg
+from numpy.typing import ArrayLike
+from qpsolvers import Problem, solve_problem
+from scipy.sparse import csc_matrix
 
-from meanfield.errors import DataError
+from solvers.errors import DataError
+from solvers.inputs import check_xy
 
 _SOURCE = "min-norm"
 
@@ -53,12 +58,7 @@ CLARABEL_SETTINGS = (dict(tol_gap_abs=1e-10, tol_gap_rel=1e-10, tol_feas=1e-10, 
 
 
 def _check_xy(X, y):
-    X = np.asarray(X, dtype=np.float64)
-    y = np.asarray(y, dtype=np.float64)
-    if X.ndim != 2 or y.shape != (X.shape[0],):
-        raise DataError(_SOURCE, "X", f"need X (n, d) and y (n,), got {X.shape} and {y.shape}")
-    if not (np.all(np.isfinite(X)) and np.all(np.isfinite(y))):
-        raise DataError(_SOURCE, "X", "NaN or Inf in X or y")
+    X, y = check_xy(X, y, _SOURCE)
     if np.any(y == 0):
         raise DataError(_SOURCE, "y", "labels must be non-zero (their sign defines I₊, I₋)")
     return X, y
@@ -73,7 +73,6 @@ def _signs(signs) -> np.ndarray:
 
 def _gram_solve(XS: np.ndarray, rhs: np.ndarray) -> np.ndarray:
     """``(X_S X_Sᵀ)⁻¹ rhs`` by Cholesky; DataError when the rows of ``X_S`` are dependent."""
-    import scipy.linalg
     try:
         return scipy.linalg.cho_solve(scipy.linalg.cho_factor(XS @ XS.T), rhs)
     except np.linalg.LinAlgError:
@@ -174,7 +173,6 @@ def minnorm_pattern(X, t, eq, polish: bool = True) -> PatternQP:
     RuntimeError
         The QP solver reports failure.
     """
-    from qpsolvers import Problem, solve_problem
     X = np.asarray(X, dtype=np.float64)
     t = np.asarray(t, dtype=np.float64)
     eq = np.asarray(eq, dtype=bool)
@@ -191,7 +189,6 @@ def minnorm_pattern(X, t, eq, polish: bool = True) -> PatternQP:
     if nE == 0:                                   # only w·x ≤ 0 constraints: w = 0 is optimal
         w, nu, mu = np.zeros(d), np.zeros(0), np.zeros(n)
         return PatternQP(w, np.zeros(n), nu, mu, eq, _kkt(X, t, eq, w, nu, mu), False)
-    from scipy.sparse import csc_matrix          # Clarabel's native format
     prob = Problem(P=csc_matrix(Ks), q=np.zeros(n),
                    G=csc_matrix(Ks[~eq]) if nE < n else None,
                    h=np.zeros(n - nE) if nE < n else None,
@@ -251,7 +248,7 @@ class MinNorm:
         return max(q.kkt_max for q in self.qp.values())
 
 
-def minnorm(X, y, signs=(1.0,)) -> MinNorm:
+def minnorm(X: ArrayLike, y: ArrayLike, signs: ArrayLike = (1.0,)) -> MinNorm:
     """Minimum-norm comparator ``w*`` of THEORY §10 for output signs ``a``.
 
     ``m = 1``: ``argmin ‖w‖ s.t. X₊w = y₊, X₋w ≤ 0``; ``m = 2`` (``+1, −1``): that and
@@ -340,7 +337,8 @@ def frozen_limit(X, y, W_start, signs=(1.0,)) -> np.ndarray:
     return W
 
 
-def closed_form_limit(X, y, eta: float, signs=(1.0,)) -> np.ndarray:
+def closed_form_limit(X: ArrayLike, y: ArrayLike, eta: float,
+                      signs: ArrayLike = (1.0,)) -> np.ndarray:
     """THEORY §10's closed-form GD limit from the zero start ([LWTM26]).
 
     ``m = 1``: ``w_∞ = X₊ᵀ(X₊X₊ᵀ)⁻¹y₊ + η(I − P₊)X₋ᵀy₋``; ``m = 2``: that and the same for

@@ -29,7 +29,7 @@ A neuron contributes ``a σ(u·x̃) = a|u| σ(v·x̃)`` with direction ``v = u/|
    particle of the ray's sign within ``absorb`` core spreads of its direction.
 5. Per ray: mass-weighted mean direction, sign, weight ``c_k = (1/N) Σ_{i∈k} a_i |u_i|``, mass
    fraction, mass-weighted RMS angle to the direction (spread), ``G`` at the direction and the
-   ternary pattern (:mod:`analysis.patterns`).
+   ternary pattern (:mod:`analysis.ternary`).
 
 Every threshold is returned with the result (:meth:`RayResult.thresholds_used`).
 """
@@ -39,13 +39,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components, minimum_spanning_tree
 from scipy.spatial import cKDTree
 
 from analysis.certificate import certificate, residuals
-from analysis.dichotomies import lifted
-from analysis.patterns import PatternTolerance, ray_pattern, ternary_pattern
+from analysis.ternary import PatternTolerance, ray_pattern, ternary_pattern
+from solvers.geometry import lifted
 
 
 @dataclass
@@ -62,7 +63,7 @@ class Ray:
     n_particles : int
     n_cells : int                         activation cells merged into the ray
     G : float or None                     certificate at ``direction`` (None without y, lam)
-    pattern : ndarray of shape (n,) int8  ternary pattern (:func:`analysis.patterns.ray_pattern`)
+    pattern : ndarray of shape (n,) int8  ternary pattern (:func:`analysis.ternary.ray_pattern`)
     pattern_margin : float                smallest ``|v·x̃_j|/|x̃_j|`` over non-zero entries
     """
 
@@ -158,7 +159,7 @@ def directions(theta):
 
 def pattern_of(v, X, tol):
     """Ternary pattern of direction ``v`` with angular tolerance ``tol`` (radians); see
-    :func:`analysis.patterns.ternary_pattern`."""
+    :func:`analysis.ternary.ternary_pattern`."""
     return ternary_pattern(v, X, tol)[0]
 
 
@@ -260,10 +261,12 @@ def _widest_plateau(counts):
     return best
 
 
-def find_rays(theta, X, *, y=None, lam=None, min_mass_frac: float = 1e-2,
+def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
+              lam: float | None = None, min_mass_frac: float = 1e-2,
               light_frac: float = 1e-2, g_particle: float = 0.5, g_ray: float = 0.9,
               max_spread: float = 0.3, absorb: float = 3.0,
-              thresholds=None, pattern_tol=None, pattern_mass_tol: float | None = None,
+              thresholds: ArrayLike | None = None, pattern_tol: PatternTolerance | None = None,
+              pattern_mass_tol: float | None = None,
               knn: int = 12) -> RayResult:
     """Cluster particles into rays (THEORY §6; method in the module docstring).
 
@@ -298,7 +301,7 @@ def find_rays(theta, X, *, y=None, lam=None, min_mass_frac: float = 1e-2,
         below that spacing a threshold resolves activation cells, not directions).
     pattern_tol : float or PatternTolerance, optional
         Angular tolerance (radians) of the 0 entries of the patterns, or both tolerances
-        (default :class:`analysis.patterns.PatternTolerance()`).
+        (default :class:`analysis.ternary.PatternTolerance()`).
     pattern_mass_tol : float, optional
         Straddling-mass tolerance of the 0 entries (overrides ``pattern_tol.mass_tol``).
     knn : int, default 12

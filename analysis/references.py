@@ -13,9 +13,15 @@ References are cached per (data, ``lam``, ``tau``) for the life of the process.
 from __future__ import annotations
 
 import math
+import time
+from typing import Any
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
+
+from analysis.time_average import time_average_predictor
+from solvers.convex import convex
+from solvers.gibbs import GibbsConvergenceError, gibbs
 
 _CACHE: dict = {}
 
@@ -26,7 +32,6 @@ def _key(X, y, lam, tau):
 
 def gibbs_reference(X, y, lam, tau):
     """Cached :class:`solvers.gibbs.GibbsSolution` at one temperature."""
-    from solvers.gibbs import gibbs
     k = _key(np.ascontiguousarray(X, float), np.ascontiguousarray(y, float), lam, tau)
     if k not in _CACHE:
         _CACHE[k] = gibbs(X, y, lam, float(tau))
@@ -35,7 +40,6 @@ def gibbs_reference(X, y, lam, tau):
 
 def convex_reference(X, y, lam):
     """Cached :class:`solvers.convex.ConvexSolution`."""
-    from solvers.convex import convex
     k = _key(np.ascontiguousarray(X, float), np.ascontiguousarray(y, float), lam, None)
     if k not in _CACHE:
         _CACHE[k] = convex(X, y, lam)
@@ -50,7 +54,6 @@ def stage_of_frame(run, k: int) -> int:
 
 
 def _particles(run, stage, window):
-    from solvers.langevin import time_average_predictor
     return time_average_predictor(run, stage, window)
 
 
@@ -85,7 +88,6 @@ def gibbs_distance(run, stage: int, window: float = 0.5) -> dict:
     solvers.gibbs.GibbsConvergenceError
         The reference did not converge.
     """
-    import time
     lam = float(run.config["dynamics"]["lam"])
     tau = float(run.config["dynamics"]["taus"][stage])
     if run.d > 2:
@@ -181,7 +183,7 @@ def match_rays(directions, signs, weights, ref_directions, ref_signs, ref_weight
             "max_weight_error": max((p["weight_error"] for p in pairs), default=math.nan)}
 
 
-def compare_run(run, window: float = 0.5, rays_by_stage: dict | None = None) -> dict:
+def compare_run(run: Any, window: float = 0.5, rays_by_stage: dict | None = None) -> dict:
     """All reference comparisons of a run: per stage the Gibbs distance (``d ≤ 2``, ``τ > 0``),
     the convex distance at the coldest stage, and, when ``rays_by_stage[stage]`` gives
     ``(directions, signs, weights)`` measured at the coldest stage, their matching to the
@@ -226,7 +228,6 @@ def prefetch_gibbs(run) -> None:
     them for :func:`gibbs_distance`. Does nothing when ``d > 2``."""
     if run.d > 2:
         return
-    from solvers.gibbs import gibbs
     lam = float(run.config["dynamics"]["lam"])
     X = np.ascontiguousarray(run.X, float)
     y = np.ascontiguousarray(run.y, float)
@@ -257,7 +258,6 @@ def report_section(run, rep: dict, window: float = 0.5, max_P: int = 20000) -> d
         rays_by_stage = {cold: (np.array([q["direction"] for q in rs]),
                                 np.array([q["sign"] for q in rs]),
                                 np.array([q["weight"] for q in rs]))}
-    from solvers.gibbs import GibbsConvergenceError
     try:
         return compare_run(run, window, rays_by_stage)
     except (ValueError, GibbsConvergenceError) as exc:   # no observations, or no convergence

@@ -1,5 +1,4 @@
-"""Stationarity verdict of one temperature stage, from its observations (docs/theory.md,
-"Is a stage stationary?").
+"""Stationarity verdict of one temperature stage, from its observations (docs/theory.md §2.2).
 
 Pure functions on arrays: the observed predictor ``F`` (M, n) on the training points at steps
 ``steps`` (M,) of one stage, optionally the stability number ``η h`` at the same steps and the

@@ -3,7 +3,7 @@
 * Snapshots: ``W2`` between the empirical measures ``(1/N) Σ_i δ_{θ_i}`` of two snapshots in
   ``R^{d+2}``. Exact (network simplex, ``ot.emd2``) when both have at most ``max_exact``
   particles (default ``10⁴``: the cost matrix then takes 800 MB and the solve about 40 s on two
-  cores, engineering notes §3); above, the sliced ``W2`` over a fixed set of projections
+  cores, THEORY §11); above, the sliced ``W2`` over a fixed set of projections
   (seeded, so repeated calls are comparable), which is a lower bound of ``W2``.
 * Rays: ``W2`` between the probability measures ``Σ_k |c_k| δ_{v_k} / Σ_k |c_k|`` of the ray
   directions on ``S^d`` (squared chord cost), exact. The sign of ``c_k`` is not part of the
@@ -11,7 +11,7 @@
 
 ``ot.emd2`` stops silently (with a warning only) when it runs out of iterations and returns a
 wrong value: at POT's default ``numItermax = 10⁵`` the error is 14 % at ``n = 5000``
-(engineering notes §3). Every call here goes through :func:`emd2_checked`, which uses
+(measured, THEORY §11). Every call here goes through :func:`emd2_checked`, which uses
 ``numItermax = 10⁸`` and raises unless POT reports an optimal solution (``result_code == 1``).
 """
 
@@ -20,6 +20,8 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import ot
+from numpy.typing import ArrayLike
 
 #: Iteration cap of the network simplex; enough for 10⁴ × 10⁴ problems.
 NUM_ITER_MAX = 100_000_000
@@ -56,7 +58,6 @@ def emd2_checked(a, b, M, *, _num_iter_max: int = NUM_ITER_MAX) -> float:
     TransportError
         POT's result code is not 1 (optimal): iteration cap reached, infeasible or unbounded.
     """
-    import ot
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)     # the result code is checked instead
         cost, log = ot.emd2(np.asarray(a, float), np.asarray(b, float),
@@ -70,7 +71,8 @@ def emd2_checked(a, b, M, *, _num_iter_max: int = NUM_ITER_MAX) -> float:
     return float(cost)
 
 
-def w2_exact(P, Q, a=None, b=None, *, _num_iter_max: int = NUM_ITER_MAX) -> float:
+def w2_exact(P: ArrayLike, Q: ArrayLike, a: ArrayLike | None = None,
+             b: ArrayLike | None = None, *, _num_iter_max: int = NUM_ITER_MAX) -> float:
     """Exact ``W2`` between weighted point clouds (squared Euclidean cost).
 
     Parameters
@@ -90,7 +92,6 @@ def w2_exact(P, Q, a=None, b=None, *, _num_iter_max: int = NUM_ITER_MAX) -> floa
     TransportError
         POT's network simplex did not converge (its result code is not 1).
     """
-    import ot
     P = np.asarray(P, float)
     Q = np.asarray(Q, float)
     a = np.full(len(P), 1.0 / len(P)) if a is None else np.asarray(a, float) / np.sum(a)
@@ -99,7 +100,7 @@ def w2_exact(P, Q, a=None, b=None, *, _num_iter_max: int = NUM_ITER_MAX) -> floa
     return float(np.sqrt(max(emd2_checked(a, b, M, _num_iter_max=_num_iter_max), 0.0)))
 
 
-def w2_sliced(P, Q, *, n_projections: int = N_PROJECTIONS, seed: int = 0) -> float:
+def w2_sliced(P: ArrayLike, Q: ArrayLike, *, n_projections: int = N_PROJECTIONS, seed: int = 0) -> float:
     """Sliced ``W2`` between uniform point clouds over ``n_projections`` fixed random
     directions (POT's ``get_random_projections`` with ``seed``):
     ``sqrt(mean_θ W2²(θ·P, θ·Q))``, a lower bound of ``W2``.
@@ -126,7 +127,6 @@ def w2_sliced(P, Q, *, n_projections: int = N_PROJECTIONS, seed: int = 0) -> flo
     ValueError
         Clouds of different dimension ``D``.
     """
-    import ot
     P = np.asarray(P, float)
     Q = np.asarray(Q, float)
     proj = ot.sliced.get_random_projections(P.shape[1], n_projections, seed=seed)
@@ -138,7 +138,7 @@ def w2_sliced(P, Q, *, n_projections: int = N_PROJECTIONS, seed: int = 0) -> flo
                                                 projections=proj))
 
 
-def w2_snapshots(theta_a, theta_b, *, max_exact: int = MAX_EXACT,
+def w2_snapshots(theta_a: ArrayLike, theta_b: ArrayLike, *, max_exact: int = MAX_EXACT,
                  n_projections: int = N_PROJECTIONS, seed: int = 0) -> dict:
     """``W2`` between two snapshots' particle measures in ``R^{d+2}``.
 

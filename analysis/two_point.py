@@ -90,7 +90,7 @@ def measured_kinks(kinks, xbar, angle_tol: float = 0.05) -> tuple:
 
     Parameters
     ----------
-    kinks : list of analysis.kinks.Kink
+    kinks : list of solvers.geometry.Kink
         Hyperplanes ``{x : normal·x = offset}``.
     xbar : ndarray of shape (d,)
     angle_tol : float
@@ -123,7 +123,7 @@ def compare(X, y, lam, kinks, f_train) -> dict | None:
     X : ndarray of shape (2, d)
     y : ndarray of shape (2,)
     lam : float
-    kinks : list of analysis.kinks.Kink
+    kinks : list of solvers.geometry.Kink
         Measured kink hyperplanes.
     f_train : ndarray of shape (2,)
         Measured predictor at ``x̄`` and ``−x̄``.

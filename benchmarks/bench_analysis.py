@@ -20,15 +20,15 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from scipy.spatial import cKDTree                    # noqa: E402
+from scipy.spatial import cKDTree  # noqa: E402
 
-from analysis.certificate import certificate         # noqa: E402
-from analysis.kinks import kink_hyperplanes          # noqa: E402
-from analysis.patterns import theorem6               # noqa: E402
-from analysis.rays import find_rays                  # noqa: E402
-from analysis.synthetic import planted_rays          # noqa: E402
-from analysis.transport import w2_sliced             # noqa: E402
-from meanfield.defaults import DEFAULT_TOML          # noqa: E402
+from analysis.certificate import certificate  # noqa: E402
+from analysis.rays import find_rays  # noqa: E402
+from analysis.synthetic import planted_rays  # noqa: E402
+from analysis.ternary import theorem6  # noqa: E402
+from analysis.transport import w2_sliced  # noqa: E402
+from meanfield.defaults import DEFAULT_TOML  # noqa: E402
+from solvers.geometry import kink_hyperplanes  # noqa: E402
 
 try:
     import tomllib

@@ -22,8 +22,16 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.common import (ETA, LAM, TAU, header, peak_traced, problem,  # noqa: E402
-                               set_threads, time_per_step)
+from benchmarks.common import (  # noqa: E402
+    ETA,
+    LAM,
+    TAU,
+    header,
+    peak_traced,
+    problem,
+    set_threads,
+    time_per_step,
+)
 
 FULL = {"N": [10**3, 10**4, 10**5, 10**6], "n": [5, 20, 50, 200], "d": [1, 2, 5, 10]}
 QUICK = {"N": [10**3, 10**4, 10**5], "n": [5, 20, 50], "d": [1, 2]}

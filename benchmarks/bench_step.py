@@ -4,7 +4,7 @@ Every implementation does the identical update (THEORY §2, relu, noise included
 
     θ_i ← θ_i − η (∇_θ Ψ(θ_i; ρ̂_N)) + sqrt(2 η τ) ξ_i
 
-and is checked against the NumPy reference of ``meanfield.model`` (noise off) before it is
+and is checked against the NumPy reference of ``solvers.numpy_model`` (noise off) before it is
 timed. Peers:
 
 - vectorised NumPy (what most theory code does), noise from ``numpy.random.Generator``;
@@ -32,8 +32,16 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.common import (ETA, LAM, TAU, header, peak_traced, problem,  # noqa: E402
-                               set_threads, time_per_step)
+from benchmarks.common import (  # noqa: E402
+    ETA,
+    LAM,
+    TAU,
+    header,
+    peak_traced,
+    problem,
+    set_threads,
+    time_per_step,
+)
 
 FLOOR_MS = (0.15, 0.2)   # 2.4 MFLOP + 4·10^4 normals per step at N=10^4, n=20, d=2, 2 cores
 
@@ -174,13 +182,13 @@ def implementations(with_torch=True):
             impls += [TorchManual, TorchAutograd]
         else:
             print("PyTorch not installed: skipping the PyTorch peers "
-                  "(pip install 'meanfield[torch]' to include them)")
+                  "(pip install 'meanfield-relu[torch]' to include them)")
     return impls
 
 
 def check_identical_update(impls, X, y, theta):
-    """Max |Δθ| of one noiseless step of each implementation against meanfield.model."""
-    from meanfield import model
+    """Max |Δθ| of one noiseless step of each implementation against solvers.numpy_model."""
+    from solvers import numpy_model as model
     want = model.euler_maruyama_step(theta, X, y, LAM, ETA, 0.0, np.zeros_like(theta))
     out = {}
     for cls in impls:
@@ -212,7 +220,7 @@ def main(argv=None):
           f"relu, full batch, noise included; {args.steps} steps per timed call")
 
     dev = check_identical_update(impls, X, y, theta)
-    print("identical update (one noiseless step vs meanfield.model): max |dtheta| = "
+    print("identical update (one noiseless step vs solvers.numpy_model): max |dtheta| = "
           + ", ".join(f"{k}: {v:.1e}" for k, v in dev.items()))
     bad = [k for k, v in dev.items() if not v < 1e-10]
     if bad:
@@ -221,12 +229,12 @@ def main(argv=None):
     rows = []
     for cls in impls:
         impl = cls(X, y, theta)
-        best, med = time_per_step(lambda: impl.run(args.steps), args.steps, budget_s=budget)
+        best, med = time_per_step(lambda impl=impl: impl.run(args.steps), args.steps, budget_s=budget)
         rows.append((cls.name, best, med))
     if args.threads > 1:
         set_threads(1)
         impl = Ours(X, y, theta)
-        best, med = time_per_step(lambda: impl.run(args.steps), args.steps, budget_s=budget)
+        best, med = time_per_step(lambda impl=impl: impl.run(args.steps), args.steps, budget_s=budget)
         rows.append((Ours.name + ", 1 thread", best, med))
         set_threads(args.threads)
 

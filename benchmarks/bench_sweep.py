@@ -58,9 +58,9 @@ def main(argv=None):
     print(f"cores: {cores}")
     for name, n, wall, l0, l1 in rows:
         print(f"{name:>6}: {n} jobs in {wall:7.1f} s   (load average before: {l0}; after: {l1})")
-    for name, n, wall, l0, l1 in rows[:-1]:
+    for name, _n, wall, _l0, _l1 in rows[:-1]:
         print(f"speed-up of {rows[-1][0]} over {name}: {wall / rows[-1][2]:.2f}")
-    from analysis.study import analyze_study, format_markdown, write_report
+    from meanfield.sweep.summary import analyze_study, format_markdown, write_report
     last = rows[-1][0]
     t0 = time.perf_counter()
     res = analyze_study(root / last)

@@ -32,11 +32,11 @@ def main(argv=None):
     args = ap.parse_args(argv)
 
     from analysis.references import _distances
+    from analysis.time_average import time_average_predictor
     from meanfield import config, runner
     from meanfield.store import open_run
     from solvers.convex import convex
     from solvers.gibbs import gibbs
-    from solvers.langevin import time_average_predictor
 
     cfg = config.load(args.config)
     raw = cfg.as_dict()

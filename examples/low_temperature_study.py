@@ -53,7 +53,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     import meanfield
-    from analysis import analyze_run
+    from meanfield import analyze_run
 
     out = Path(args.outdir)
     out.mkdir(parents=True, exist_ok=True)

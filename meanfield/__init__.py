@@ -8,11 +8,13 @@ The verbs of a study from Python (``docs/tutorial.md``)::
     path = meanfield.run(cfg, "plane8.h5")               # integrate the temperature ladder
     run = meanfield.open_run(path)                        # read it back (X, y, frames, observables)
 
-The analysis is in :mod:`analysis` (``analysis.analyze_run``), the solvers and references in
-:mod:`solvers`. Imports are lazy: numba and h5py load on first use.
+    meanfield.analyze_run(path, "plane8-report")          # rays, kinks, P, references; report
+
+The analysis functions are in :mod:`analysis`, the solvers and references in :mod:`solvers`
+(``meanfield`` builds on both; ``analysis`` builds on ``solvers`` only). Imports are lazy:
+numba and h5py load on first use.
 """
 
-from meanfield._lazy import exports
 from meanfield._version import __version__
 
 _EXPORTS = {
@@ -26,9 +28,23 @@ _EXPORTS = {
     "run": "meanfield.runner:run",
     "open_run": "meanfield.store:open_run",
     "Run": "meanfield.store:Run",
+    "analyze_run": "meanfield.report:analyze_run",
+    "analyze_study": "meanfield.sweep.summary:analyze_study",
     "InputError": "meanfield.errors:InputError",
     "DivergenceError": "meanfield.errors:DivergenceError",
 }
 
 __all__ = ["__version__", *_EXPORTS]
-__getattr__, __dir__ = exports(__name__, _EXPORTS)
+
+
+# The helper is imported when a verb is first used, not with the package: `import meanfield`
+# then loads nothing of `solvers`, so `python -m meanfield` can first make sure that `solvers`
+# and `analysis` are this project's packages and not a stray solvers.py in the current folder.
+def __getattr__(name: str) -> object:
+    from solvers._lazy import resolve
+    return resolve(__name__, _EXPORTS, name)
+
+
+def __dir__() -> list[str]:
+    from solvers._lazy import names
+    return names(__name__, _EXPORTS)

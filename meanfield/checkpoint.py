@@ -16,26 +16,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import zipfile
 from pathlib import Path
 
 import numpy as np
 
+from meanfield import atomic
+from meanfield._version import __version__
 from meanfield.errors import CheckpointError
 
 #: Format tag and version stored in ``meta``; :func:`load` refuses anything else.
 FORMAT = "meanfield-checkpoint"
 VERSION = 1
-
-
-def fsync_path(path) -> None:
-    """``fsync`` a file or directory by path (makes its written data durable)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def save(path, state, *, physics_hash: str, config_hash: str) -> None:
@@ -77,24 +69,12 @@ def save(path, state, *, physics_hash: str, config_hash: str) -> None:
             arrays[fld.name] = np.asarray(float(v), dtype=np.float64)
         else:  # pragma: no cover - a programming error, not bad input
             raise TypeError(f"cannot checkpoint field {fld.name} of type {type(v).__name__}")
-    from meanfield._version import __version__
     meta = {"format": FORMAT, "version": VERSION, "physics_hash": physics_hash,
             "config_hash": config_hash, "fields": kinds, "meanfield": __version__}
     arrays["meta"] = np.asarray(json.dumps(meta, sort_keys=True))
-    tmp = path.with_name(path.name + ".tmp")
-    try:
+    with atomic.replacing(path, scratch=path.with_name(path.name + ".tmp"), durable=True) as tmp:
         with open(tmp, "wb") as fh:
             np.savez(fh, **arrays)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    fsync_path(path.resolve().parent)
 
 
 def load(path, state_cls):

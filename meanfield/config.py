@@ -31,6 +31,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+from meanfield import defaults
 from meanfield.errors import ConfigError
 
 #: Activations the kernels implement (THEORY §3).
@@ -180,7 +181,7 @@ def validate(raw: dict, source: str = "<config>", base_dir: str | os.PathLike = 
                f"valid tables: {', '.join(SECTIONS)}")
     for sec in SECTIONS:
         if sec in raw:
-            _check(isinstance(raw[sec], dict), src, sec, "must be a table ([%s])" % sec)
+            _check(isinstance(raw[sec], dict), src, sec, f"must be a table ([{sec}])")
 
     # [data]
     _check("data" in raw, src, "data", "missing table [data]")
@@ -422,5 +423,4 @@ def embedded_default() -> RunConfig:
     ------
     Nothing (the embedded text is tested).
     """
-    from meanfield import defaults
     return loads(defaults.DEFAULT_TOML, "<embedded default>")

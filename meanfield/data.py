@@ -12,7 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
+from meanfield.config import RunConfig
 from meanfield.errors import DataError
+from solvers.geometry import lifted
+from solvers.inputs import check_xy
 
 
 @dataclass(frozen=True)
@@ -43,7 +46,7 @@ class Dataset:
 
     def lifted(self) -> np.ndarray:
         """Lifted inputs ``x̃ = (x, 1)``, ndarray of shape (n, d+1)."""
-        return np.hstack([self.X, np.ones((self.n, 1))])
+        return lifted(self.X)
 
 
 def check_arrays(X, y, source: str = "<data>") -> Dataset:
@@ -56,34 +59,8 @@ def check_arrays(X, y, source: str = "<data>") -> Dataset:
     DataError
         Empty data, non-numeric values, NaN/Inf, or ``len(X) != len(y)``.
     """
-    for name, arr in (("X", X), ("y", y)):
-        if np.iscomplexobj(arr):
-            raise DataError(source, name, "complex values; real numbers are needed")
-    try:
-        X = np.asarray(X, dtype=np.float64)
-        y = np.asarray(y, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise DataError(source, "X", f"not numeric: {exc}") from None
-    if X.ndim == 1:
-        X = X[:, None]
-    if X.ndim != 2:
-        raise DataError(source, "X", f"must be 2-D (n, d), got shape {X.shape}")
-    if y.ndim == 2 and y.shape[1] == 1:
-        y = y[:, 0]
-    if y.ndim != 1:
-        raise DataError(source, "y", f"must be 1-D (n,), got shape {y.shape}")
-    if X.shape[0] == 0 or X.shape[1] == 0:
-        raise DataError(source, "X", f"empty data set (shape {X.shape})")
-    if X.shape[0] != y.shape[0]:
-        raise DataError(source, "y", f"inconsistent dimensions: X has {X.shape[0]} rows, "
-                                     f"y has {y.shape[0]} entries")
-    if not np.all(np.isfinite(X)):
-        i = int(np.argwhere(~np.isfinite(X))[0, 0])
-        raise DataError(source, "X", f"NaN or Inf in row {i}")
-    if not np.all(np.isfinite(y)):
-        i = int(np.argwhere(~np.isfinite(y))[0, 0])
-        raise DataError(source, "y", f"NaN or Inf in entry {i}")
-    return Dataset(np.ascontiguousarray(X), np.ascontiguousarray(y), Path(source).name)
+    X, y = check_xy(X, y, source)
+    return Dataset(X, y, Path(source).name)
 
 
 def _is_number(s: str) -> bool:
@@ -97,7 +74,7 @@ def _is_number(s: str) -> bool:
 def _load_csv(path: Path) -> Dataset:
     rows = []
     ncol = None
-    with open(path, "r", encoding="utf-8") as fh:
+    with open(path, encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, start=1):
             s = line.strip()
             if not s or s.startswith("#"):
@@ -211,7 +188,7 @@ def grid(d: int = 2, points_per_axis: int = 3, extent: float = 1.0, seed: int = 
     return Dataset(X, y, f"grid(d={d}, k={points_per_axis}, extent={extent}, seed={seed})")
 
 
-def from_config(cfg) -> Dataset:
+def from_config(cfg: RunConfig) -> Dataset:
     """Build the data set described by a validated config's ``[data]`` table.
 
     Parameters

@@ -19,15 +19,26 @@ import os
 import re
 import signal
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numba
+
+from meanfield import atomic
 from meanfield import checkpoint as _ckpt
 from meanfield import config as _config
 from meanfield import data as _data
-from meanfield.errors import (CheckpointError, DivergenceError, InputError, Interrupted,
-                              RunFileError)
+from meanfield.errors import (
+    CheckpointError,
+    ConfigError,
+    DivergenceError,
+    InputError,
+    Interrupted,
+    RunFileError,
+)
 from meanfield.store import RunWriter, open_run
+from solvers.langevin import SolverState, row_counts, simulate
 
 
 def default_output(cfg) -> str:
@@ -45,7 +56,7 @@ class RunPaths:
     ckpt: Path
 
     @classmethod
-    def of(cls, output) -> "RunPaths":
+    def of(cls, output) -> RunPaths:
         out = Path(output)
         return cls(out, out.with_name(out.name + ".part"), out.with_name(out.name + ".ckpt"))
 
@@ -187,11 +198,11 @@ class _Writing:
 def _finalize(paths: RunPaths) -> None:
     """Make the finished ``.part`` durable, drop the checkpoint, rename into place."""
     with _Writing(paths.final):
-        _ckpt.fsync_path(paths.part)
+        atomic.fsync_path(paths.part)
         if paths.ckpt.exists():
             paths.ckpt.unlink()
         os.replace(paths.part, paths.final)
-        _ckpt.fsync_path(paths.final.absolute().parent)
+        atomic.fsync_path(paths.final.absolute().parent)
 
 
 #: The guard skips data sets with more points than this (the convex reference enumerates
@@ -248,8 +259,9 @@ def _resume_command(cfg, out: Path) -> str:
     return f"meanfield run {src}-o {out} --resume"
 
 
-def run(cfg, output=None, *, overwrite=False, resume=False, progress=None, threads=None,
-        log=None):
+def run(cfg: _config.RunConfig | str | os.PathLike | None, output: str | os.PathLike | None = None,
+        *, overwrite: bool = False, resume: bool = False, progress: bool | None = None,
+        threads: int | None = None, log: Callable[[str], None] | None = None) -> Path:
     """Integrate the temperature ladder of ``cfg`` and write the run file.
 
     Parameters
@@ -297,6 +309,10 @@ def run(cfg, output=None, *, overwrite=False, resume=False, progress=None, threa
     elif not isinstance(cfg, _config.RunConfig):
         cfg = _config.load(cfg)
     dataset = _data.from_config(cfg)
+    if cfg.dynamics["batch_size"] > dataset.n:
+        raise ConfigError(cfg.source, "dynamics.batch_size", f"must be <= the number of samples "
+                                                             f"n={dataset.n}, got "
+                                                             f"{cfg.dynamics['batch_size']}")
     out = Path(output) if output is not None else Path(default_output(cfg))
     paths = RunPaths.of(out)
     _check_output_dir(out)
@@ -314,7 +330,6 @@ def run(cfg, output=None, *, overwrite=False, resume=False, progress=None, threa
         return out
 
     _stability_guard(cfg, dataset, log)
-    from solvers.langevin import SolverState, row_counts, simulate
     state = None
     if plan == "resume":
         state, meta = _ckpt.load(paths.ckpt, SolverState)
@@ -339,27 +354,22 @@ def run(cfg, output=None, *, overwrite=False, resume=False, progress=None, threa
                 if p.exists():
                     p.unlink()
         # Build the empty layout under another name: RUN.h5.part appears complete or not at all.
+        writer = None
         try:
-            with _Writing(paths.part):
+            with _Writing(paths.part), atomic.replacing(paths.part, scratch=paths.creating):
                 writer = RunWriter(paths.creating, cfg, dataset, mode="w",
                                    capacity=row_counts(cfg))
-                try:
-                    os.replace(paths.creating, paths.part)
-                except BaseException:
-                    writer.close()
-                    raise
-                writer.path = paths.part
         except BaseException:
-            if paths.creating.exists():
-                paths.creating.unlink()
+            if writer is not None:
+                writer.close()
             raise
+        writer.path = paths.part
     if threads:
-        import numba
         numba.set_num_threads(int(threads))
 
     def save_checkpoint(st):
         with _Writing(paths.ckpt, "; the previous checkpoint is kept"):
-            _ckpt.fsync_path(paths.part)     # rows the checkpoint counts are on disk first
+            atomic.fsync_path(paths.part)     # rows the checkpoint counts are on disk first
             _ckpt.save(paths.ckpt, st, physics_hash=cfg.physics_hash(),
                        config_hash=cfg.hash())
 

@@ -29,8 +29,12 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+import h5py
+import numba
 import numpy as np
+import scipy
 
+from meanfield._version import __version__
 from meanfield.errors import RunFileError
 
 SCHEMA_VERSION = 1
@@ -43,19 +47,10 @@ LATER_OBSERVABLES = ("residuals_previous", "eta_lambda_max")
 PER_POINT = ("residuals", "residuals_previous")
 
 
-def _h5py():
-    import h5py
-    return h5py
-
-
 def provenance() -> dict:
     """Versions of the package and its numerical dependencies, and the git commit if any."""
-    import numba
-    import numpy
-    import scipy
-    from meanfield._version import __version__
-    info = {"meanfield": __version__, "numpy": numpy.__version__, "numba": numba.__version__,
-            "scipy": scipy.__version__, "h5py": _h5py().__version__,
+    info = {"meanfield": __version__, "numpy": np.__version__, "numba": numba.__version__,
+            "scipy": scipy.__version__, "h5py": h5py.__version__,
             "python": platform.python_version()}
     try:
         here = Path(__file__).resolve().parent
@@ -122,7 +117,6 @@ def _time_element(group, name, value_shape, rows=0, dtype=np.float64, chunk_rows
     """Create an H5MD time-dependent element ``{step, time, value}`` with ``rows`` rows
     allocated up front (early allocation, no fill): appends then only write raw data into space
     that already exists, so a crash never leaves half-updated chunk indices or dataset shapes."""
-    h5py = _h5py()
     g = group.create_group(name)
     value_shape = tuple(value_shape)
     for key, shape, dt, crows in (("step", (), np.int64, chunk_rows),
@@ -184,7 +178,6 @@ class RunWriter:
     """
 
     def __init__(self, path, cfg=None, dataset=None, mode="w", capacity=(0, 0)):
-        h5py = _h5py()
         self.path = Path(path)
         self.f = None
         if mode == "w":
@@ -428,7 +421,6 @@ class Run:
 
     def frame(self, k):
         """Particles of frame ``k``: ndarray of shape (N, d+2), rows (a, w, b)."""
-        h5py = _h5py()
         if not -self.n_frames <= k < self.n_frames:
             raise IndexError(f"frame {k} out of range ({self.n_frames} frames)")
         k %= self.n_frames
@@ -436,7 +428,7 @@ class Run:
             return np.asarray(f["particles/neurons/position/value"][k])
 
 
-def open_run(path) -> Run:
+def open_run(path: str | os.PathLike) -> Run:
     """Read a run file's metadata, data, frame index and observables.
 
     Works on a partial file (``RUN.h5.part`` of a killed or running writer) as well: only the
@@ -459,7 +451,6 @@ def open_run(path) -> Run:
         Missing, unreadable, truncated or foreign file, inconsistent commit counters, or a newer
         schema version.
     """
-    h5py = _h5py()
     src = str(path)
     p = Path(path)
     if not p.exists():

@@ -11,7 +11,7 @@
 Imports are lazy: numba, scipy and Clarabel load on first use.
 """
 
-from meanfield._lazy import exports
+from solvers._lazy import exports
 
 _EXPORTS = {
     "simulate": "solvers.langevin:simulate",
@@ -20,7 +20,7 @@ _EXPORTS = {
     "GibbsSolution": "solvers.gibbs:GibbsSolution",
     "convex": "solvers.convex:convex",
     "ConvexSolution": "solvers.convex:ConvexSolution",
-    "activation_patterns": "solvers.patterns:activation_patterns",
+    "activation_patterns": "solvers.activation_regions:activation_patterns",
     "gd": "solvers.highdim_gd:gd",
     "GDResult": "solvers.highdim_gd:GDResult",
     "step_size": "solvers.highdim_gd:step_size",

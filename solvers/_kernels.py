@@ -1,4 +1,5 @@
-"""Private numba kernels: the only place in the project with numba code.
+"""Private numba kernels of the Langevin dynamics. The project's numba code lives in two private
+modules of ``solvers``: this one and ``solvers._arrangement`` (region counting).
 
 One Euler–Maruyama step of the mean-field Langevin dynamics (THEORY §2), for particles
 ``θ_i = (a_i, w_i, b_i)``::
@@ -28,7 +29,7 @@ The partial sums of all blocks are added serially in block order between steps. 
 depends on the thread count, no fast-math reassociation is used, and multiply-adds are
 explicit FMAs (:func:`_fma`) that round identically in every compiled context, so runs are
 bitwise independent of the number of threads and of how a run is split into calls. (They
-agree with the NumPy reference of ``meanfield.model`` to round-off, not bitwise.)
+agree with the NumPy reference of ``solvers.numpy_model`` to round-off, not bitwise.)
 
 Noise. ``ξ_ik`` is a pure function of ``(seed, step, particle i, coordinate k)``. The draw gets
 the position ``p = step·M + i (d+2) + k`` with ``M = 2**32 + 5`` (injective for

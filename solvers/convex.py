@@ -2,7 +2,7 @@
 
     min_μ  (1/(2n)) Σ_j ( ∫ (v·x̃_j)_+ dμ(v) − y_j )²  +  λ ‖μ‖_TV
 
-For every realisable activation pattern ``s`` (:mod:`solvers.patterns`) the map
+For every realisable activation pattern ``s`` (:mod:`solvers.activation_regions`) the map
 ``v ↦ ((v·x̃_j)_+)_j`` is linear on the closed cone ``K_s``: it is ``A_s v`` with
 ``A_s = diag(s) X̃``. Collapsing the positive (negative) part of ``μ`` on ``K_s`` to its barycentre
 ``u_s = ∫_{K_s} v dμ₊ ∈ K_s`` (``u'_s`` for ``μ₋``) keeps the fit and does not increase the total
@@ -28,16 +28,19 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import clarabel
 import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import nnls
 
-from meanfield.errors import InputError
-from solvers.patterns import TooManyPatterns, activation_patterns
+from solvers.activation_regions import TooManyPatterns, activation_patterns
+from solvers.errors import InputError
+from solvers.geometry import kink_hyperplanes, lifted
+from solvers.inputs import check_xy
 
-
-class ConvexInputError(InputError):
-    """Inputs the convex reference cannot take (``lam <= 0``, NaN data, too many patterns)."""
+#: Inputs the convex reference cannot take (``lam <= 0``, NaN data, too many patterns): the
+#: package's :class:`solvers.errors.InputError` (bad arrays: its subclass ``DataError``).
+ConvexInputError = InputError
 
 
 class ConvexSolverError(RuntimeError):
@@ -92,19 +95,18 @@ class ConvexSolution:
     def predict(self, x) -> np.ndarray:
         """``f(x) = Σ_k c_k (v_k·x̃)_+`` at inputs ``x`` (m, d)."""
         x = np.asarray(x, dtype=float).reshape(-1, self.X.shape[1])
-        xt = np.hstack([x, np.ones((x.shape[0], 1))])
+        xt = lifted(x)
         return np.maximum(xt @ self.directions.T, 0.0) @ self.weights
 
     def G(self, V) -> np.ndarray:
         """``G(v)`` at unit directions ``V`` (m, d+1)."""
-        Xt = np.hstack([self.X, np.ones((self.X.shape[0], 1))])
+        Xt = lifted(self.X)
         return np.maximum(np.asarray(V, dtype=float) @ Xt.T, 0.0) @ self.R / self.lam
 
     def kinks(self, tol: float = 1e-6) -> list:
         """Kink hyperplanes ``{x : normal·x = offset}`` of the rays (THEORY §6), ``v`` and
         ``−v`` merged, pure-bias rays (``|w| ≤ tol``) giving none: a list of
         ``(normal (d,), offset)``."""
-        from analysis.kinks import kink_hyperplanes
         ks = kink_hyperplanes(self.directions, angle_tol=tol, offset_tol=tol, pure_bias_tol=tol)
         return [(k.normal, float(k.offset)) for k in ks]
 
@@ -147,7 +149,7 @@ def max_abs_G(R, X, lam, patterns=None):
     (value, v) : (float, ndarray (d+1,))
     """
     X = np.asarray(X, dtype=float).reshape(len(R), -1)
-    Xt = np.hstack([X, np.ones((X.shape[0], 1))])
+    Xt = lifted(X)
     if patterns is None:
         patterns, _ = activation_patterns(X)
     best, arg = 0.0, np.zeros(Xt.shape[1])
@@ -197,22 +199,16 @@ def convex(X, y, lam: float, *, tol: float = 1e-12, ray_tol: float = 1e-7,
     ConvexSolverError
         Clarabel did not report an optimal (or almost optimal) solution.
     """
-    X = np.asarray(X, dtype=float)
-    y = np.asarray(y, dtype=float).ravel()
-    if X.ndim == 1:
-        X = X[:, None]
-    if X.ndim != 2 or X.shape[0] != y.shape[0] or X.shape[0] == 0:
-        raise ConvexInputError("<convex>", "X", f"X {X.shape} and y {y.shape} do not match")
-    if not (np.all(np.isfinite(X)) and np.all(np.isfinite(y))):
-        raise ConvexInputError("<convex>", "X", "data contain NaN or Inf")
+    X, y = check_xy(X, y, "<convex>")
     if not (lam > 0 and math.isfinite(lam)):
         raise ConvexInputError("<convex>", "lam", f"must be a finite number > 0, got {lam!r}")
     n, d = X.shape
-    Xt = np.hstack([X, np.ones((n, 1))])
+    Xt = lifted(X)
     try:
         pats, _ = activation_patterns(X, max_patterns=max_patterns)
     except TooManyPatterns as exc:
-        raise ConvexInputError("<convex>", "X", f"{exc}; the pattern programme is too large")
+        raise ConvexInputError("<convex>", "X", f"{exc}; the pattern programme is too large") \
+            from None
     P = pats.shape[0]
     gp = np.concatenate([pats, pats])                 # groups: u_s (sign +), u'_s (sign −)
     gs = np.concatenate([np.ones(P), -np.ones(P)])
@@ -238,8 +234,6 @@ def convex(X, y, lam: float, *, tol: float = 1e-12, ray_tol: float = 1e-7,
 def _socp(Xt, y, lam, gp, gs, tol):
     """Solve ``min (1/2n)|Σ_g gs_g A_g u_g − y|² + λ Σ_g |u_g|``, ``u_g ∈ K_{gp_g}`` with
     Clarabel; returns ``U`` (G, d+1) and the status string."""
-    import clarabel
-
     n, D = Xt.shape
     G = len(gs)
     nu = G * D                                        # u variables

@@ -35,14 +35,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from meanfield.errors import InputError
 from solvers import spherequad as sq
+from solvers.errors import InputError
+from solvers.geometry import lifted
+from solvers.inputs import check_xy
 
 _EPS = np.finfo(float).eps
 
 
-class GibbsInputError(InputError):
-    """Inputs the Gibbs reference cannot take (``d > 2``, ``tau <= 0``, ``lam <= 0``, NaN data)."""
+#: Inputs the Gibbs reference cannot take (``d > 2``, ``tau <= 0``, ``lam <= 0``, NaN data):
+#: the package's :class:`solvers.errors.InputError` (bad arrays: its subclass ``DataError``).
+GibbsInputError = InputError
 
 
 class GibbsConvergenceError(RuntimeError):
@@ -87,7 +90,7 @@ class GibbsSolution:
     n_nodes: int
     iterations: int
     log_I: float = 0.0
-    _ref: "GibbsReference" = field(default=None, repr=False)
+    _ref: GibbsReference = field(default=None, repr=False)
     _rule: object = field(default=None, repr=False)
 
     @property
@@ -192,25 +195,18 @@ class GibbsReference:
 
     def __init__(self, X, y, lam: float, *, rtol: float = 1e-12, tol: float = 1e-10,
                  max_newton: int = 40, rtol_coarse: float = 1e-8, max_continuation: int = 12):
-        X = np.asarray(X, dtype=float)
-        y = np.asarray(y, dtype=float).ravel()
-        if X.ndim == 1:
-            X = X[:, None]
-        if X.ndim != 2 or X.shape[0] != y.shape[0] or X.shape[0] == 0:
-            raise GibbsInputError("<gibbs>", "X", f"X {X.shape} and y {y.shape} do not match")
+        X, y = check_xy(X, y, "<gibbs>")
         n, d = X.shape
         if d not in (1, 2):
             raise GibbsInputError("<gibbs>", "X", f"the Gibbs reference integrates over S^d and "
                                   f"is implemented for d = 1 and d = 2 only, got d = {d} (use the "
                                   f"convex tau -> 0 reference for larger d)")
-        if not (np.all(np.isfinite(X)) and np.all(np.isfinite(y))):
-            raise GibbsInputError("<gibbs>", "X", "data contain NaN or Inf")
         if not (lam > 0 and math.isfinite(lam)):
             raise GibbsInputError("<gibbs>", "lam", f"must be a finite number > 0, got {lam!r}")
         self.X, self.y, self.lam = X, y, float(lam)
         self.n, self.d = n, d
         self.p = 0.5 * (d + 1)
-        self.Xt = np.hstack([X, np.ones((n, 1))])
+        self.Xt = lifted(X)
         self.rtol, self.tol, self.max_newton = float(rtol), float(tol), int(max_newton)
         self.rtol_coarse = float(rtol_coarse)
         self.max_continuation = int(max_continuation)
@@ -408,7 +404,7 @@ class GibbsReference:
         rule = sol._rule
         M = self._cell_moments(sol.R, rule)
         c = 2 * self.p * sol.tau / self.lam
-        xt = np.hstack([x, np.ones((x.shape[0], 1))])
+        xt = lifted(x)
         out = np.empty(x.shape[0])
         for k, m in enumerate(xt):
             inside, parts, parent = sq.positive_parts(self.cells, m)

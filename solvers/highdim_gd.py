@@ -18,8 +18,10 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+from numpy.typing import ArrayLike
 
-from meanfield.errors import DivergenceError, InputError
+from solvers.errors import DivergenceError, InputError
+from solvers.inputs import check_xy
 
 #: Initialisations of :func:`initial_weights`.
 INITS = ("zero", "all_active", "random", "disconnected")
@@ -86,7 +88,8 @@ def _weights_for_predictions(X: np.ndarray, B: np.ndarray) -> np.ndarray:
     return (X.T @ C).T
 
 
-def initial_weights(kind: str, X, signs, *, eps: float = 1e-3, seed=0, groups=None) -> np.ndarray:
+def initial_weights(kind: str, X: ArrayLike, signs: ArrayLike, *, eps: float = 1e-3,
+                    seed: int | tuple = 0, groups: ArrayLike | None = None) -> np.ndarray:
     """Initial weights ``W_0`` of shape (m, d).
 
     Parameters
@@ -208,7 +211,8 @@ class GDResult:
         return self.signs @ np.maximum(self.beta, 0.0)
 
 
-def gd(X, y, *, eta: float, signs=(1.0,), W0=None, tol: float = 1e-12,
+def gd(X: ArrayLike, y: ArrayLike, *, eta: float, signs: ArrayLike = (1.0,),
+       W0: ArrayLike | None = None, tol: float = 1e-12,
        max_steps: int = 100_000, record: bool = False) -> GDResult:
     """Run full-batch GD on ``f(x) = Σ_j a_j σ(w_j·x)`` until it stalls.
 
@@ -244,14 +248,9 @@ def gd(X, y, *, eta: float, signs=(1.0,), W0=None, tol: float = 1e-12,
     DivergenceError
         Non-finite weights (step size too large).
     """
-    X = np.ascontiguousarray(X, dtype=np.float64)
-    y = np.asarray(y, dtype=np.float64)
+    X, y = check_xy(X, y, _SOURCE)
     a = _check_signs(signs)
     m = a.size
-    if X.ndim != 2 or y.shape != (X.shape[0],):
-        raise InputError(_SOURCE, "X", f"need X (n, d) and y (n,), got {X.shape} and {y.shape}")
-    if not (np.all(np.isfinite(X)) and np.all(np.isfinite(y))):
-        raise InputError(_SOURCE, "X", "NaN or Inf in X or y")
     n, d = X.shape
     if not (math.isfinite(eta) and eta > 0):
         raise InputError(_SOURCE, "eta", f"must be positive, got {eta!r}")

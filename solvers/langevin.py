@@ -12,11 +12,14 @@ hot to cold; each stage starts from the last particles of the previous one.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+from tqdm.auto import tqdm
 
-from meanfield.errors import ConfigError, DivergenceError, UnstableStepError
+from solvers.errors import DivergenceError, UnstableStepError
 from solvers.stability import STABILITY_LIMIT, data_mode
 from solvers.stepper import from_config as _stepper_from_config
 
@@ -149,8 +152,11 @@ def stationarity(resid_history: list) -> float:
     return float(n * np.max(np.abs(H[-k:].mean(axis=0) - H[:k].mean(axis=0))))
 
 
-def simulate(cfg, dataset, writer=None, state: SolverState | None = None, progress=None,
-             on_checkpoint=None, should_stop=None, stage_done=None) -> SolverState:
+def simulate(cfg: Any, dataset: Any, writer: Any = None, state: SolverState | None = None,
+             progress: bool | None = None,
+             on_checkpoint: Callable[[SolverState], None] | None = None,
+             should_stop: Callable[[], bool] | None = None,
+             stage_done: Callable[[SolverState], bool] | None = None) -> SolverState:
     """Run the temperature ladder of ``cfg`` on ``dataset``.
 
     Parameters
@@ -187,8 +193,6 @@ def simulate(cfg, dataset, writer=None, state: SolverState | None = None, progre
         Full batch and ``η h ≥ 2`` at an observation (``solvers.stability``): the step is
         linearly unstable on the data mode. The observation is written first.
     """
-    from tqdm.auto import tqdm
-
     X = np.ascontiguousarray(dataset.X, dtype=np.float64)
     y = np.ascontiguousarray(dataset.y, dtype=np.float64)
     n, d = X.shape
@@ -199,9 +203,6 @@ def simulate(cfg, dataset, writer=None, state: SolverState | None = None, progre
     T, snaps, auto = stage_plan(cfg)
     obs_every = int(out["observe_every"])
     ckpt_every = int(out.get("checkpoint_every", 0)) or None
-    if int(dyn.get("batch_size", 0)) > n:
-        raise ConfigError(cfg.source, "dynamics.batch_size",
-                          f"must be <= the number of samples n={n}, got {dyn['batch_size']}")
 
     if state is None:
         state = SolverState(theta=initial_particles(N, d, mod["init_scale"], seed))
@@ -293,27 +294,3 @@ def simulate(cfg, dataset, writer=None, state: SolverState | None = None, progre
     finally:
         bar.close()
     return state
-
-
-def time_average_predictor(run, stage: int, window: float = 0.5):
-    """Time-averaged predictor on the training points over the last ``window`` fraction of
-    stage ``stage`` of a :class:`meanfield.store.Run`, from its stored residuals.
-
-    Returns
-    -------
-    mean : ndarray (n,)
-    stderr : ndarray (n,)
-        Monte Carlo standard error from the integrated autocorrelation time
-        (:func:`analysis.stationarity.mcse`).
-    """
-    from analysis.stationarity import mcse, stage_bounds
-    obs = run.observables
-    taus = np.asarray(run.config["dynamics"]["taus"], dtype=float)
-    steps = obs["residuals"]["step"]
-    start, end = stage_bounds(run, stage)
-    lo = start + int(math.floor((1 - window) * (end - start)))
-    sel = (steps > lo) & (steps <= end)
-    if not np.any(sel):
-        raise ValueError(f"no observations in stage {stage} (tau={taus[stage]:g})")
-    F = obs["residuals"]["value"][sel] * run.n + run.y[None, :]
-    return F.mean(axis=0), mcse(F)[0]

@@ -179,7 +179,7 @@ def _simplicial_start(M):
     """Eight spherical triangles: the sign cones of three independent rows of ``M`` (or of the
     coordinate planes when the rows have rank < 3), and the remaining rows."""
     picked = []
-    for i, m in enumerate(M):
+    for i in range(len(M)):
         cand = picked + [i]
         sv = np.linalg.svd(M[cand] / np.linalg.norm(M[cand], axis=1, keepdims=True),
                            compute_uv=False)
@@ -519,12 +519,12 @@ def adaptive_rule(elements: dict, d: int, control, rtol: float = 1e-12,
         err = np.empty_like(Qp)
         Qabs = np.empty_like(Qp)
         floor = np.empty_like(Qp)
-        for (ch, Vc, Wc, Qc, Qa, er, qn), idx in zip(cand, use):
+        for (_ch, _Vc, _Wc, _Qc, Qa, er, qn), idx in zip(cand, use):
             err[idx] = er[idx]
             Qabs[idx] = Qa[idx] + Qa[E + idx]
             floor[idx] = qn[idx]
         area = np.empty(E)
-        for (ch, Vc, Wc, Qc, Qa, er, qn), idx in zip(cand, use):
+        for (_ch, _Vc, Wc, _Qc, _Qa, _er, _qn), idx in zip(cand, use):
             area[idx] = Wc[idx].sum(axis=1) + Wc[E + idx].sum(axis=1)
         tot_abs = acc_abs + Qabs.sum(axis=0)
         A_est = tot_abs if A_est is None else np.maximum(A_est, tot_abs)
@@ -533,7 +533,7 @@ def adaptive_rule(elements: dict, d: int, control, rtol: float = 1e-12,
         ok = np.all(err <= tol, axis=1) | (area < 1e-300)
         last = level == max_levels
         nxt_el, nxt_Q = [], []
-        for (ch, Vc, Wc, Qc, Qa, er, qn), idx in zip(cand, use):
+        for (ch, Vc, Wc, Qc, Qa, er, _qn), idx in zip(cand, use):
             good = idx[ok[idx]] if not last else idx
             bad = idx[~ok[idx]] if not last else idx[:0]
             for half in (good, E + good):

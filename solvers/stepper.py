@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from solvers import _kernels as K
+from solvers import _kernels as kernels
 
 #: Activation names of the config and their kernel codes (THEORY §3).
-ACT_CODES = {"relu": K.ACT_RELU, "softplus": K.ACT_SOFTPLUS, "capped": K.ACT_CAPPED}
+ACT_CODES = {"relu": kernels.ACT_RELU, "softplus": kernels.ACT_SOFTPLUS,
+             "capped": kernels.ACT_CAPPED}
 
 
 class Stepper:
@@ -40,7 +41,7 @@ class Stepper:
         Step size ``η`` (mean-field time per step).
     activation : {"relu", "softplus", "capped"}
         ``σ``; ``"capped"`` is the bounded ``σ_{m,t}`` of THEORY §3 (see
-        :func:`meanfield.model.capped`).
+        :func:`solvers.numpy_model.capped`).
     sharpness : float
         Softplus sharpness ``t`` (softplus and capped).
     cap : float
@@ -73,7 +74,7 @@ class Stepper:
             raise ValueError(f"X must be (n, d) and y (n,), got {self.X.shape}, {self.y.shape}")
         n, d = self.X.shape
         N = int(n_particles)
-        if N < 1 or N * (d + 2) >= K.MAX_DRAWS:
+        if N < 1 or N * (d + 2) >= kernels.MAX_DRAWS:
             raise ValueError(f"need 1 <= N and N (d+2) < 2**32, got N={N}, d={d}")
         if activation not in ACT_CODES:
             raise ValueError(f"unknown activation {activation!r}; one of {', '.join(ACT_CODES)}")
@@ -85,13 +86,13 @@ class Stepper:
         self.n_particles, self.n, self.d = N, n, d
         self.lam, self.eta = float(lam), float(eta)
         self.kind = ACT_CODES[activation]
-        self.params = K.activation_params(self.kind, sharpness, cap)
+        self.params = kernels.activation_params(self.kind, sharpness, cap)
         self.batch_size = B
         self.seed = int(seed)
         self.dims = (0,) * d   # its length selects the kernels' compile-time specialisation
         self.T = np.empty((d + 2, N))
-        self.partial = np.empty(((N + K.BLOCK - 1) // K.BLOCK, n))
-        self.scratch = np.empty(K.scratch_shape(d, n))
+        self.partial = np.empty(((N + kernels.BLOCK - 1) // kernels.BLOCK, n))
+        self.scratch = np.empty(kernels.scratch_shape(d, n))
         self.ibuf = np.empty((3, n), dtype=np.int64)
         self.fbuf = np.empty((2 * d + 2, n))
         self.f = np.empty(n)
@@ -123,21 +124,21 @@ class Stepper:
                 or not theta.flags.c_contiguous:
             raise ValueError(f"theta must be a C-contiguous float64 array of shape "
                              f"{(self.n_particles, self.d + 2)}")
-        if step0 < 0 or nsteps < 0 or step0 + nsteps > K.MAX_STEP:
+        if step0 < 0 or nsteps < 0 or step0 + nsteps > kernels.MAX_STEP:
             raise ValueError(f"steps must lie in [0, 2**31), got {step0} + {nsteps}")
-        K.to_columns(theta, self.T)
-        code = K.run_steps(self.T, self.X, self.y, self.batch_size, self.partial, self.scratch,
-                           self.ibuf, self.fbuf, self.f, self.R, self.lam, self.eta,
-                           float(tau), self.seed, int(step0), int(nsteps), self.kind,
-                           self.params, bool(data_term), self.dims)
-        finite = K.to_rows(self.T, theta)
+        kernels.to_columns(theta, self.T)
+        code = kernels.run_steps(self.T, self.X, self.y, self.batch_size, self.partial,
+                                 self.scratch, self.ibuf, self.fbuf, self.f, self.R, self.lam,
+                                 self.eta, float(tau), self.seed, int(step0), int(nsteps),
+                                 self.kind, self.params, bool(data_term), self.dims)
+        finite = kernels.to_rows(self.T, theta)
         return int(code) if code else (0 if finite else 1)
 
     def noise(self, step):
         """The noise ``ξ`` of shape (N, d+2) that step ``step`` adds (before the factor
         ``sqrt(2ητ)``)."""
         out = np.empty((self.n_particles, self.d + 2))
-        K.gaussian_block(self.seed, int(step), self.n_particles, self.d + 2, out)
+        kernels.gaussian_block(self.seed, int(step), self.n_particles, self.d + 2, out)
         return out
 
     def batch(self, step):
@@ -146,7 +147,7 @@ class Stepper:
             return np.arange(self.n)
         perm = np.empty(self.n, dtype=np.int64)
         out = np.empty(self.n, dtype=np.int64)
-        K.batch_indices(self.seed, int(step), self.n, self.batch_size, perm, out)
+        kernels.batch_indices(self.seed, int(step), self.n, self.batch_size, perm, out)
         return out[:self.batch_size].copy()
 
 

@@ -54,7 +54,7 @@ def test_example_script_help():
 
 def test_analyze_study_dir_prints_and_writes(tmp_path, monkeypatch, capsys):
     """``meanfield analyze STUDY_DIR`` without --json (the summary path) runs to the end."""
-    import analysis.study as S
+    import meanfield.sweep.summary as S
     from meanfield import cli
     (tmp_path / "study").mkdir()
     monkeypatch.setattr(S, "is_study_dir", lambda p: True)
@@ -69,7 +69,7 @@ def test_analyze_study_dir_prints_and_writes(tmp_path, monkeypatch, capsys):
 
 
 def _kinks(normals, offsets):
-    from analysis.kinks import Kink
+    from solvers.geometry import Kink
     return [Kink(normal=np.asarray(n, float), offset=float(o), rays=[k])
             for k, (n, o) in enumerate(zip(normals, offsets))]
 
@@ -77,7 +77,8 @@ def _kinks(normals, offsets):
 @pytest.mark.parametrize("d", [1, 2])
 def test_predictor_figure_one_panel_per_temperature(tmp_path, d):
     import matplotlib.image as mpimg
-    from analysis import plots
+
+    from meanfield import figures as plots
     X = np.array([[-1.0, 0.5], [0.5, -1.0], [1.0, 1.0]])[:, :d]
     y = np.array([1.0, -1.0, 0.5])
     preds = [(f"τ={t}", (lambda s: lambda Z: s * Z.sum(axis=1))(t),

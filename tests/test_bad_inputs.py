@@ -27,27 +27,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import tiny_toml
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = Path(__file__).resolve().parent / "bad_inputs"
 
-GOOD_TOML = """\
-[data]
-kind = "gaussian"
-n = 5
-d = 2
-[model]
-n_particles = {N}
-[dynamics]
-lam = {lam}
-eta = 0.05
-taus = [1e-2, 1e-3]
-steps_per_tau = 200
-[output]
-observe_every = 20
-snapshots_per_tau = 2
-checkpoint_every = 100
-"""
+#: The tiny config of ``conftest`` with 200 steps per temperature and checkpoints every 100.
+GOOD = {"model.n_particles": None, "data.seed": None, "dynamics.seed": None,
+        "dynamics.steps_per_tau": 200, "output.snapshots_per_tau": 2,
+        "output.checkpoint_every": 100}
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -89,7 +77,7 @@ def assert_one_line_error(proc, needles):
 def good_config(tmp: Path, name="good.toml", N=2000, lam=0.05):
     from meanfield import config
     p = tmp / name
-    p.write_text(GOOD_TOML.format(N=N, lam=lam))
+    p.write_text(tiny_toml({**GOOD, "model.n_particles": N, "dynamics.lam": lam}))
     return p, config.load(p)
 
 

@@ -1,5 +1,5 @@
 """The benchmark peers perform the same update as the kernel (so the timings compare like with
-like): drift against meanfield.model, and noise of standard deviation sqrt(2 η τ)."""
+like): drift against solvers.numpy_model, and noise of standard deviation sqrt(2 η τ)."""
 
 import math
 

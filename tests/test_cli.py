@@ -4,24 +4,17 @@ import json
 
 import numpy as np
 import pytest
+from conftest import tiny_toml
 
 from meanfield.cli import main
 
-TINY = """
-[data]
-kind = "file"
-path = "{csv}"
-[model]
-n_particles = 300
-[dynamics]
-lam = 0.05
-eta = 0.05
-taus = [1e-2, 1e-4]
-steps_per_tau = 1500
-[output]
-observe_every = 100
-snapshots_per_tau = 2
-"""
+
+def tiny(csv, changes=None):
+    """The tiny config of ``conftest`` on a data file: 300 particles, tau = 1e-2 and 1e-4."""
+    return tiny_toml({"data": {"kind": "file", "path": csv}, "model.n_particles": 300,
+                      "dynamics.taus": [1e-2, 1e-4], "dynamics.steps_per_tau": 1500,
+                      "dynamics.seed": None, "output.observe_every": 100,
+                      "output.snapshots_per_tau": 2, **(changes or {})})
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +22,7 @@ def tiny_run(tmp_path_factory):
     import os
     d = tmp_path_factory.mktemp("run")
     cfg = d / "tiny.toml"
-    cfg.write_text(TINY.format(csv=os.path.abspath("data/plane8.csv")))
+    cfg.write_text(tiny(os.path.abspath("data/plane8.csv")))
     out = d / "tiny.h5"
     assert main(["run", str(cfg), "-o", str(out), "--quiet"]) == 0
     return cfg, out
@@ -79,7 +72,7 @@ def test_existing_output_refused(tiny_run, capsys):
 
 def test_bad_config_exit_2(tmp_path, capsys):
     p = tmp_path / "bad.toml"
-    p.write_text(TINY.format(csv="x.csv").replace("lam = 0.05", "lam = -0.05"))
+    p.write_text(tiny("x.csv", {"dynamics.lam": -0.05}))
     assert main(["run", str(p), "-o", str(tmp_path / "o.h5")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "bad.toml" in err[0] and "dynamics.lam" in err[0]

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from scipy.optimize import linprog
 
+from solvers.activation_regions import TooManyPatterns, activation_patterns
 from solvers.convex import ConvexInputError, convex, max_abs_G
-from solvers.patterns import TooManyPatterns, activation_patterns
 
 PLANE8 = np.array([[-1.5, -1.0], [-0.5, 1.2], [0.8, -1.3], [1.6, 0.4],
                    [-1.1, 0.3], [0.2, 0.1], [1.0, 1.5], [-0.3, -1.8]])

@@ -73,7 +73,7 @@ def test_matches_lp_brute_force(name):
 
 
 def test_hand_values():
-    # values measured independently (engineering notes §5) and d = 1 closed form 2 n'
+    # values counted independently of this code, and the d = 1 closed form 2 n'
     assert count_dichotomies(_grid(3, 3)).P == 58
     assert count_dichotomies(CASES["collinear 6 in R2"]).P == 12
     assert count_dichotomies(CASES["duplicates in R1"]).P == 6

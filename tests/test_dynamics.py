@@ -4,7 +4,8 @@ N-scaled gradient of the N-particle objective, numba step vs NumPy reference, tw
 import numpy as np
 import pytest
 
-from meanfield import config, data, model
+from meanfield import config, data
+from solvers import numpy_model as model
 from solvers.langevin import initial_particles, simulate
 from solvers.stepper import Stepper
 
@@ -74,8 +75,8 @@ def test_ornstein_uhlenbeck_stationary_variance(lam, eta):
 def test_two_point_even_kinks_at_plus_minus_one():
     """THEORY §8: d = 2, even labels, |x̄| = 2.5 > sqrt 3, λ = 0.05: kinks at ⟨x̄, x⟩ = ±1 and
     fitted value φ = ȳ − 2λ/κ with κ = sqrt(1 + s²)."""
-    from analysis.kinks import kink_hyperplanes
     from analysis.rays import find_rays
+    from solvers.geometry import kink_hyperplanes
     cfg = config.from_dict({
         "data": {"kind": "two_point", "d": 2, "norm": 2.5, "labels": "even", "y": 1.0},
         "model": {"n_particles": 1000},

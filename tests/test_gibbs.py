@@ -124,7 +124,7 @@ def test_fixed_point_d1():
         assert np.allclose(s.f_train, FIVE_Y + 5 * s.R, atol=1e-10)
         assert np.allclose(s.predict(FIVE_X), s.f_train, atol=1e-11, rtol=0)
         # π integrates to 1: scipy's adaptive quad, split at the kink angles of the data
-        dens = lambda t: float(s.density(np.array([[math.cos(t), math.sin(t)]]))[0])  # noqa: E731
+        dens = lambda t, s=s: float(s.density(np.array([[math.cos(t), math.sin(t)]]))[0])  # noqa: E731
         kinks = np.sort(np.mod(np.concatenate([np.arctan2(-FIVE_X[:, 0], 1.0) + k * np.pi
                                                for k in (0.5, 1.5)]) + np.pi / 2, 2 * np.pi))
         edges = np.concatenate([[0.0], kinks, [2 * np.pi]])

@@ -13,12 +13,12 @@ import json
 import numpy as np
 import pytest
 
-from analysis.highdim_report import read_h5
-from analysis.highdim_study import StudyParams, loglog_fit, run_study, summarize
 from analysis.minnorm import closed_form_limit, frozen_limit, minnorm, minnorm_pattern
 from meanfield.cli import main as cli_main
 from meanfield.errors import DataError, DivergenceError, InputError
-from meanfield.highdim_data import GaussianDesign
+from meanfield.highdim.design import GaussianDesign
+from meanfield.highdim.experiment import StudyParams, loglog_fit, run_study, summarize
+from meanfield.highdim.output import read_h5
 from solvers.highdim_gd import default_signs, gd, initial_weights, step_size
 
 

@@ -1,6 +1,6 @@
 """The tuned Langevin kernels (solvers/_kernels.py via solvers.stepper.Stepper).
 
-Oracles: the NumPy reference step of meanfield.model given the same noise and minibatch
+Oracles: the NumPy reference step of solvers.numpy_model given the same noise and minibatch
 (THEORY §2), the exact Ornstein–Uhlenbeck variance of the Euler–Maruyama chain with the data
 term off, and the kernel itself run with other thread counts and other chunkings (bitwise).
 All tests use d = 2 so that the kernels compile once (one specialisation per d).
@@ -15,8 +15,8 @@ import sys
 import numpy as np
 import pytest
 
-from meanfield import model
-from solvers import _kernels as K
+from solvers import _kernels as kernels
+from solvers import numpy_model as model
 from solvers.stepper import Stepper
 
 D_IN = 2
@@ -166,9 +166,9 @@ def test_divergence_is_reported():
 @pytest.mark.parametrize("act,sharp,cap", CASES[1:])
 def test_kernel_activations_equal_reference(act, sharp, cap):
     z = np.concatenate([np.linspace(-60, 60, 2001), [-1e3, -1e-300, 0.0, 1e-300, 1e3]])
-    kind = {"softplus": K.ACT_SOFTPLUS, "capped": K.ACT_CAPPED}[act]
+    kind = {"softplus": kernels.ACT_SOFTPLUS, "capped": kernels.ACT_CAPPED}[act]
     v, dv = np.empty_like(z), np.empty_like(z)
-    K.activation_values(z, kind, K.activation_params(kind, sharp, cap), v, dv)
+    kernels.activation_values(z, kind, kernels.activation_params(kind, sharp, cap), v, dv)
     s, ds = model.activation(act, sharp, cap)
     np.testing.assert_allclose(v, s(z), rtol=1e-14, atol=1e-300)
     # σ' in [0, 1]: absolute round-off (the reference's tanh form loses the far left tail)
@@ -178,7 +178,7 @@ def test_kernel_activations_equal_reference(act, sharp, cap):
 def test_relu_gate_and_nan_propagation():
     z = np.array([-1.0, -0.0, 0.0, 1e-300, 2.0, np.nan])
     v, dv = np.empty_like(z), np.empty_like(z)
-    K.activation_values(z, K.ACT_RELU, K.activation_params(0, 10.0, 3.0), v, dv)
+    kernels.activation_values(z, kernels.ACT_RELU, kernels.activation_params(0, 10.0, 3.0), v, dv)
     np.testing.assert_array_equal(v[:5], [0, 0, 0, 1e-300, 2.0])
     np.testing.assert_array_equal(dv[:5], [0, 0, 0, 1, 1])      # relu'(0) = 0
     assert np.isnan(v[5])

@@ -5,8 +5,14 @@ import itertools
 import numpy as np
 import pytest
 
-from analysis.patterns import (PatternTolerance, bounds, precedes, ray_pattern, ternary_pattern,
-                               theorem6)
+from analysis.ternary import (
+    PatternTolerance,
+    bounds,
+    precedes,
+    ray_pattern,
+    ternary_pattern,
+    theorem6,
+)
 
 X = np.array([[-1.5, -1.0], [-0.5, 1.2], [0.8, -1.3], [1.6, 0.4], [0.2, 0.1]])
 

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from analysis.certificate import certificate
-from analysis.kinks import kink_hyperplanes
 from analysis.rays import cells, directions, find_rays
 from analysis.synthetic import planted_rays
+from solvers.geometry import kink_hyperplanes
 
 X = np.array([[-1.5, -1.0], [-0.5, 1.2], [0.8, -1.3], [1.6, 0.4], [-1.1, 0.3], [0.2, 0.1],
               [1.0, 1.5], [-0.3, -1.8]])

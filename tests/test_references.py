@@ -7,8 +7,13 @@ import math
 import numpy as np
 import pytest
 
-from analysis.references import (compare_run, convex_distance, gibbs_distance, match_rays,
-                                 stage_of_frame)
+from analysis.references import (
+    compare_run,
+    convex_distance,
+    gibbs_distance,
+    match_rays,
+    stage_of_frame,
+)
 
 
 def _unit(a):
@@ -65,9 +70,9 @@ def small_run(tmp_path_factory):
 
 
 def test_distances_on_a_run(small_run):
+    from analysis.time_average import time_average_predictor
     from solvers.convex import convex
     from solvers.gibbs import gibbs
-    from solvers.langevin import time_average_predictor
     run = small_run
     assert [stage_of_frame(run, k) for k in range(run.n_frames)] == [0, 0, 1, 1]
     for stage, tau in enumerate([0.04, 0.02]):

@@ -6,11 +6,11 @@ import json
 import numpy as np
 import pytest
 
-from analysis.report import analyze_run
 from analysis.synthetic import planted_rays
 from analysis.two_point import predict
 from meanfield import config, data
 from meanfield.cli import main as cli_main
+from meanfield.report import analyze_run
 from meanfield.store import RunWriter
 
 S, LAM = 2.5, 0.05

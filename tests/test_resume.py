@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import tiny_toml
 
 from meanfield import cli, config, runner
 from meanfield.errors import InputError, Interrupted
@@ -27,25 +28,12 @@ from meanfield.store import open_run
 
 REPO = Path(__file__).resolve().parents[1]
 
-TINY = """\
-[data]
-kind = "gaussian"
-n = 5
-d = 2
-seed = 1
-[model]
-n_particles = 64
-[dynamics]
-lam = 0.05
-eta = 0.05
-taus = [1e-2, 1e-3]
-steps_per_tau = 300
-seed = 3
-[output]
-observe_every = 20
-snapshots_per_tau = 3
-checkpoint_every = {ckpt}
-"""
+
+
+def tiny_text(ckpt, changes=None):
+    """The tiny config of ``conftest`` with checkpoints every ``ckpt`` steps."""
+    return tiny_toml({"output.checkpoint_every": ckpt, **(changes or {})})
+
 # 16 observation boundaries per temperature (15 multiples of 20, and the snapshot at 250)
 BOUNDARIES = 32
 
@@ -135,11 +123,11 @@ def one_thread():
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    """The TINY config and its uninterrupted run file."""
+    """The tiny config and its uninterrupted run file."""
     import numba
     d = tmp_path_factory.mktemp("tiny")
     cfg_path = d / "tiny.toml"
-    cfg_path.write_text(TINY.format(ckpt=60))
+    cfg_path.write_text(tiny_text(60))
     old = numba.get_num_threads()
     numba.set_num_threads(1)
     try:
@@ -183,7 +171,7 @@ def test_two_interruptions_and_other_checkpoint_interval(tiny, tmp_path, monkeyp
     """checkpoint_every is not physics: a resume may change it and still match."""
     cfg_path, ref = tiny
     other = tmp_path / "other.toml"
-    other.write_text(TINY.format(ckpt=20))
+    other.write_text(tiny_text(20))
     out = tmp_path / "run.h5"
     with monkeypatch.context() as m:
         stop_after(m, 5)
@@ -241,14 +229,13 @@ def test_overwrite_keeps_the_old_output_until_complete(tiny, tmp_path, monkeypat
     cfg_path, ref = tiny
     out = tmp_path / "run.h5"
     out.write_bytes(b"an older result")
-    import solvers.langevin as L
-    real = L.simulate
+    real = runner.simulate
     seen = []
 
     def watching(*a, **kw):
         seen.append(out.read_bytes())
         return real(*a, **kw)
-    monkeypatch.setattr(L, "simulate", watching)
+    monkeypatch.setattr(runner, "simulate", watching)
     with monkeypatch.context() as m:
         stop_after(m, 4)
         with pytest.raises(Interrupted):
@@ -277,8 +264,7 @@ def test_divergence_exit_1_one_line_keeps_frames_and_checkpoint(tmp_path, capsys
     particles reach |θ| ~ 1e49 and every ReLU dies, a finite state: whether that path ever
     overflows depends on the noise draws, so the test uses noise that overflows by itself.)"""
     cfg = tmp_path / "div.toml"
-    cfg.write_text(TINY.format(ckpt=100).replace("taus = [1e-2, 1e-3]", "taus = [1e-3, 1e300]")
-                   .replace("eta = 0.05", "eta = 0.5"))
+    cfg.write_text(tiny_text(100, {"dynamics.taus": [1e-3, 1e300], "dynamics.eta": 0.5}))
     out = tmp_path / "div.h5"
     code = cli.main(["run", str(cfg), "-o", str(out), "--quiet"])
     err = capsys.readouterr().err

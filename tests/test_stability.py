@@ -1,6 +1,6 @@
 """Stability number of the Euler step on the data mode (solvers/stability.py).
 
-Oracles: the Gauss–Newton kernel written out in NumPy from meanfield.model, the largest
+Oracles: the Gauss–Newton kernel written out in NumPy from solvers.numpy_model, the largest
 eigenvalue of the full particle Hessian by finite differences of the NumPy drift, and the
 Euler iteration itself (a perturbation of a fixed point grows past eta*h = 2, decays below).
 """
@@ -8,7 +8,7 @@ Euler iteration itself (a perturbation of a fixed point grows past eta*h = 2, de
 import numpy as np
 import pytest
 
-from meanfield import model
+from solvers import numpy_model as model
 from solvers import _kernels, stability
 from solvers.stepper import ACT_CODES
 

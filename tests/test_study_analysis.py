@@ -9,11 +9,10 @@ import numpy as np
 import pytest
 from scipy.optimize import linear_sum_assignment
 
-from analysis import study as S
 from analysis import transport as W
 from meanfield.sweep import loads
 from meanfield.sweep import manifest as man
-
+from meanfield.sweep import summary as S
 
 # --- W2 -------------------------------------------------------------------------------------
 
@@ -249,4 +248,4 @@ def test_run_summary_takes_j_k_from_the_per_run_report(run_file, monkeypatch):
     summ = S.run_summary(run_file)
     assert calls == [str(run_file)]
     assert summ["n_rays"] == [20.0, 40.0, 60.0] and summ["n_hyperplanes"] == [1.0] * 3
-    assert summ["bound_2P_minus_1"] == 31 and summ["source"] == "analysis.report"
+    assert summ["bound_2P_minus_1"] == 31 and summ["source"] == "meanfield.report"

@@ -192,7 +192,7 @@ def test_without_distributed_the_cli_says_how_to_install(tmp_path, capsys, monke
     p = _study(tmp_path, '"dynamics.seed" = [0, 1]')
     assert cli_main(["sweep", str(p), "-o", str(tmp_path / "out"), "--quiet"]) == 1
     err = capsys.readouterr().err
-    assert "pip install 'meanfield[distributed]'" in err
+    assert "pip install 'meanfield-relu[distributed]'" in err
     assert not list((tmp_path).glob("out/run-*.h5"))
 
 

@@ -5,8 +5,14 @@ import pytest
 from scipy.optimize import linear_sum_assignment
 
 from analysis import transport
-from analysis.transport import (TransportError, emd2_checked, w2_exact, w2_rays, w2_sliced,
-                                w2_snapshots)
+from analysis.transport import (
+    TransportError,
+    emd2_checked,
+    w2_exact,
+    w2_rays,
+    w2_sliced,
+    w2_snapshots,
+)
 
 rng = np.random.default_rng(0)
 

@@ -5,8 +5,8 @@ import pytest
 import qpsolvers
 from scipy import sparse
 
-from analysis.kinks import Kink
 from analysis.two_point import compare, detect, measured_kinks, predict
+from solvers.geometry import Kink
 
 
 def convex_two_point(s, ybar, lam, labels, m=3600):

@@ -4,7 +4,7 @@ Each command lives in its own module of this package exposing ``register(subpars
 adds a parser whose ``func(args) -> int`` does the work. To add a command, write the module and
 list it in :data:`COMMANDS`.
 
-Exit codes (DESIGN.md): 0 success; 2 bad input (one line naming the file, the field and the
+Exit codes (README, ``docs/cli.md``): 0 success; 2 bad input (one line naming the file, the field and the
 reason, no traceback); 130 interrupted (checkpoint kept); 1 anything else.
 """
 
@@ -14,6 +14,7 @@ import argparse
 import importlib
 import sys
 
+from meanfield._version import __version__
 from meanfield.errors import DivergenceError, InputError, Interrupted
 
 #: Modules (under ``meanfield.cli``) that each register one command, in ``--help`` order.
@@ -43,7 +44,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from meanfield._version import __version__
+    """The ``meanfield`` argument parser with every command of :data:`COMMANDS`."""
     p = _Parser(prog="meanfield",
                 description="Mean-field Langevin dynamics of wide two-layer ReLU networks, its "
                             "stationary measures and their rays; high-dimensional GD on few "

@@ -7,8 +7,15 @@ import json
 import sys
 from pathlib import Path
 
+from meanfield.errors import InputError
+
+# Deferred on purpose: the modules behind this command load numba, h5py, SciPy, POT or
+# Matplotlib, so they are imported when the command runs, not when `meanfield --help` or
+# a usage error is answered.
+
 
 def register(sub):
+    """Add the ``analyze`` command to the subparsers ``sub``."""
     p = sub.add_parser(
         "analyze", help="count rays and kink hyperplanes against 2P-1; write a report",
         description="Cluster each snapshot's particles into rays (direction of (w, b), sign of "
@@ -34,13 +41,12 @@ def register(sub):
 
 
 def _check_outdir(outdir: Path) -> None:
-    from meanfield.errors import InputError
     if outdir.exists() and not outdir.is_dir():
         raise InputError(str(outdir), "-o", "is a file, expected a report directory")
 
 
 def _study(args) -> int:
-    from analysis.study import analyze_study, format_markdown, to_json, write_report
+    from meanfield.sweep.summary import analyze_study, format_markdown, to_json, write_report
     res = analyze_study(args.run, w2=not args.no_w2)
     outdir = Path(args.outdir) if args.outdir else Path(str(Path(args.run).resolve()) + "-report")
     _check_outdir(outdir)
@@ -52,9 +58,9 @@ def _study(args) -> int:
 
 
 def main(args) -> int:
-    from analysis.report import analyze_run
-    from analysis.study import is_study_dir
-    from meanfield.errors import InputError
+    """Run ``meanfield analyze`` with the parsed ``args``; returns the exit code."""
+    from meanfield.report import analyze_run
+    from meanfield.sweep.summary import is_study_dir
     if is_study_dir(args.run):
         return _study(args)
     if not 0 <= args.min_mass < 1:

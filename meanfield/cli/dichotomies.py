@@ -6,8 +6,17 @@ import json
 import sys
 from pathlib import Path
 
+from meanfield import config, data
+from meanfield.data import load_file
+from meanfield.errors import InputError
+
+# Deferred on purpose: the modules behind this command load numba, h5py, SciPy, POT or
+# Matplotlib, so they are imported when the command runs, not when `meanfield --help` or
+# a usage error is answered.
+
 
 def register(sub):
+    """Add the ``dichotomies`` command to the subparsers ``sub``."""
     p = sub.add_parser(
         "dichotomies", help="count the affine dichotomies P of a data set (exact, any d)",
         description="Count P, the number of affine dichotomies of the training inputs (regions "
@@ -36,18 +45,16 @@ def load_inputs(path: str):
     """
     suffix = Path(path).suffix.lower()
     if suffix == ".toml":
-        from meanfield import config, data
         return data.from_config(config.load(path)).X
     if suffix in (".h5", ".hdf5"):
         from meanfield.store import open_run
         return open_run(path).X
-    from meanfield.data import load_file
     return load_file(path).X
 
 
 def main(args) -> int:
+    """Run ``meanfield dichotomies`` with the parsed ``args``; returns the exit code."""
     from analysis.dichotomies import DEFAULT_TOL, count_dichotomies
-    from meanfield.errors import InputError
     tol = DEFAULT_TOL if args.tol is None else args.tol
     if not 0 < tol < 1:
         raise InputError("--tol", "", f"must be in (0, 1), got {tol}")

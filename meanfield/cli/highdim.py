@@ -1,9 +1,9 @@
 """``meanfield highdim``: GD on 1–2 (or more) ReLU neurons against the minimum-norm solution.
 
 Runs the [LWTM26] study of THEORY §10 over a grid of ``(n, d)`` and writes, into ``-o DIR``,
-``STEM.h5`` (layout in :mod:`analysis.highdim_report`) and ``STEM.png`` (log-log gap against
+``STEM.h5`` (layout in :mod:`meanfield.highdim.output`) and ``STEM.png`` (log-log gap against
 ``d``), where ``STEM = highdim-m<M>-<init>-c<c>-seed<S>`` unless ``--name`` is given. With
-``--json`` it prints the summary document of :func:`analysis.highdim_study.summarize`.
+``--json`` it prints the summary document of :func:`meanfield.highdim.experiment.summarize`.
 """
 
 from __future__ import annotations
@@ -12,6 +12,10 @@ import sys
 from pathlib import Path
 
 from meanfield.errors import InputError
+
+# Deferred on purpose: the modules behind this command load numba, h5py, SciPy, POT or
+# Matplotlib, so they are imported when the command runs, not when `meanfield --help` or
+# a usage error is answered.
 
 _SOURCE = "command line"
 
@@ -38,6 +42,7 @@ def _float(text: str, opt: str) -> float:
 
 
 def register(sub):
+    """Add the ``highdim`` command to the subparsers ``sub``."""
     p = sub.add_parser(
         "highdim", help="GD on few ReLU neurons vs the minimum-norm solution ([LWTM26])",
         description="For each (n, d) and trial: draw Gaussian data with random-sign labels, run "
@@ -80,8 +85,9 @@ def register(sub):
 
 
 def main(args) -> int:
-    from analysis import highdim_report as report
-    from analysis.highdim_study import StudyParams, run_study, summarize
+    """Run ``meanfield highdim`` with the parsed ``args``; returns the exit code."""
+    from meanfield.highdim import output as report
+    from meanfield.highdim.experiment import StudyParams, run_study, summarize
 
     params = StudyParams(neurons=_int(args.neurons, "--neurons"), ns=_int_list(args.n, "--n"),
                          ds=_int_list(args.d, "--d"), trials=_int(args.trials, "--trials"),

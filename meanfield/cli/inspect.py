@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import json
 
+# Deferred on purpose: the modules behind this command load numba, h5py, SciPy, POT or
+# Matplotlib, so they are imported when the command runs, not when `meanfield --help` or
+# a usage error is answered.
+
 
 def register(sub):
+    """Add the ``inspect`` command to the subparsers ``sub``."""
     p = sub.add_parser("inspect", help="summarise a run file (frames, config, completeness)",
                        description="Print a summary of a run file: schema version, sizes, "
                                    "frames (step, time, tau), whether the run completed.")
@@ -19,7 +24,7 @@ def register(sub):
 
 def stages(run) -> list:
     """Per ladder stage: ``tau``, ``steps`` (run so far), ``stationary`` (null without
-    observations) and ``stationarity`` (docs/theory.md, "Is a stage stationary?")."""
+    observations) and ``stationarity`` (docs/theory.md §2.2)."""
     from analysis.stationarity import run_verdicts, stage_bounds
     out = []
     for s, (tau, v) in enumerate(zip(run.config["dynamics"]["taus"], run_verdicts(run))):
@@ -41,6 +46,7 @@ def summary(run) -> dict:
 
 
 def main(args) -> int:
+    """Run ``meanfield inspect`` with the parsed ``args``; returns the exit code."""
     from meanfield.store import open_run
     run = open_run(args.run)
     doc = summary(run)

@@ -10,14 +10,23 @@ import json
 import sys
 import time
 
+from meanfield import config as _config
+from meanfield import data as _data
+from meanfield.errors import ConfigError, InputError
+
+# Deferred on purpose: the modules behind this command load numba, h5py, SciPy, POT or
+# Matplotlib, so they are imported when the command runs, not when `meanfield --help` or
+# a usage error is answered.
+
 
 def register(sub):
+    """Add the ``reference`` command (``gibbs``, ``convex``) to the subparsers ``sub``."""
     p = sub.add_parser(
         "reference", help="exact references: Gibbs measure at tau > 0 (d <= 2), convex limit",
         description="Exact references for the problem of a run config (same files as "
                     "'meanfield run'): 'gibbs' solves the finite-temperature fixed point of "
-                    "THEORY section 5 by quadrature over the sphere of directions (d = 1, 2); "
-                    "'convex' solves the zero-temperature convex problem of section 4.")
+                    "docs/theory.md §5 by quadrature over the sphere of directions (d = 1, 2); "
+                    "'convex' solves the zero-temperature convex problem of §4.")
     rs = p.add_subparsers(dest="which", metavar="{gibbs,convex}", parser_class=type(p))
     g = rs.add_parser("gibbs", help="stationary measure at finite tau (d <= 2)",
                       description="Fixed point R = (f_R(X) - y)/n of the Gibbs measure at each "
@@ -42,9 +51,6 @@ def register(sub):
 
 def _problem(path):
     """Config, data set and weight decay; relu only."""
-    from meanfield import config as _config
-    from meanfield import data as _data
-    from meanfield.errors import ConfigError
     cfg = _config.load(path)
     if cfg.model["activation"] != "relu":
         raise ConfigError(cfg.source, "model.activation",
@@ -54,13 +60,12 @@ def _problem(path):
 
 def _reraise(exc, cfg):
     """Re-issue a solver's input error under the config's name."""
-    from meanfield.errors import InputError
     field = {"X": "data", "lam": "dynamics.lam", "tau": "dynamics.taus"}.get(exc.field, exc.field)
     raise InputError(cfg.source, field, exc.reason) from None
 
 
 def main_gibbs(args) -> int:
-    from meanfield.errors import InputError
+    """Run ``meanfield reference gibbs`` with the parsed ``args``; returns the exit code."""
     from solvers.gibbs import GibbsConvergenceError, GibbsInputError, GibbsReference
     cfg, ds = _problem(args.config)
     if args.tau is not None:
@@ -98,6 +103,7 @@ def main_gibbs(args) -> int:
 
 
 def main_convex(args) -> int:
+    """Run ``meanfield reference convex`` with the parsed ``args``; returns the exit code."""
     from solvers.convex import ConvexInputError, ConvexSolverError, convex
     cfg, ds = _problem(args.config)
     t0 = time.time()

@@ -5,8 +5,15 @@ from __future__ import annotations
 import sys
 import time
 
+from meanfield.errors import InputError
+
+# Deferred on purpose: the modules behind this command load numba, h5py, SciPy, POT or
+# Matplotlib, so they are imported when the command runs, not when `meanfield --help` or
+# a usage error is answered.
+
 
 def register(sub):
+    """Add the ``run`` command to the subparsers ``sub``."""
     p = sub.add_parser(
         "run", help="integrate the mean-field Langevin particles over a temperature ladder",
         description="Integrate N interacting particles (a, w, b) by Euler-Maruyama over the "
@@ -35,10 +42,10 @@ def register(sub):
 
 
 def main(args) -> int:
+    """Run ``meanfield run`` with the parsed ``args``; returns the exit code."""
     import numba
 
     from meanfield import runner
-    from meanfield.errors import InputError
     if args.threads is not None and not 1 <= args.threads <= numba.config.NUMBA_NUM_THREADS:
         raise InputError("command line", "--threads",
                          f"must be in [1, {numba.config.NUMBA_NUM_THREADS}], got {args.threads}")

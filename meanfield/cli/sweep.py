@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import sys
 
+from meanfield.errors import InputError, MissingDependencyError
+
+# Deferred on purpose: the modules behind this command load numba, h5py, SciPy, POT or
+# Matplotlib, so they are imported when the command runs, not when `meanfield --help` or
+# a usage error is answered.
+
 
 def register(sub):
+    """Add the ``sweep`` command to the subparsers ``sub``."""
     p = sub.add_parser(
         "sweep", help="run a grid of jobs (a study) on a local or remote Dask cluster",
         description="Expand STUDY.toml (a run config plus a [sweep] table of axes) into one job "
@@ -34,7 +41,6 @@ def register(sub):
 
 
 def _check_args(args):
-    from meanfield.errors import InputError
     if args.workers is not None and args.workers < 1:
         raise InputError("--workers", "", f"must be >= 1, got {args.workers}")
     if args.threads is not None and args.threads < 1:
@@ -44,7 +50,7 @@ def _check_args(args):
 
 
 def main(args) -> int:
-    from meanfield.errors import MissingDependencyError
+    """Run ``meanfield sweep`` with the parsed ``args``; returns the exit code."""
     from meanfield.sweep import Study
     _check_args(args)
     study = Study.from_file(args.study, args.outdir)

@@ -5,7 +5,7 @@ Execution backends:
 
 * **local cluster** (default): a :class:`distributed.LocalCluster` of ``workers`` worker
   processes, started with ``spawn`` (never ``fork``: numba's OpenMP layer aborts forked
-  children, notes/engineering.md §4), one task slot each, listening on 127.0.0.1 only, no
+  children), one task slot each, listening on 127.0.0.1 only, no
   dashboard. Each job gets ``cores // workers`` numba threads; BLAS/OpenMP threads are 1.
 * **existing cluster**: ``scheduler="tcp://host:port"`` (``dask scheduler``, dask-jobqueue's
   ``SLURMCluster``, ...), or a ready ``distributed.Client``.
@@ -25,12 +25,14 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tqdm.auto import tqdm
+
 from meanfield.errors import MissingDependencyError, StudyError
 from meanfield.sweep import manifest as _manifest
 from meanfield.sweep.job import _usable_cores, run_file_complete, run_job
 
 INSTALL_HINT = ("Dask distributed is not installed; install it with "
-                "pip install 'meanfield[distributed]' (or run the study serially)")
+                "pip install 'meanfield-relu[distributed]' (or run the study serially)")
 
 
 def require_distributed():
@@ -41,7 +43,7 @@ def require_distributed():
     MissingDependencyError
         When the ``distributed`` extra is not installed (the message says how to install it).
     """
-    try:
+    try:  # deferred on purpose: the optional `distributed` extra
         import distributed
     except ImportError:
         raise MissingDependencyError(INSTALL_HINT) from None
@@ -100,7 +102,7 @@ class _Lock:
 
     def __enter__(self):
         self.fh = open(self.path, "a+")
-        try:
+        try:  # deferred on purpose: POSIX only
             import fcntl
         except ImportError:  # pragma: no cover (not POSIX)
             return self
@@ -120,7 +122,6 @@ class _Tracker:
     """Keeps the manifest, the progress bar and the summary in step with job events."""
 
     def __init__(self, man: _manifest.Manifest, summary: Summary, progress):
-        from tqdm.auto import tqdm
         self.man = man
         self.summary = summary
         c = man.counts()
@@ -222,7 +223,7 @@ def _client(workers, scheduler, client, n_todo, threads=None):
         finally:
             c.close()
         return
-    import dask
+    import dask  # deferred on purpose: the optional `distributed` extra (checked above)
     cores = _usable_cores()
     k = int(workers) if workers else max(1, min(cores, n_todo))
     threads = int(threads) if threads else max(1, cores // k)

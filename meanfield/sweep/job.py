@@ -13,11 +13,14 @@ import time
 import traceback
 from pathlib import Path
 
+from meanfield import config as _config
+from meanfield import errors, runner
+from meanfield.errors import RunFileError
+from meanfield.store import open_run
+
 
 def run_file_complete(path) -> bool:
     """Whether ``path`` is a readable run file that reached the end of its ladder."""
-    from meanfield.errors import RunFileError
-    from meanfield.store import open_run
     if not Path(path).exists():
         return False
     try:
@@ -44,14 +47,12 @@ def run_resumable(cfg, output, threads=None):
     pathlib.Path
         The run file written.
     """
-    from meanfield import runner
     return runner.run(cfg, output, resume=True, progress=False, threads=threads)
 
 
 def _is_stop_request(exc) -> bool:
     """Whether ``exc`` is the main job's answer to SIGINT/SIGTERM (checkpoint written, then
     :class:`meanfield.errors.Interrupted`): it must stop the study, not count as a failed job."""
-    from meanfield import errors
     return isinstance(exc, errors.Interrupted)
 
 
@@ -63,14 +64,14 @@ def _usable_cores() -> int:
 
 
 def thread_budget(threads=None):
-    """numba threads for a job: ``threads`` if given; ``None`` (numba's default, which honours
+    """Numba threads for a job: ``threads`` if given; ``None`` (numba's default, which honours
     ``NUMBA_NUM_THREADS``) when that variable is set; inside a Dask worker, the cores this
     process may use divided by the worker's task slots; otherwise ``None``."""
     if threads:
         return int(threads)
     if os.environ.get("NUMBA_NUM_THREADS"):
         return None
-    try:
+    try:  # deferred on purpose: the optional `distributed` extra
         from distributed import get_worker
         slots = int(get_worker().state.nthreads)
     except (ImportError, ValueError, AttributeError):
@@ -82,7 +83,7 @@ def _announce(topic, msg) -> None:
     """Tell the driver (through the scheduler's event log) that the job started."""
     if not topic:
         return
-    try:
+    try:  # deferred on purpose: the optional `distributed` extra
         from distributed import get_worker
         get_worker().log_event(topic, msg)
     except (ImportError, ValueError):
@@ -125,7 +126,6 @@ def run_job(config_json: str, output: str, *, job_id: str = "", threads=None,
         if run_file_complete(output):
             result["skipped"] = True
         else:
-            from meanfield import config as _config
             cfg = _config.from_canonical_json(config_json, source=f"<job {job_id}>")
             run_resumable(cfg, output, threads=thread_budget(threads))
     except Exception as exc:  # noqa: BLE001 - every failure is recorded, none stops the study

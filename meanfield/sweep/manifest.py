@@ -17,12 +17,11 @@ Document (``format = "meanfield-study"``, ``version = 1``)::
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from meanfield import atomic
 from meanfield.errors import StudyError
 
 MANIFEST = "manifest.json"
@@ -32,31 +31,12 @@ STATUSES = ("pending", "running", "done", "failed")
 
 
 def manifest_path(directory) -> Path:
+    """The manifest file of the study directory ``directory``."""
     return Path(directory) / MANIFEST
 
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same directory and
-    ``os.replace``; the temporary file is fsynced first, so a crash leaves the old or new file."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def read(directory) -> dict:
@@ -106,7 +86,7 @@ class Manifest:
         self._dirty = True
 
     @classmethod
-    def for_study(cls, spec, directory, previous: dict | None = None) -> "Manifest":
+    def for_study(cls, spec, directory, previous: dict | None = None) -> Manifest:
         """A manifest listing the jobs of ``spec`` (a :class:`~meanfield.sweep.spec.StudySpec`),
         keeping the status history of jobs that ``previous`` (an older manifest) already had."""
         old = {j["id"]: j for j in (previous or {}).get("jobs", [])}
@@ -153,7 +133,7 @@ class Manifest:
             return False
         self.doc["updated"] = _now()
         self.doc["counts"] = self.counts()
-        atomic_write_text(manifest_path(self.directory),
+        atomic.write_text(manifest_path(self.directory),
                           json.dumps(self.doc, indent=1, sort_keys=False) + "\n")
         self._last = now
         self._dirty = False

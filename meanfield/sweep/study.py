@@ -20,6 +20,8 @@ from meanfield import config as _config
 from meanfield.errors import StudyError
 from meanfield.sweep import manifest as _manifest
 from meanfield.sweep import spec as _spec
+from meanfield.sweep.execute import run_study
+from meanfield.sweep.summary import study_arrays
 
 
 class Study:
@@ -48,7 +50,7 @@ class Study:
 
     # --- construction -------------------------------------------------------------------
     @classmethod
-    def from_file(cls, path, directory=None) -> "Study":
+    def from_file(cls, path, directory=None) -> Study:
         """Load a study file. ``directory`` defaults to the file's stem in the current
         directory (``lowtemp.toml`` -> ``./lowtemp``).
 
@@ -64,13 +66,13 @@ class Study:
 
     @classmethod
     def from_dict(cls, raw: dict, directory, source: str = "<dict>",
-                  base_dir: str | os.PathLike = ".") -> "Study":
+                  base_dir: str | os.PathLike = ".") -> Study:
         """Build a study from a dict with the study-file schema (``base``, the run-config
         tables, ``sweep``)."""
         return cls(_spec.expand(raw, source, base_dir), directory)
 
     @classmethod
-    def open(cls, directory) -> "Study":
+    def open(cls, directory) -> Study:
         """Reopen a study from its directory's manifest (no study file needed).
 
         Raises
@@ -119,7 +121,6 @@ class Study:
             progress=None):
         """Run the jobs that are not complete yet; see :func:`meanfield.sweep.execute.run_study`
         for the parameters. Returns a :class:`~meanfield.sweep.execute.Summary`."""
-        from meanfield.sweep.execute import run_study
         return run_study(self.spec, self.directory, workers=workers, scheduler=scheduler,
                          client=client, serial=serial, threads=threads, progress=progress)
 
@@ -136,7 +137,6 @@ class Study:
 
     def results(self, **kwargs):
         """Per-run results as arrays over the study grid: an
-        :class:`analysis.study.StudyArrays` (keyword arguments go to
-        :func:`analysis.study.study_arrays`)."""
-        from analysis.study import study_arrays
+        :class:`meanfield.sweep.summary.StudyArrays` (keyword arguments go to
+        :func:`meanfield.sweep.summary.study_arrays`)."""
         return study_arrays(self.directory, **kwargs)

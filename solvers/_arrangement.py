@@ -1,7 +1,8 @@
-"""Private numba kernels of the analysis package (the only numba code in ``analysis``).
+"""Private numba kernel counting the regions of a hyperplane arrangement (used by
+:mod:`analysis.dichotomies`). With ``solvers._kernels`` the only numba code of the project.
 
 ``region_count`` counts the regions of a central hyperplane arrangement in ``R^D`` by the
-incremental deletion–restriction recursion (THEORY §6, engineering notes §5)::
+incremental deletion–restriction recursion (THEORY §6.2)::
 
     r({H_1..H_m}) = 1 + Σ_k r({H_1..H_{k-1}} restricted to H_k)
 

@@ -23,11 +23,19 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from analysis.transport import w2_snapshots
+from meanfield import atomic, figures, report
+from meanfield.errors import RunFileError, StudyError
+from meanfield.store import open_run
+from meanfield.sweep import manifest
 
 SEED_AXIS = "dynamics.seed"
 WIDTH_AXIS = "model.n_particles"
@@ -38,12 +46,8 @@ RISK_WINDOW = 0.5
 # --- per-run summaries: the single coupling to the per-run analysis -------------------------
 
 def _per_run_analysis():
-    """``analysis.report.analyze_run`` when the per-run report module provides it, else None."""
-    try:
-        from analysis import report
-    except ImportError:
-        return None
-    return getattr(report, "analyze_run", None)
+    """The per-run analysis (:func:`meanfield.report.analyze_run`); tests replace it."""
+    return report.analyze_run
 
 
 def _stage_bounds(run, stage):
@@ -94,7 +98,7 @@ def run_summary(path) -> dict:
 
     This is the one place that couples the study analysis to the per-run analysis: the risk
     and the snapshot frames come from the run file's observables; ``J`` (rays) and ``K`` (kink
-    hyperplanes) come from ``analysis.report.analyze_run(path)`` when that function exists and
+    hyperplanes) come from ``meanfield.report.analyze_run(path)`` when that function exists and
     are ``nan`` otherwise.
 
     Parameters
@@ -107,14 +111,13 @@ def run_summary(path) -> dict:
     dict
         ``{"taus": [τ per stage], "risk": [...], "n_rays": [...], "n_hyperplanes": [...],
         "frames": [last frame index per stage or -1], "bound_2P_minus_1": int or None,
-        "source": "observables" | "analysis.report"}``; the lists are aligned with the ladder.
+        "source": "observables" | "meanfield.report"}``; the lists are aligned with the ladder.
 
     Raises
     ------
     meanfield.errors.RunFileError
         Unreadable run file.
     """
-    from meanfield.store import open_run
     run = open_run(path)
     out = _observable_summary(run)
     analyze_run = _per_run_analysis()
@@ -123,7 +126,7 @@ def run_summary(path) -> dict:
         bounds = [_stage_bounds(run, s) for s in range(len(out["taus"]))]
         out["n_rays"], out["n_hyperplanes"] = _jk_from_report(rep, bounds)
         out["bound_2P_minus_1"] = rep.get("bound_2P_minus_1")
-        out["source"] = "analysis.report"
+        out["source"] = "meanfield.report"
     return out
 
 
@@ -131,8 +134,6 @@ def run_summary(path) -> dict:
 
 def is_study_dir(path) -> bool:
     """Whether ``path`` is a study directory (holds a meanfield study ``manifest.json``)."""
-    from meanfield.errors import StudyError
-    from meanfield.sweep import manifest
     p = Path(path)
     if not (p.is_dir() and manifest.manifest_path(p).is_file()):
         return False
@@ -145,8 +146,6 @@ def is_study_dir(path) -> bool:
 
 def _collect(study_dir, summarize):
     """Manifest and ``[(job entry, summary or None)]`` for every job of the study."""
-    from meanfield.errors import RunFileError
-    from meanfield.sweep import manifest
     doc = manifest.read(study_dir)
     records = []
     for entry in sorted(doc["jobs"], key=lambda j: j["index"]):
@@ -174,14 +173,12 @@ def _stats(xs) -> dict:
 
 
 def _frame(path, k):
-    from meanfield.store import open_run
     return open_run(path).frame(k)
 
 
 def _width_distances(study_dir, records, axes, w2_kwargs):
     """``{(job id, τ): (W_2, method, N_ref)}`` against the widest run with the same other
     axis values."""
-    from analysis.transport import w2_snapshots
     if WIDTH_AXIS not in axes or len(axes[WIDTH_AXIS]) < 2:
         return {}
     n_max = max(axes[WIDTH_AXIS])
@@ -219,7 +216,8 @@ def _slope(ns, ys) -> float:
     return float(np.polyfit(np.log(ns[ok]), np.log(ys[ok]), 1)[0])
 
 
-def analyze_study(study_dir, *, summarize=None, w2=True, **w2_kwargs) -> dict:
+def analyze_study(study_dir: str | os.PathLike, *, summarize: Callable | None = None,
+                  w2: bool = True, **w2_kwargs) -> dict:
     """Aggregate a study's runs into per-axis tables.
 
     Parameters
@@ -259,7 +257,7 @@ def analyze_study(study_dir, *, summarize=None, w2=True, **w2_kwargs) -> dict:
     dists = _width_distances(study_dir, records, axes, w2_kwargs) if w2 else {}
 
     runs = []
-    groups: "OrderedDict[tuple, dict]" = OrderedDict()
+    groups: OrderedDict[tuple, dict] = OrderedDict()
     for entry, summ in records:
         if summ is None:
             continue
@@ -294,7 +292,7 @@ def analyze_study(study_dir, *, summarize=None, w2=True, **w2_kwargs) -> dict:
     if dists:
         n_ref = max(axes[WIDTH_AXIS])
         methods = sorted({m for _, m, _ in dists.values()})
-        wgroups: "OrderedDict[tuple, dict]" = OrderedDict()
+        wgroups: OrderedDict[tuple, dict] = OrderedDict()
         for row in table:
             if WIDTH_AXIS not in row or row[WIDTH_AXIS] == n_ref:
                 continue
@@ -463,12 +461,10 @@ def write_figures(result: dict, outdir) -> list:
     """Write ``J_tau.png``, ``K_tau.png``, ``risk_tau.png`` (mean ± std over seeds, one line
     per parameter point) and ``w2_width.png`` (``W_2`` to the widest run against ``N``, log-log,
     with an ``N^{-1/2}`` guide). Figures with no finite data are skipped. Returns the paths."""
-    import matplotlib
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    plt = figures._plt()
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
-    lines: "OrderedDict[str, list]" = OrderedDict()
+    lines: OrderedDict[str, list] = OrderedDict()
     axes = [a for a in result["axes"] if a != SEED_AXIS]
     for r in result["table"]:
         lines.setdefault(_label({a: r[a] for a in axes}), []).append(r)
@@ -490,7 +486,7 @@ def write_figures(result: dict, outdir) -> list:
         ax.set_ylabel(ylabel)
         ax.legend(fontsize=7)
         fig.tight_layout()
-        fig.savefig(outdir / fname, dpi=120)
+        figures.save(fig, outdir / fname, dpi=120)
         plt.close(fig)
         written.append(outdir / fname)
     if result["width"]:
@@ -514,7 +510,7 @@ def write_figures(result: dict, outdir) -> list:
         ax.set_ylabel(f"W2 to N = {result['width'][0]['reference_n_particles']}")
         ax.legend(fontsize=7)
         fig.tight_layout()
-        fig.savefig(outdir / "w2_width.png", dpi=120)
+        figures.save(fig, outdir / "w2_width.png", dpi=120)
         plt.close(fig)
         written.append(outdir / "w2_width.png")
     return written
@@ -525,7 +521,7 @@ def write_report(result: dict, outdir, figures: bool = True) -> list:
     returns the paths."""
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
-    (outdir / "study.json").write_text(to_json(result) + "\n", encoding="utf-8")
-    (outdir / "study.md").write_text(format_markdown(result), encoding="utf-8")
+    atomic.write_text(outdir / "study.json", to_json(result) + "\n")
+    atomic.write_text(outdir / "study.md", format_markdown(result))
     files = [outdir / "study.json", outdir / "study.md"]
     return files + (write_figures(result, outdir) if figures else [])

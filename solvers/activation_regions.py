@@ -16,7 +16,10 @@ for the small data sets of the references (``P`` up to a few thousand).
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.optimize import linprog
+
+from solvers.geometry import lifted
 
 
 class TooManyPatterns(ValueError):
@@ -35,7 +38,7 @@ def _strict_witness(rows):
     raise RuntimeError(f"activation patterns: LP failed ({res.message})")
 
 
-def activation_patterns(X, max_patterns: int = 50_000):
+def activation_patterns(X: ArrayLike, max_patterns: int = 50_000) -> tuple[np.ndarray, np.ndarray]:
     """All realisable activation patterns of the lifted inputs ``x̃_j = (x_j, 1)``.
 
     Parameters
@@ -60,7 +63,7 @@ def activation_patterns(X, max_patterns: int = 50_000):
     if X.ndim == 1:
         X = X[:, None]
     n, d = X.shape
-    Xt = np.hstack([X, np.ones((n, 1))])
+    Xt = lifted(X)
     # start: the two half-spaces of the first hyperplane
     cells = [(np.array([True]), Xt[0] / (Xt[0] @ Xt[0])),
              (np.array([False]), -Xt[0] / (Xt[0] @ Xt[0]))]

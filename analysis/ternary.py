@@ -22,11 +22,13 @@ Both tolerances are reported with the patterns, with per-ray margins.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
-from analysis.dichotomies import lifted
+from solvers.geometry import lifted
 
 #: Default angular tolerance (radians) of a 0 entry.
 ANGLE_TOL = 1e-3
@@ -72,7 +74,7 @@ def ternary_pattern(v, X, angle_tol: float = ANGLE_TOL):
     return t, float(nz.min()) if nz.size else float("inf")
 
 
-def ray_pattern(v, V_members, mass_members, X, tol: PatternTolerance = PatternTolerance()):
+def ray_pattern(v, V_members, mass_members, X, tol: PatternTolerance | None = None):
     """Pattern of a ray: :func:`ternary_pattern` of its direction ``v``, with 0 also where its
     particles straddle the hyperplane of ``x̃_j`` (module docstring).
 
@@ -85,7 +87,7 @@ def ray_pattern(v, V_members, mass_members, X, tol: PatternTolerance = PatternTo
     mass_members : ndarray of shape (m,)
         Their masses ``|a||u|``.
     X : ndarray of shape (n, d)
-    tol : PatternTolerance
+    tol : PatternTolerance, optional
 
     Returns
     -------
@@ -94,6 +96,7 @@ def ray_pattern(v, V_members, mass_members, X, tol: PatternTolerance = PatternTo
         ``angle_margin`` (smallest ``|v·x̃_j|/|x̃_j|`` over non-zero entries),
         ``straddle`` (lighter-side mass fraction per entry, list of n floats).
     """
+    tol = PatternTolerance() if tol is None else tol
     t, margin = ternary_pattern(v, X, tol.angle_tol)
     L = lifted(X)
     mm = np.asarray(mass_members, dtype=float)
@@ -147,7 +150,7 @@ def _max_clique(adj: list) -> list:
     return sorted(best)
 
 
-def theorem6(patterns) -> dict:
+def theorem6(patterns: Sequence[ArrayLike]) -> dict:
     """Check the claims of [LJM26] Theorem 6 on a list of ray patterns (THEORY §7).
 
     Parameters

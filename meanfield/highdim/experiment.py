@@ -1,7 +1,7 @@
 """The [LWTM26] study: GD on few ReLU neurons against the minimum-norm solution (THEORY §10).
 
 For each cell ``(n, d)`` of a grid and each trial, draw a Gaussian data set
-(:mod:`meanfield.highdim_data`), run GD (:mod:`solvers.highdim_gd`) to its limit ``W_∞``, solve the
+(:mod:`meanfield.highdim.design`), run GD (:mod:`solvers.highdim_gd`) to its limit ``W_∞``, solve the
 minimum-norm comparator ``W*`` (:mod:`analysis.minnorm`) and record the gap ``‖W_∞ − W*‖_F``,
 the relative gap ``‖W_∞ − W*‖_F / ‖W*‖_F``, whether each neuron's pattern froze at
 ``1[a_j y > 0]``, the fit residuals and the distance to the closed-form limit. :func:`summarize`
@@ -14,11 +14,17 @@ Trial ``k`` of cell ``(n, d)`` uses the seed key ``(seed, n, d, k)`` for the dat
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import asdict, dataclass
 
 import numpy as np
+from scipy import stats
+from tqdm import tqdm
 
+from analysis.minnorm import closed_form_limit, frozen_limit, minnorm
 from meanfield.errors import InputError
+from meanfield.highdim.design import LABELS, NORMALIZE, GaussianDesign
+from solvers.highdim_gd import INITS, default_signs, gd, initial_weights, step_size
 
 _SOURCE = "command line"
 
@@ -44,7 +50,7 @@ class StudyParams:
     a : float
         Spectrum exponent (0: isotropic).
     normalize : str
-        ``"trace"`` or ``"top"`` (:class:`meanfield.highdim_data.GaussianDesign`).
+        ``"trace"`` or ``"top"`` (:class:`meanfield.highdim.design.GaussianDesign`).
     labels : str
         ``"sign"`` or ``"uniform"``.
     tol, max_steps :
@@ -73,8 +79,6 @@ class StudyParams:
     seed: int = 0
 
     def __post_init__(self):
-        from meanfield.highdim_data import LABELS, NORMALIZE
-        from solvers.highdim_gd import INITS
 
         def posint(v, opt):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
@@ -159,10 +163,6 @@ def run_trial(p: StudyParams, n: int, d: int, k: int) -> dict:
         ``y`` (n,), ``alpha``, ``beta``, ``alpha_star`` (m, n) (``W* = alpha_star @ X``), and the
         cell constants ``eta``, ``trace``.
     """
-    from analysis.minnorm import closed_form_limit, frozen_limit, minnorm
-    from meanfield.highdim_data import GaussianDesign
-    from solvers.highdim_gd import default_signs, gd, initial_weights, step_size
-
     design = GaussianDesign(d, p.a, p.normalize)
     ds = design.sample(n, seed=(p.seed, n, d, k), labels=p.labels)
     X, y = ds.X, ds.y
@@ -227,9 +227,6 @@ def run_study(p: StudyParams, progress=None) -> list:
         One per cell: ``n``, ``d``, ``eta``, ``trace`` and the per-trial arrays stacked over trials
         (scalars to (T,), ``frozen`` to (T, m), ``pattern`` to (T, m, n), …).
     """
-    import sys
-
-    from tqdm import tqdm
     cells = []
     with tqdm(total=len(p.cells) * p.trials, desc="highdim", unit="trial", file=sys.stderr,
               disable=None if progress is None else not progress) as bar:
@@ -249,7 +246,6 @@ def run_study(p: StudyParams, progress=None) -> list:
 
 def mean_ci(x) -> dict:
     """Mean and 95 % Student-t interval of the finite entries of ``x`` (``None`` when undefined)."""
-    from scipy import stats
     x = np.asarray(x, dtype=np.float64)
     x = x[np.isfinite(x)]
     if x.size == 0:
@@ -296,7 +292,6 @@ def loglog_fit(samples, ds, ns, seed=0, n_resamples=2000) -> dict:
         ``ci95`` is ``[None, None]`` when a cell has fewer than two trials; ``{}`` when the cells
         do not determine the slopes.
     """
-    from scipy import stats
     keep = [(np.asarray(v, dtype=np.float64), d, n) for v, d, n in zip(samples, ds, ns)]
     keep = [(v[np.isfinite(v)], d, n) for v, d, n in keep]
     keep = [(v, d, n) for v, d, n in keep if v.size and v.mean() > 0]

@@ -1,6 +1,9 @@
-"""Kink hyperplanes of rays (THEORY §6).
+"""Geometry shared by the solvers and the analysis: lifted inputs and kink hyperplanes.
 
-The kink of a direction ``v = (w, b)`` with ``w ≠ 0`` is the hyperplane
+Lifted inputs are ``x̃_j = (x_j, 1)`` (THEORY §1), so that a neuron's pre-activation is
+``w·x + b = v·x̃`` with ``v = (w, b)``.
+
+Kink hyperplanes of rays (THEORY §6): the kink of a direction ``v = (w, b)`` with ``w ≠ 0`` is the hyperplane
 ``{x : w·x + b = 0}``, written ``{x : normal·x = offset}`` with ``normal = w/|w|`` and
 ``offset = −b/|w|``. ``v`` and ``−v`` give the same hyperplane; a pure-bias direction
 (``w = 0``) gives none. Hence the number of hyperplanes ``K ≤ J``, the number of rays.
@@ -11,6 +14,30 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
+
+
+def lifted(X) -> np.ndarray:
+    """Lifted inputs ``x̃_j = (x_j, 1)``.
+
+    Parameters
+    ----------
+    X : array-like of shape (n, d), or (n,) read as ``d = 1``
+        Inputs.
+
+    Returns
+    -------
+    ndarray of shape (n, d+1)
+        ``[X, 1]``, float64.
+
+    Raises
+    ------
+    Nothing for numeric input.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    if X.ndim == 1:
+        X = X[:, None]
+    return np.hstack([X, np.ones((X.shape[0], 1))])
 
 
 @dataclass
@@ -42,8 +69,8 @@ def hyperplane(v, pure_bias_tol: float = 1e-6):
     return normal, float(offset)
 
 
-def kink_hyperplanes(ray_directions, *, angle_tol: float = 0.05, offset_tol: float = 0.05,
-                     pure_bias_tol: float = 1e-3) -> list:
+def kink_hyperplanes(ray_directions: ArrayLike, *, angle_tol: float = 0.05, offset_tol: float = 0.05,
+                     pure_bias_tol: float = 1e-3) -> list[Kink]:
     """Distinct kink hyperplanes of a set of rays.
 
     Parameters

@@ -24,33 +24,23 @@ written under a temporary name and renamed into place.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import tempfile
 from pathlib import Path
 
+import h5py
 import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+from meanfield import atomic, figures
+from meanfield.errors import RunFileError
+from meanfield.highdim.experiment import TRIAL_FIELDS
+from meanfield.store import provenance
 
 FORMAT = "meanfield-highdim"
 FORMAT_VERSION = 1
 _ARRAYS = ("frozen", "pattern", "y", "alpha", "beta", "alpha_star")
-
-
-@contextlib.contextmanager
-def _replacing(path: Path, suffix: str):
-    """Yield a temporary name next to ``path``; on success move it onto ``path`` (mode 0644),
-    on failure delete it, so ``path`` is never left half-written."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
-    os.close(fd)
-    try:
-        yield tmp
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _jsonable(obj):
@@ -75,23 +65,19 @@ def write_h5(path, params, cells: list, summary: dict) -> Path:
     Parameters
     ----------
     path : path-like
-    params : analysis.highdim_study.StudyParams
+    params : meanfield.highdim.experiment.StudyParams
     cells : list of dict
-        From :func:`analysis.highdim_study.run_study`.
+        From :func:`meanfield.highdim.experiment.run_study`.
     summary : dict
-        From :func:`analysis.highdim_study.summarize`.
+        From :func:`meanfield.highdim.experiment.summarize`.
 
     Returns
     -------
     Path
     """
-    import h5py
-
-    from analysis.highdim_study import TRIAL_FIELDS
-    from meanfield.store import provenance
     path = Path(path)
     prov = provenance()
-    with _replacing(path, ".tmp") as tmp:
+    with atomic.replacing(path) as tmp:
         with h5py.File(tmp, "w") as f:
             f.attrs["format"] = FORMAT
             f.attrs["format_version"] = FORMAT_VERSION
@@ -124,9 +110,6 @@ def read_h5(path) -> dict:
     meanfield.errors.RunFileError
         Missing file or a file of another format.
     """
-    import h5py
-
-    from meanfield.errors import RunFileError
     if not Path(path).is_file():
         raise RunFileError(str(path), "", "no such file")
     try:
@@ -150,9 +133,6 @@ def read_h5(path) -> dict:
 def plot(path, summary: dict) -> Path:
     """Log-log figure of the gap and relative gap against ``d`` (one line per ``n``), with
     95 % intervals and the fitted slope; PNG via the Agg canvas (no display needed)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
     path = Path(path)
     fig = Figure(figsize=(9, 3.8), layout="constrained")
     FigureCanvasAgg(fig)
@@ -203,6 +183,5 @@ def plot(path, summary: dict) -> Path:
         ax.legend(fontsize=8)
     fig.suptitle(f"GD on m = {p['neurons']} ReLU neuron(s), init {p['init']}, c = {p['c']:g}, "
                  f"{p['trials']} trials", fontsize=10)
-    with _replacing(path, ".png") as tmp:
-        fig.savefig(tmp, dpi=120)
+    figures.save(fig, path, dpi=120)
     return path

@@ -8,16 +8,22 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from numpy.typing import ArrayLike
 
-from analysis import patterns as pat
+from analysis import ternary as pat
 from analysis import transport, two_point
 from analysis.dichotomies import count_dichotomies
-from analysis.kinks import kink_hyperplanes
 from analysis.rays import find_rays
-from meanfield import model
+from analysis.references import convex_reference, report_section
+from meanfield import atomic
+from meanfield import figures as plots
+from meanfield.store import open_run
+from solvers import numpy_model as model
+from solvers.geometry import kink_hyperplanes
 
 
 def _obs_at(run, name, step):
@@ -124,8 +130,9 @@ def ladder(run, snaps, reference=None, w2: bool = True, **w2_kw) -> list:
     return rows
 
 
-def analyze_run(path, outdir=None, figures: bool = True, *, reference=None, w2: bool = True,
-                references: bool = False, **ray_kw) -> dict:
+def analyze_run(path: str | os.PathLike, outdir: str | os.PathLike | None = None,
+                figures: bool = True, *, reference: ArrayLike | Callable | None = None,
+                w2: bool = True, references: bool = False, **ray_kw) -> dict:
     """Analyse every snapshot frame of a run file and its temperature ladder.
 
     Parameters
@@ -161,7 +168,6 @@ def analyze_run(path, outdir=None, figures: bool = True, *, reference=None, w2: 
     meanfield.errors.RunFileError
         The run file is missing, damaged or foreign.
     """
-    from meanfield.store import open_run
     run = open_run(path)
     dc = count_dichotomies(run.X)
     if dc.ambiguous:
@@ -170,7 +176,6 @@ def analyze_run(path, outdir=None, figures: bool = True, *, reference=None, w2: 
     P = dc.P
     cvx = None
     if references and reference is None and P <= 20000:
-        from analysis.references import convex_reference
         cvx = convex_reference(run.X, run.y, float(run.config["dynamics"]["lam"]))
         reference = cvx.f_train
     rows = ladder(run, snaps, reference, w2)
@@ -203,7 +208,6 @@ def analyze_run(path, outdir=None, figures: bool = True, *, reference=None, w2: 
     from analysis.stationarity import annotate_report, run_verdicts
     annotate_report(rep, run_verdicts(run), run.config["dynamics"]["taus"])
     if references:
-        from analysis.references import report_section
         rep["references"] = report_section(run, rep)
     if outdir is not None:
         write_report(rep, snaps, run, outdir, figures)
@@ -216,14 +220,11 @@ FIGURES = ("predictor.png", "directions.png", "ladder.png")
 
 def write_report(rep, snaps, run, outdir, figures=True):
     """Write ``report.json``, ``report.md`` and figures for :func:`analyze_run`'s result."""
-    from analysis import plots
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
     for stale in FIGURES:       # a rewritten report never sits next to an older run's figures
         (out / stale).unlink(missing_ok=True)
-    tmp = out / "report.json.tmp"
-    tmp.write_text(json.dumps(rep, indent=1))
-    os.replace(tmp, out / "report.json")
+    atomic.write_text(out / "report.json", json.dumps(rep, indent=1))
     figs = []
     if figures and snaps:
         last = snaps[-1]
@@ -249,7 +250,7 @@ def write_report(rep, snaps, run, outdir, figures=True):
             plots.plot_ladder(out / "ladder.png", [r["tau"] for r in rows], series,
                               not_stationary=[r.get("stationary") is False for r in rows])
             figs.append("ladder.png")
-    (out / "report.md").write_text(markdown(rep, figs))
+    atomic.write_text(out / "report.md", markdown(rep, figs))
 
 
 def _fmt(x, spec=".3e"):
@@ -362,7 +363,7 @@ def markdown(rep, figs=()) -> str:
 
 
 def _stationarity_markdown(rows) -> list:
-    """Verdict lines under the ladder table (docs/theory.md, "Is a stage stationary?")."""
+    """Verdict lines under the ladder table (docs/theory.md §2.2)."""
     L = ["", "Stationarity of each stage (second half: autocorrelation-aware standard error of "
          "the time-averaged predictor, early/late drift, step parity, stability number η h, "
          "ray-weight drift between snapshots):", ""]

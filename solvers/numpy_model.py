@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from solvers.geometry import lifted
+
 
 def relu(z):
     """``max(z, 0)``."""
@@ -137,7 +139,7 @@ def drift(theta, X, y, lam, sigma=relu, sigma_prime=relu_grad, batch=None):
     a = theta[:, 0]
     Z = preactivations(theta, X)
     R = (sigma(Z).T @ a / theta.shape[0] - y) / len(y)
-    Xl = np.hstack([X, np.ones((X.shape[0], 1))])
+    Xl = lifted(X)
     g = np.empty_like(theta)
     g[:, 0] = sigma(Z) @ R
     g[:, 1:] = a[:, None] * ((sigma_prime(Z) * R[None, :]) @ Xl)

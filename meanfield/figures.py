@@ -3,13 +3,26 @@ directions with rays marked, and ladder curves."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
+
+from analysis.rays import directions
+from meanfield import atomic
 
 STYLE = {"figure.dpi": 120, "axes.grid": True, "grid.alpha": 0.3, "font.size": 9,
          "axes.titlesize": 10, "savefig.bbox": "tight"}
 
 
+def save(fig, path, **kw) -> None:
+    """Write ``fig`` to ``path`` atomically (:func:`meanfield.atomic.replacing`); ``kw`` go to
+    ``savefig``. The format follows the suffix of ``path``."""
+    with atomic.replacing(path, suffix=Path(path).suffix) as tmp:
+        fig.savefig(tmp, **kw)
+
+
 def _plt():
+    # Deferred on purpose: Matplotlib is heavy, and pyplot must see the Agg backend first.
     import matplotlib
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
@@ -47,8 +60,8 @@ def plot_predictor(path, X, y, predictors, kinks=None, title=""):
     X : ndarray of shape (n, d); y : ndarray of shape (n,)
         Training inputs and targets (the data's units).
     predictors : list of ``(label, f)`` or ``(label, f, kinks)``
-        ``f`` maps an (m, d) array to (m,) (e.g. one snapshot's :func:`meanfield.model.predict`);
-        ``kinks`` are that predictor's :class:`analysis.kinks.Kink` hyperplanes
+        ``f`` maps an (m, d) array to (m,) (e.g. one snapshot's :func:`solvers.numpy_model.predict`);
+        ``kinks`` are that predictor's :class:`solvers.geometry.Kink` hyperplanes
         ``{x : normal·x = offset}``. A 2-tuple uses ``kinks`` for the last predictor only.
     kinks : list of Kink, optional
         Kinks of the last predictor when the items are 2-tuples.
@@ -115,7 +128,7 @@ def plot_predictor(path, X, y, predictors, kinks=None, title=""):
                                   "coloured by y)")
         else:
             return None
-        fig.savefig(path)
+        save(fig, path)
         plt.close(fig)
     return path
 
@@ -158,7 +171,6 @@ def plot_directions(path, theta, rays=None, title=""):
     of the mass per steradian (log scale), rays are circles. Sources: THEORY §4 (rays),
     [LJM26] (direction collapse).
     """
-    from analysis.rays import directions
     plt = _plt()
     theta = np.asarray(theta, float)
     V, _, mass = directions(theta)
@@ -182,12 +194,11 @@ def plot_directions(path, theta, rays=None, title=""):
             ax.set_title(title or f"direction density, J = {len(rays or [])} rays (black)")
             ax.legend(fontsize=7, loc="lower right")
         elif D == 3:
-            from matplotlib.colors import LogNorm
             fig, axes = plt.subplots(1, 2, figsize=(9.0, 3.0), constrained_layout=True,
                                      subplot_kw={"projection": "mollweide"})
             dens = [(_sphere_density(V[sign == s], mass[sign == s] / total), s) for s in (1, -1)]
             top = max(max(dd[2].max() for dd, _ in dens), 1e-300)
-            norm = LogNorm(vmin=top * 1e-3, vmax=top)
+            norm = plt.matplotlib.colors.LogNorm(vmin=top * 1e-3, vmax=top)
             for ax, ((le, be, rho), s) in zip(axes, dens):
                 im = ax.pcolormesh(le, be, np.ma.masked_less_equal(rho.T, top * 1e-3),
                                    cmap="magma_r", norm=norm, rasterized=True)
@@ -207,7 +218,7 @@ def plot_directions(path, theta, rays=None, title=""):
                                   f"J = {len(rays or [])} rays (circles)")
         else:
             return None
-        fig.savefig(path)
+        save(fig, path)
         plt.close(fig)
     return path
 
@@ -257,6 +268,6 @@ def plot_ladder(path, taus, series: dict, title="low-temperature limit", not_sta
             ax.set_visible(False)
         axes[0, 0].set_xlim(taus.max() * 2, taus.min() / 2)     # hot on the left
         fig.suptitle(title)
-        fig.savefig(path)
+        save(fig, path)
         plt.close(fig)
     return path

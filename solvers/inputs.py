@@ -1,0 +1,62 @@
+"""The one validator of training arrays ``X`` (n, d) and ``y`` (n,)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from solvers.errors import DataError
+
+
+def check_xy(X, y, source: str = "<data>") -> tuple[np.ndarray, np.ndarray]:
+    """Validate and normalise training inputs and targets.
+
+    A 1-D ``X`` is read as ``d = 1``; a ``y`` of shape (n, 1) as (n,).
+
+    Parameters
+    ----------
+    X : array-like of shape (n, d) or (n,)
+        Inputs.
+    y : array-like of shape (n,) or (n, 1)
+        Targets.
+    source : str
+        Origin named in the error message (a file, or e.g. ``"<convex>"``).
+
+    Returns
+    -------
+    X : ndarray of shape (n, d), float64, C-contiguous
+    y : ndarray of shape (n,), float64, C-contiguous
+
+    Raises
+    ------
+    DataError
+        Complex or non-numeric values, wrong dimensions, empty data, ``len(X) != len(y)``,
+        NaN or Inf (naming the first bad row).
+    """
+    for name, arr in (("X", X), ("y", y)):
+        if np.iscomplexobj(arr):
+            raise DataError(source, name, "complex values; real numbers are needed")
+    try:
+        X = np.asarray(X, dtype=np.float64)
+        y = np.asarray(y, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise DataError(source, "X", f"not numeric: {exc}") from None
+    if X.ndim == 1:
+        X = X[:, None]
+    if X.ndim != 2:
+        raise DataError(source, "X", f"must be 2-D (n, d), got shape {X.shape}")
+    if y.ndim == 2 and y.shape[1] == 1:
+        y = y[:, 0]
+    if y.ndim != 1:
+        raise DataError(source, "y", f"must be 1-D (n,), got shape {y.shape}")
+    if X.shape[0] == 0 or X.shape[1] == 0:
+        raise DataError(source, "X", f"empty data set (shape {X.shape})")
+    if X.shape[0] != y.shape[0]:
+        raise DataError(source, "y", f"inconsistent dimensions: X has {X.shape[0]} rows, "
+                                     f"y has {y.shape[0]} entries")
+    if not np.all(np.isfinite(X)):
+        i = int(np.argwhere(~np.isfinite(X))[0, 0])
+        raise DataError(source, "X", f"NaN or Inf in row {i}")
+    if not np.all(np.isfinite(y)):
+        i = int(np.argwhere(~np.isfinite(y))[0, 0])
+        raise DataError(source, "y", f"NaN or Inf in entry {i}")
+    return np.ascontiguousarray(X), np.ascontiguousarray(y)

@@ -1,0 +1,52 @@
+"""Shared test helpers: the tiny configs the tests start from, rendered as TOML."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+#: A tiny run: five Gaussian points in the plane, 64 particles, two temperatures of 300 steps.
+TINY = {
+    "data": {"kind": "gaussian", "n": 5, "d": 2, "seed": 1},
+    "model": {"n_particles": 64},
+    "dynamics": {"lam": 0.05, "eta": 0.05, "taus": [1e-2, 1e-3], "steps_per_tau": 300,
+                 "seed": 3},
+    "output": {"observe_every": 20, "snapshots_per_tau": 3},
+}
+
+
+def config_dict(changes: dict | None = None, base: dict = TINY) -> dict:
+    """A copy of ``base`` with ``changes`` applied: ``{"table.key": value}`` sets a key
+    (``None`` removes it), ``{"table": {...}}`` replaces a whole table."""
+    out = copy.deepcopy(base)
+    for key, value in (changes or {}).items():
+        table, _, name = key.partition(".")
+        if not name:
+            out[table] = copy.deepcopy(value)
+        elif value is None:
+            out.get(table, {}).pop(name, None)
+        else:
+            out.setdefault(table, {})[name] = copy.deepcopy(value)
+    return out
+
+
+def toml(tables: dict) -> str:
+    """Render a config dict (tables of scalars, strings and lists) as TOML text."""
+    def value(v):
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, str):
+            return json.dumps(v)
+        if isinstance(v, (list, tuple)):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        return repr(v)
+    lines = []
+    for table, body in tables.items():
+        lines.append(f"[{table}]")
+        lines += [f"{k} = {value(v)}" for k, v in body.items()]
+    return "\n".join(lines) + "\n"
+
+
+def tiny_toml(changes: dict | None = None, base: dict = TINY) -> str:
+    """TOML text of :func:`config_dict`."""
+    return toml(config_dict(changes, base))
