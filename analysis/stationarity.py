@@ -33,7 +33,8 @@ import math
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
-from scipy.stats import norm, t as student_t
+from scipy.stats import norm
+from scipy.stats import t as student_t
 
 #: Family-wise false-alarm level of the drift and parity tests (Bonferroni over the ``n``
 #: training points and the two tests).

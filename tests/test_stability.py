@@ -8,8 +8,8 @@ Euler iteration itself (a perturbation of a fixed point grows past eta*h = 2, de
 import numpy as np
 import pytest
 
-from solvers import numpy_model as model
 from solvers import _kernels, stability
+from solvers import numpy_model as model
 from solvers.stepper import ACT_CODES
 
 X4 = np.array([[-5.0], [-4.0], [4.0], [5.0]])
