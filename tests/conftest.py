@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 import json
 
+import pytest
+
 #: A tiny run: five Gaussian points in the plane, 64 particles, two temperatures of 300 steps.
 TINY = {
     "data": {"kind": "gaussian", "n": 5, "d": 2, "seed": 1},
@@ -50,3 +52,14 @@ def toml(tables: dict) -> str:
 def tiny_toml(changes: dict | None = None, base: dict = TINY) -> str:
     """TOML text of :func:`config_dict`."""
     return toml(config_dict(changes, base))
+
+
+@pytest.fixture
+def one_thread():
+    """Run numba kernels on one thread for the test (results do not depend on it; timing on a
+    shared machine does)."""
+    import numba
+    old = numba.get_num_threads()
+    numba.set_num_threads(1)
+    yield
+    numba.set_num_threads(old)

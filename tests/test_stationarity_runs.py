@@ -39,15 +39,6 @@ checkpoint_every = 2000
 """
 
 
-@pytest.fixture
-def one_thread():
-    import numba
-    old = numba.get_num_threads()
-    numba.set_num_threads(1)
-    yield
-    numba.set_num_threads(old)
-
-
 def d4(tmp_path, name="d4", N=100, eta=0.005, taus="[5e-3]", steps=20000, every=51, extra=""):
     p = tmp_path / f"{name}.toml"
     p.write_text(D4.format(N=N, eta=eta, taus=taus, steps=steps, every=every, extra=extra))
