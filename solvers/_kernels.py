@@ -750,35 +750,28 @@ def _act_value_slope(z, kind, p):
 
 
 @nb.njit(cache=True)
-def gauss_newton_kernel(T, X, kind, p, K, S, P):
-    """``K_jk = (1/N) Σ_i [σ(z_ij) σ(z_ik) + a_i² σ'(z_ij) σ'(z_ik) x̃_j·x̃_k]`` into ``K``
-    (n, n) for particles ``T`` in column layout (d+2, N); leaves ``σ(z_ij)`` in ``S`` (n, N)
-    and ``σ'(z_ij)`` in ``P`` (n, N) for :func:`residual_curvature`. ``O(N n (d + n))``,
-    serial, vectorised over particles."""
+def gauss_newton_factors(T, X, kind, p, S, P, Q):
+    """The factors of the Gauss–Newton kernel ``K = (S Sᵀ + (Q Qᵀ) ∘ X̃X̃ᵀ)/N`` for particles
+    ``T`` in column layout (d+2, N): ``S_ji = σ(z_ij)``, ``P_ji = σ'(z_ij)``,
+    ``Q_ji = a_i σ'(z_ij)``, each (n, N). ``O(N n d)``, serial, vectorised over particles (the
+    products, being reductions, are left to BLAS)."""
     N = T.shape[1]
     n, d = X.shape
     a = T[0]
     for j in range(n):
         sj = S[j]
         pj = P[j]
+        qj = Q[j]
         for i in range(N):
             z = T[d + 1, i]
             for k in range(d):
                 z += T[1 + k, i] * X[j, k]
-            sj[i], pj[i] = _act_value_slope(z, kind, p)
-    for j in range(n):
-        for k in range(j + 1):
-            ss = 0.0
-            qq = 0.0
-            sj, sk, pj, pk = S[j], S[k], P[j], P[k]
-            for i in range(N):
-                ss += sj[i] * sk[i]
-                qq += a[i] * a[i] * pj[i] * pk[i]
-            g = 1.0
-            for c in range(d):
-                g += X[j, c] * X[k, c]
-            K[j, k] = (ss + qq * g) / N
-            K[k, j] = K[j, k]
+            if kind == ACT_RELU:
+                sj[i] = z if z > 0.0 else 0.0
+                pj[i] = 1.0 if z > 0.0 else 0.0
+            else:
+                sj[i], pj[i] = _act_pair(z, kind, p)
+            qj[i] = a[i] * pj[i]
 
 
 @nb.njit(cache=True)
@@ -786,22 +779,34 @@ def residual_curvature(T, X, e, R, S, P):
     """``Σ_i 2 α_i a_i (β_i·h_i)`` with ``α_i = Σ_j e_j σ(z_ij)``,
     ``β_i = Σ_j e_j σ'(z_ij) x̃_j``, ``h_i = Σ_j R_j σ'(z_ij) x̃_j``: the quadratic form of the
     residual part of the Hessian on the direction the kernel eigenvector ``e`` spans. ``S``,
-    ``P``: as left by :func:`gauss_newton_kernel` for the same ``T``."""
+    ``P``: as left by :func:`gauss_newton_factors` for the same ``T``. Serial, vectorised over
+    particles."""
     N = T.shape[1]
     n, d = X.shape
+    alpha = np.zeros(N)
+    B = np.zeros((d + 1, N))
+    H = np.zeros((d + 1, N))
+    for j in range(n):
+        ej = e[j]
+        rj = R[j]
+        sj = S[j]
+        pj = P[j]
+        for i in range(N):
+            alpha[i] += ej * sj[i]
+        for c in range(d + 1):
+            xc = X[j, c] if c < d else 1.0
+            be = ej * xc
+            hr = rj * xc
+            Bc = B[c]
+            Hc = H[c]
+            for i in range(N):
+                Bc[i] += be * pj[i]
+                Hc[i] += hr * pj[i]
     total = 0.0
+    a = T[0]
     for i in range(N):
-        alpha = 0.0
         bh = 0.0
         for c in range(d + 1):
-            b = 0.0
-            h = 0.0
-            for j in range(n):
-                xc = X[j, c] if c < d else 1.0
-                b += e[j] * P[j, i] * xc
-                h += R[j] * P[j, i] * xc
-            bh += b * h
-        for j in range(n):
-            alpha += e[j] * S[j, i]
-        total += 2.0 * alpha * T[0, i] * bh
+            bh += B[c, i] * H[c, i]
+        total += 2.0 * alpha[i] * a[i] * bh
     return total

@@ -80,8 +80,9 @@ def data_mode(theta, X, R, lam, activation="relu", sharpness=10.0, cap=3.0) -> D
 
     Notes
     -----
-    Cost ``O(N n (d + n) + n³)``: the kernel ``K`` (numba, ``solvers._kernels``), one symmetric
-    eigendecomposition of size ``n``, one more pass over the particles for the correction.
+    Cost ``O(N n (d + n) + n³)``: the factors of ``K`` (numba, ``solvers._kernels``) and their
+    products (BLAS), one symmetric eigendecomposition of size ``n``, one more pass over the
+    particles for the correction.
     """
     from solvers import _kernels
     from solvers.stepper import ACT_CODES
@@ -92,10 +93,9 @@ def data_mode(theta, X, R, lam, activation="relu", sharpness=10.0, cap=3.0) -> D
     R = np.ascontiguousarray(R, dtype=np.float64)
     N, n = theta.shape[0], X.shape[0]
     T = np.ascontiguousarray(theta.T)
-    K = np.empty((n, n))
-    S = np.empty((n, N))
-    P = np.empty((n, N))
-    _kernels.gauss_newton_kernel(T, X, kind, p, K, S, P)
+    S, P, Q = np.empty((n, N)), np.empty((n, N)), np.empty((n, N))
+    _kernels.gauss_newton_factors(T, X, kind, p, S, P, Q)
+    K = (S @ S.T + (Q @ Q.T) * (X @ X.T + 1.0)) / N
     vals, vecs = np.linalg.eigh(K)
     kappa, e = float(vals[-1]), np.ascontiguousarray(vecs[:, -1])
     if not kappa > 0:

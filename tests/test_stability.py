@@ -32,11 +32,11 @@ def test_kernel_matches_numpy(act, sharp, cap):
     rng = np.random.default_rng(1)
     theta = rng.standard_normal((333, 3))
     X = rng.standard_normal((6, 1))
-    K = np.empty((6, 6))
-    S, P = np.empty((6, 333)), np.empty((6, 333))
-    _kernels.gauss_newton_kernel(np.ascontiguousarray(theta.T), X, ACT_CODES[act],
-                                 _kernels.activation_params(ACT_CODES[act], sharp, cap), K, S,
-                                 P)
+    S, P, Q = np.empty((6, 333)), np.empty((6, 333)), np.empty((6, 333))
+    _kernels.gauss_newton_factors(np.ascontiguousarray(theta.T), X, ACT_CODES[act],
+                                  _kernels.activation_params(ACT_CODES[act], sharp, cap), S, P,
+                                  Q)
+    K = (S @ S.T + (Q @ Q.T) * (X @ X.T + 1.0)) / len(theta)
     np.testing.assert_allclose(K, numpy_kernel(theta, X, act, sharp, cap), rtol=1e-12,
                                atol=1e-12)
 
