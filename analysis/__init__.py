@@ -1,6 +1,11 @@
 """Analysis of runs and studies ([LJM26], [SKM22], [LWTM26]; THEORY §4, §6–§8, §10).
 
-- :func:`find_rays`, :func:`kink_hyperplanes`: rays of a particle snapshot and their kinks;
+- :func:`analyze`: everything ``meanfield analyze`` computes for a run (rays, kinks, ``P``,
+  Theorem 6, ``W2``, the references), as a :class:`RunAnalysis`;
+- :func:`find_rays`, :func:`data_kinks`: rays of a particle snapshot and their kink
+  hyperplanes decided against the data (:func:`kink_hyperplanes`: without the data);
+- :func:`convex_counts`, :func:`ray_sensitivity`: the convex reference's ray and kink counts
+  above a weight floor, and ``J``, ``K`` over a range of each threshold;
 - :func:`count_dichotomies`, :func:`cover`: ``P``, the number of affine dichotomies;
 - :func:`theorem6`: the [LJM26] Theorem 6 checks on ternary patterns;
 - :func:`certificate`: ``G`` of the zero-temperature problem (THEORY §4);
@@ -17,8 +22,13 @@ and POT load on first use.
 from solvers._lazy import exports
 
 _EXPORTS = {
+    "analyze": "analysis.run_analysis:analyze",
+    "RunAnalysis": "analysis.run_analysis:RunAnalysis",
     "find_rays": "analysis.rays:find_rays",
     "kink_hyperplanes": "solvers.geometry:kink_hyperplanes",
+    "data_kinks": "analysis.kinks:data_kinks",
+    "convex_counts": "analysis.ray_checks:convex_counts",
+    "ray_sensitivity": "analysis.ray_checks:sensitivity",
     "count_dichotomies": "analysis.dichotomies:count_dichotomies",
     "cover": "analysis.dichotomies:cover",
     "theorem6": "analysis.ternary:theorem6",

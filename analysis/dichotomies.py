@@ -10,9 +10,11 @@ Method: the incremental deletion–restriction recursion ``r(A) = r(A∖H) + r(A
 (THEORY §6.2), exact for any ``d`` and any point set (duplicates, collinear or coplanar
 points, grids). Two modes:
 
-* float (default, numba kernel ``solvers._arrangement.region_count``): hyperplanes of every
-  restriction are identified when the chord distance of their unit normals up to sign is at most
-  ``tol`` (default ``1e-12``; the distance is an angle in radians for small values; rounding
+* float (default, numba kernel ``solvers._arrangement.region_count``): the inputs are first
+  brought to unit scale per column by an invertible affine map (:func:`normalized`; ``P`` does
+  not change), so the tolerance is relative to the data's own scale in every coordinate; then
+  hyperplanes of every restriction are identified when the chord distance of their unit normals
+  up to sign is at most ``tol`` (default ``1e-12``; the distance is an angle in radians for small values; rounding
   errors of coinciding hyperplanes measured on integer grids up to ``d = 5`` stay below
   ``3e-14``). The result
   reports ``tol_range = [a, b)``: the largest distance that was merged and the smallest that was
@@ -71,6 +73,33 @@ def cover(n: int, d: int) -> int:
     if n < 1:
         return 1
     return 2 * sum(comb(n - 1, k) for k in range(0, d + 1))
+
+
+def normalized(X) -> np.ndarray:
+    """``X`` moved by an invertible affine map to unit scale per column: each column minus its
+    midrange, times the power of two that brings its largest magnitude into ``[0.5, 1)``.
+
+    ``P`` is invariant under invertible affine maps of the inputs (they map the regions of the
+    lifted arrangement one to one), so the count is unchanged while the float mode's chord
+    tolerance becomes relative to each column's own spread: coordinates of magnitude 1e-15
+    and 1e15 in one data set are resolved alike. Centring subtracts nearby floats (exact or
+    within half an ulp of the spread) and the power-of-two scaling is exact.
+
+    Returns
+    -------
+    ndarray of shape (n, d), float64
+    """
+    X = np.array(X, dtype=np.float64)
+    if X.ndim == 1:
+        X = X[:, None]
+    if X.size == 0:
+        return X
+    lo, hi = X.min(axis=0), X.max(axis=0)
+    mid = lo / 2 + hi / 2                       # no overflow near the float limit
+    C = X - mid
+    amax = np.abs(C).max(axis=0)
+    _, e = np.frexp(np.where(amax > 0, amax, 1.0))
+    return np.ldexp(C, -e)
 
 
 def general_position(X, tol: float = 1e-9, max_subsets: int = 2_000_000) -> bool | None:
@@ -274,6 +303,7 @@ def count_dichotomies(X: ArrayLike, tol: float = DEFAULT_TOL, *,
         raise ValueError("X is empty")
     if not np.all(np.isfinite(L)):
         raise ValueError("X holds NaN or Inf")
+    L = lifted(normalized(L[:, :-1]))
     n, D = L.shape
     P, stats, n_distinct = region_count(np.ascontiguousarray(L), float(tol))
     cv = cover(n, D - 1)

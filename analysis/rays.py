@@ -1,30 +1,31 @@
 """Rays of a particle measure: clusters of neurons with one direction and one sign of ``a``
-(THEORY §6).
+(THEORY §6; the criteria in THEORY §6.1).
 
 A neuron contributes ``a σ(u·x̃) = a|u| σ(v·x̃)`` with direction ``v = u/|u| ∈ S^d`` and mass
 ``|a||u|``. The method, in order:
 
-1. **Thermal halo, particle level.** Drop particles lighter than ``light_frac`` times the
-   mass-weighted median particle mass (at finite τ the halo is light: ``E[r² | v]`` grows like
-   ``1/(1 − G(v)²)``, THEORY §5). When the targets ``y`` and ``lam`` are given, also drop particles
-   whose certificate disagrees: keep ``−sign(a) G(v) ≥ g_particle · max|G|`` (THEORY §4).
+1. **Lightest particles.** Particles lighter than ``light_frac`` times the mass-weighted
+   median particle mass are dropped (a robust scale), and, with ``tau``, those lighter than
+   ``particle_halo`` times the free-particle baseline ``(d+1)τ/λ`` (thermal particles).
 2. **Exact partition.** Each kept particle gets its cell: the sign of ``a`` and its binary
    activation pattern ``1[v·x̃_j > 0]`` on the training inputs (a region of the arrangement of
-   THEORY §6). Particles of one cell act identically on the training set; the cells of a ray give
-   its ternary pattern (a ray whose kink passes through ``x_j`` straddles the cells on both sides
-   of ``x̃_j``'s hyperplane) and a threshold-free cross-check: two rays of one sign sharing a
-   cell are reported in ``cell_conflicts`` (at a stationary point ``G`` is linear inside a cell,
-   so a cell holds at most one ray of each sign, THEORY §4).
+   THEORY §6). The cells of a ray give its ternary pattern and a threshold-free cross-check:
+   two rays of one sign sharing a cell are reported in ``cell_conflicts``.
 3. **Angular clustering with a plateau scan.** Kept particles of one sign are linked by single
    linkage on the mutual-reachability chord distance ``max(|v_i − v_j|, core_i, core_j)``
-   (``core`` = distance to the k-th nearest neighbour, so a sparse halo particle is far from
-   everything and cannot chain two rays), over the minimum spanning tree of the k-nearest-
-   neighbour graph (scales to 10⁵ particles and more). The linkage threshold is scanned on a log
-   grid from the typical neighbour spacing inside rays (mass-weighted median core distance) to 1.
-   At each threshold a cluster counts as a ray when its mass is at least ``min_mass_frac`` of the
-   total ``Σ|a||u|`` of all particles, it is compact (RMS angle at most ``max_spread``) and, with
-   ``G`` available, its mean direction passes ``−sign(a) G(v) ≥ g_ray · max|G|``. The threshold
-   used is the geometric middle of the widest plateau of that count (widest in log scale).
+   (``core`` = distance to the k-th nearest neighbour, ``k ≤ max(3, min_particles − 1)``, so a
+   sparse halo particle cannot chain two rays and a small ray is not cut into single
+   particles), over the minimum spanning tree of the k-nearest-neighbour graph (scales to 10⁵
+   particles and more). The linkage threshold is scanned on a log grid and the geometric middle
+   of the widest plateau of the ray count is used. At each threshold a cluster is a ray when
+   it holds at least ``min_mass_frac`` of the total mass ``Σ|a||u|``, is compact (RMS angle at
+   most ``max_spread``), is not thermal (with ``tau``: mean particle mass at least
+   ``halo_ratio · (d+1)τ/λ``, the free-particle second moment of THEORY §5), passes the
+   certificate at an absolute level (with ``G``: ``−sign(a) G(v̄) ≥ g_ray``, ``G`` from the
+   residuals ``R`` given, normally the stage's time average) and holds at least
+   ``min_particles`` particles (default ``max(3, ⌈√N/2⌉)``). Heavy certified clusters refused
+   only for their number of particles are listed in ``small``: the snapshot is then not
+   resolved (``N`` too small for a verdict).
 4. The ray's outskirts, which single linkage leaves out at the chosen threshold, join it: every
    particle of the ray's sign within ``absorb`` core spreads of its direction.
 5. Per ray: mass-weighted mean direction, sign, weight ``c_k = (1/N) Σ_{i∈k} a_i |u_i|``, mass
@@ -99,16 +100,22 @@ class RayResult:
     thresholds : ndarray                  the scanned thresholds
     counts : ndarray of int               ray count at each scanned threshold
     plateau : tuple (lo, hi)              threshold range of the chosen plateau
-    min_mass_frac : float                 cluster mass filter
+    min_mass_frac : float                 cluster mass filter (fraction of the total mass)
     light_frac : float                    particle mass filter (relative to the weighted median)
     max_spread : float                    compactness of a ray (radians)
     absorb : float                        outskirts radius in core spreads
-    g_particle, g_ray : float or None     certificate filters (None without y, lam)
-    G_max : float or None                 ``max |G|`` over the particles
-    halo_mass_fraction : float            mass outside the rays
+    g_ray : float or None                 certificate level ``−sign(a) G ≥ g_ray`` (None: no G)
+    G_max : float or None                 ``max |G|`` over the particles (diagnostic)
+    G_source : str or None                "given residuals" or "snapshot residuals"
+    halo_ratio : float or None            halo test: mean particle mass ≥ ratio × baseline
+    halo_baseline : float or None         ``(d+1)τ/λ`` (None without ``tau``)
+    particle_halo : float or None         particles lighter than this × baseline are halo
+    min_particles : int                   smallest number of particles of a ray
     pattern_tol : PatternTolerance
+    halo_mass_fraction : float            mass outside the rays
     n_cells : int                         occupied activation cells after the particle filter
     rejected : list of dict               clusters heavy enough but failing the certificate
+    small : list of dict                  heavy, certified clusters with too few particles
     cell_conflicts : list of [k, l]       rays of one sign sharing a cell (cross-check)
     labels : ndarray of shape (N,) int    ray index of each particle, −1 for the halo
     """
@@ -122,15 +129,26 @@ class RayResult:
     light_frac: float
     max_spread: float
     absorb: float
-    g_particle: float | None
     g_ray: float | None
     G_max: float | None
-    halo_mass_fraction: float
+    G_source: str | None
+    halo_ratio: float | None
+    halo_baseline: float | None
+    particle_halo: float | None
+    min_particles: int
     pattern_tol: PatternTolerance
+    halo_mass_fraction: float
     n_cells: int
     rejected: list
+    small: list
     cell_conflicts: list
     labels: np.ndarray = field(repr=False)
+
+    @property
+    def resolved(self) -> bool:
+        """False when a heavy, certified cluster was refused only for holding fewer than
+        ``min_particles`` particles: the width ``N`` is too small for a verdict on ``J``."""
+        return not self.small
 
     def thresholds_used(self) -> dict:
         return {"linkage_chord": float(self.threshold),
@@ -139,12 +157,18 @@ class RayResult:
                 "light_frac": float(self.light_frac),
                 "max_spread": float(self.max_spread),
                 "absorb": float(self.absorb),
-                "g_particle": self.g_particle, "g_ray": self.g_ray,
+                "g_ray": self.g_ray,
                 "G_max": None if self.G_max is None else float(self.G_max),
+                "G_source": self.G_source,
+                "halo_ratio": self.halo_ratio,
+                "halo_baseline": self.halo_baseline,
+                "particle_halo": self.particle_halo,
+                "min_particles": int(self.min_particles),
                 "pattern_angle_tol": float(self.pattern_tol.angle_tol),
                 "pattern_mass_tol": float(self.pattern_tol.mass_tol),
                 "halo_mass_fraction": float(self.halo_mass_fraction),
-                "n_cells": int(self.n_cells)}
+                "n_cells": int(self.n_cells),
+                "resolved": bool(self.resolved)}
 
 
 def directions(theta):
@@ -261,10 +285,28 @@ def _widest_plateau(counts):
     return best
 
 
+def min_particles_default(N: int) -> int:
+    """Default smallest number of particles of a ray: ``max(3, ceil(sqrt(N)/2))``.
+
+    A ray of mass fraction ``f`` holds a number of particles that grows linearly with ``N``;
+    a threshold growing like ``sqrt(N)`` is negligible against that for large ``N`` and still
+    rejects clumps of one or two heavy particles of the halo (or of a ray split by the linkage)
+    at small ``N`` (3 at ``N ≤ 36``, 5 at ``N = 100``, 12 at ``N = 500``, 158 at ``N = 10⁵``).
+    """
+    return max(3, int(np.ceil(0.5 * np.sqrt(max(int(N), 0)))))
+
+
+def halo_baseline(d: int, tau: float, lam: float) -> float:
+    """The free-particle second moment ``(d+1) τ / λ`` (THEORY §5: ``E[r² | v]`` at ``G = 0``),
+    the scale of the mass ``|a||u|`` of a thermal-halo particle."""
+    return (d + 1) * float(tau) / float(lam)
+
+
 def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
-              lam: float | None = None, min_mass_frac: float = 1e-2,
-              light_frac: float = 1e-2, g_particle: float = 0.5, g_ray: float = 0.9,
-              max_spread: float = 0.3, absorb: float = 3.0,
+              lam: float | None = None, tau: float | None = None, R: ArrayLike | None = None,
+              min_mass_frac: float = 1e-2, halo_ratio: float = 3.0, particle_halo: float = 1.0,
+              g_ray: float = 0.5, min_particles: int | None = None,
+              light_frac: float = 1e-2, max_spread: float = 0.3, absorb: float = 3.0,
               thresholds: ArrayLike | None = None, pattern_tol: PatternTolerance | None = None,
               pattern_mass_tol: float | None = None,
               knn: int = 12) -> RayResult:
@@ -277,17 +319,36 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
     X : ndarray of shape (n, d)
         Training inputs.
     y : ndarray of shape (n,), optional
-        Training targets; with ``lam`` enables the certificate filters.
+        Training targets; with ``lam`` the certificate ``G`` is computed (from ``R`` when
+        given, else from this snapshot's residuals).
     lam : float, optional
         Weight decay ``λ`` of the run.
+    tau : float, optional
+        Temperature of the snapshot; with ``lam`` enables the halo test against the
+        free-particle baseline ``(d+1)τ/λ``.
+    R : ndarray of shape (n,), optional
+        Scaled residuals ``(f − y)/n`` to compute ``G`` from, normally time-averaged over the
+        stage (one snapshot's residuals are too noisy at small ``λ``: ``G`` divides them by
+        ``λ``). Needs ``lam``.
     min_mass_frac : float, default 0.01
         A ray holds at least this fraction of the total mass ``Σ|a||u|``.
+    halo_ratio : float, default 3
+        With ``tau`` and ``lam``: a ray's mean particle mass is at least ``halo_ratio`` times
+        the free-particle baseline ``(d+1)τ/λ`` (a free particle's mean mass is about half a
+        baseline, ``E|a| E|u|``; a ray's, ``|c_k|/(particle fraction)``, independent of
+        ``τ``).
+    particle_halo : float, default 1
+        With ``tau`` and ``lam``: particles lighter than ``particle_halo`` times the baseline
+        ``(d+1)τ/λ`` are halo before the linkage (a particle holding less than a free particle
+        is thermal; removing them keeps the halo from chaining rays of one sign that are wide
+        because ``G`` is flat across their cells).
+    g_ray : float, default 0.5
+        With ``G`` available: a ray's mean direction has ``−sign(a) G(v) ≥ g_ray`` (absolute
+        level; the optimum has exactly 1 on every ray, THEORY §4). ``-inf`` switches it off.
+    min_particles : int, optional
+        Smallest number of particles of a ray (default :func:`min_particles_default`).
     light_frac : float, default 0.01
         Particles lighter than this times the mass-weighted median particle mass are halo.
-    g_particle : float, default 0.5
-        Particle certificate filter ``−sign(a) G(v) ≥ g_particle · max|G|``.
-    g_ray : float, default 0.9
-        Ray certificate filter, the same test at the ray's mean direction.
     max_spread : float, default 0.3
         A ray is compact: its mass-weighted RMS angle to its mean direction is at most this
         (radians). Clusters formed by merging distinct rays fail it, which ends the plateau.
@@ -298,14 +359,16 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
     thresholds : array-like, optional
         Chord-distance linkage thresholds to scan (default 50 values, log-spaced from the
         typical neighbour spacing inside rays, the mass-weighted median core distance, to 1:
-        below that spacing a threshold resolves activation cells, not directions).
+        below that spacing a threshold resolves activation cells, not directions). One value
+        fixes the threshold.
     pattern_tol : float or PatternTolerance, optional
         Angular tolerance (radians) of the 0 entries of the patterns, or both tolerances
         (default :class:`analysis.ternary.PatternTolerance()`).
     pattern_mass_tol : float, optional
         Straddling-mass tolerance of the 0 entries (overrides ``pattern_tol.mass_tol``).
     knn : int, default 12
-        Neighbours per particle in the linkage graph.
+        Neighbours per particle in the linkage graph (at most ``max(3, min_particles − 1)``,
+        so that a ray of ``min_particles`` particles has small core distances).
 
     Returns
     -------
@@ -314,15 +377,17 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
     Raises
     ------
     ValueError
-        Shapes that do not match, or only one of ``y`` and ``lam`` given.
+        Shapes that do not match, ``R`` or ``y`` without ``lam``, ``tau < 0``.
     """
     theta = np.asarray(theta, dtype=np.float64)
     X = np.asarray(X, dtype=np.float64).reshape(np.shape(X)[0], -1)
     if theta.ndim != 2 or theta.shape[1] != X.shape[1] + 2:
         raise ValueError(f"theta must have shape (N, d+2) = (N, {X.shape[1] + 2}), "
                          f"got {theta.shape}")
-    if (y is None) != (lam is None):
-        raise ValueError("give both y and lam (certificate filters) or neither")
+    if (y is not None or R is not None or tau is not None) and lam is None:
+        raise ValueError("y, R and tau need lam (the weight decay of the run)")
+    if tau is not None and not tau >= 0:
+        raise ValueError(f"tau must be >= 0, got {tau}")
     if isinstance(pattern_tol, PatternTolerance):
         ptol = PatternTolerance(pattern_tol.angle_tol, pattern_tol.mass_tol)
     else:
@@ -330,43 +395,62 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
     if pattern_mass_tol is not None:
         ptol.mass_tol = float(pattern_mass_tol)
     N = theta.shape[0]
+    n_min = min_particles_default(N) if min_particles is None else max(1, int(min_particles))
     V, r, mass = directions(theta)
     L = lifted(X)
     sign = np.where(theta[:, 0] >= 0, 1, -1)
     total = float(mass.sum())
-    have_G = y is not None
-    G = Gmax = None
-    if have_G:
-        f_train = np.maximum(theta[:, 1:] @ L.T, 0.0).T @ theta[:, 0] / N
+    have_G = R is not None or y is not None
+    G_source = None
+    if R is not None:
+        R = np.asarray(R, dtype=float).ravel()
+        if R.shape[0] != X.shape[0]:
+            raise ValueError(f"R has {R.shape[0]} entries, the data {X.shape[0]} points")
+        G_source = "given residuals"
+    elif y is not None:
+        y = np.asarray(y, dtype=float).ravel()
+        if y.shape[0] != X.shape[0]:
+            raise ValueError(f"y has {y.shape[0]} entries, the data {X.shape[0]} points")
+        f_train = np.maximum(theta[:, 1:] @ L.T, 0.0).T @ theta[:, 0] / max(N, 1)
         R = residuals(f_train, y)
-        G = certificate(V, X, R, lam)
-        Gmax = float(np.abs(G).max()) if N else 0.0
+        G_source = "snapshot residuals"
+    Gmax = None
+    if have_G:
+        Gmax = float(np.abs(certificate(V, X, R, lam)).max()) if N else 0.0
+    baseline = None if tau is None else halo_baseline(X.shape[1], tau, lam)
+    common = {"min_mass_frac": min_mass_frac, "light_frac": light_frac,
+              "max_spread": max_spread, "absorb": absorb,
+              "g_ray": g_ray if have_G else None, "G_max": Gmax, "G_source": G_source,
+              "halo_ratio": halo_ratio if baseline is not None else None,
+              "halo_baseline": baseline,
+              "particle_halo": particle_halo if baseline is not None else None,
+              "min_particles": n_min, "pattern_tol": ptol}
 
     def empty():
         thr = np.zeros(0) if thresholds is None else np.asarray(thresholds, dtype=float)
-        return RayResult([], float("nan"), thr, np.zeros(len(thr), int),
-                         (float("nan"), float("nan")), min_mass_frac, light_frac, max_spread,
-                         absorb,
-                         g_particle if have_G else None, g_ray if have_G else None, Gmax,
-                         1.0 if total > 0 else 0.0, ptol, 0, [], [], -np.ones(N, dtype=int))
+        return RayResult(rays=[], threshold=float("nan"), thresholds=thr,
+                         counts=np.zeros(len(thr), int), plateau=(float("nan"), float("nan")),
+                         halo_mass_fraction=1.0 if total > 0 else 0.0, n_cells=0, rejected=[],
+                         small=[], cell_conflicts=[], labels=-np.ones(N, dtype=int), **common)
 
     if total <= 0:
         return empty()
     keep = mass > 0
     keep &= mass >= light_frac * weighted_median(mass[keep], mass[keep])
-    if have_G and Gmax > 0:
-        keep &= -sign * G >= g_particle * Gmax
+    if baseline is not None:
+        keep &= mass >= particle_halo * baseline
     idx = np.nonzero(keep)[0]
     if idx.size == 0:
         return empty()
     Vk, mk, sk = V[idx], mass[idx], sign[idx]
     cell_all = cells(sign, V, X)
     M = idx.size
-    ei, ej, ew, core_median = _linkage_tree(Vk, sk, mk, knn)
+    k_nn = max(1, min(int(knn), max(3, n_min - 1)))
+    ei, ej, ew, core_median = _linkage_tree(Vk, sk, mk, k_nn)
     if thresholds is None:
         lo_t = core_median if np.isfinite(core_median) and 0 < core_median < 0.5 else 1e-4
         thresholds = np.logspace(np.log10(lo_t), 0, 50)
-    thresholds = np.asarray(thresholds, dtype=float)
+    thresholds = np.atleast_1d(np.asarray(thresholds, dtype=float))
     weighted_dirs = mk[:, None] * Vk
 
     def clusters(t):
@@ -375,6 +459,7 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
         lab = connected_components(g, directed=False)[1]
         K = int(lab.max()) + 1
         cm = np.bincount(lab, weights=mk, minlength=K)
+        cn = np.bincount(lab, minlength=K)
         cs = np.stack([np.bincount(lab, weights=weighted_dirs[:, c], minlength=K)
                        for c in range(Vk.shape[1])], axis=1)
         nrm = np.linalg.norm(cs, axis=1)
@@ -385,24 +470,32 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
         csign = np.zeros(K, dtype=int)
         csign[lab] = sk
         heavy = (cm >= min_mass_frac * total) & compact
-        if have_G:
-            cg = certificate(cdir, X, R, lam)
-            good = heavy & (-csign * cg >= g_ray * Gmax)
-        else:
-            cg = None
-            good = heavy
-        return lab, cm, cdir, csign, cg, heavy, good
+        if baseline is not None:
+            heavy &= cm >= halo_ratio * baseline * cn
+        cg = None
+        certified = heavy
+        if have_G:                         # G only where needed: few clusters are heavy
+            cg = np.full(K, np.nan)
+            cg[heavy] = certificate(cdir[heavy], X, R, lam)
+            certified = heavy.copy()
+            certified[heavy] = -csign[heavy] * cg[heavy] >= g_ray
+        good = certified & (cn >= n_min)
+        return lab, cm, cn, cdir, csign, cg, heavy, certified, good
 
     counts = np.array([int(clusters(t)[-1].sum()) for t in thresholds])
     lo, hi = _widest_plateau(counts)
     t_star = float(np.sqrt(thresholds[lo] * thresholds[hi]))
-    lab, cm, cdir, csign, cg, heavy, good = clusters(t_star)
-    cores, rejected = [], []
+    lab, cm, cn, cdir, csign, cg, heavy, certified, good = clusters(t_star)
+    cores, rejected, small = [], [], []
     for c in np.nonzero(heavy)[0]:
+        info = {"direction": [float(x) for x in cdir[c]], "sign": int(csign[c]),
+                "mass_fraction": float(cm[c] / total), "n_particles": int(cn[c]),
+                "G": None if cg is None else float(cg[c])}
+        if not certified[c]:
+            rejected.append(info)
+            continue
         if not good[c]:
-            rejected.append({"direction": [float(x) for x in cdir[c]], "sign": int(csign[c]),
-                             "mass_fraction": float(cm[c] / total),
-                             "G": None if cg is None else float(cg[c])})
+            small.append((c, info))
             continue
         core = idx[lab == c]
         ang = np.arccos(np.clip(V[core] @ cdir[c], -1.0, 1.0))
@@ -420,6 +513,9 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
         labels[np.isfinite(ang[np.arange(N), near])] = near[np.isfinite(ang[np.arange(N), near])]
         for k, (_, core, _) in enumerate(cores):
             labels[core] = k
+    # a small cluster whose particles joined a ray as its outskirts is a fragment of that ray,
+    # not an unresolved one
+    small = [info for c, info in small if not np.any(labels[idx[lab == c]] >= 0)]
     found = []
     for k, (c, _, _) in enumerate(cores):
         members = np.nonzero(labels == k)[0]
@@ -445,10 +541,6 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
     conflicts = _cell_conflicts(labels, cell_all, mass, len(rays), ptol.mass_tol)
     return RayResult(rays=rays, threshold=t_star, thresholds=thresholds, counts=counts,
                      plateau=(float(thresholds[lo]), float(thresholds[hi])),
-                     min_mass_frac=min_mass_frac, light_frac=light_frac, max_spread=max_spread,
-                     absorb=absorb, g_particle=g_particle if have_G else None,
-                     g_ray=g_ray if have_G else None, G_max=Gmax,
-                     halo_mass_fraction=max(0.0, halo), pattern_tol=ptol,
+                     halo_mass_fraction=max(0.0, halo),
                      n_cells=int(np.unique(cell_all[idx]).size), rejected=rejected,
-                     cell_conflicts=conflicts,
-                     labels=labels)
+                     small=small, cell_conflicts=conflicts, labels=labels, **common)

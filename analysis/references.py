@@ -1,7 +1,9 @@
 """Particle runs against the exact references (THEORY §4–5).
 
 - :func:`gibbs_distance`: time-averaged particle predictor on the training inputs against the
-  Gibbs fixed point at the stage's temperature (``d ≤ 2``);
+  Gibbs fixed point at the stage's temperature (quadrature for ``d ≤ 2``, randomized QMC to
+  ``QMC_RTOL`` for ``3 ≤ d ≤ QMC_MAX_D``; skipped with the reason beyond, or where that
+  accuracy is out of reach);
 - :func:`convex_distance`: the same against the ``τ → 0`` convex reference (meaningful at the
   lowest temperature of a ladder);
 - :func:`match_rays`: one-to-one matching of measured rays to reference rays by angle, within a
@@ -20,10 +22,18 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from analysis.time_average import time_average_predictor
-from solvers.convex import convex
+from solvers.convex import ConvexSolverError, convex
 from solvers.gibbs import GibbsConvergenceError, gibbs
+from solvers.gibbsqmc import GibbsAccuracyError, QMCGibbsReference, gibbs_qmc
 
 _CACHE: dict = {}
+
+#: Requested standard error of the QMC Gibbs reference (relative to max|f|) in ``analyze``:
+#: a tenth of the typical MCSE of a time-averaged particle predictor.
+QMC_RTOL = 1e-3
+#: Largest input dimension for which ``analyze`` computes the Gibbs reference (the QMC cost
+#: grows quickly with ``d``; docs/theory.md).
+QMC_MAX_D = 5
 
 
 def _key(X, y, lam, tau):
@@ -31,10 +41,21 @@ def _key(X, y, lam, tau):
 
 
 def gibbs_reference(X, y, lam, tau):
-    """Cached :class:`solvers.gibbs.GibbsSolution` at one temperature."""
+    """Cached :class:`solvers.gibbs.GibbsSolution` at one temperature: quadrature for
+    ``d ≤ 2``, randomized QMC (:mod:`solvers.gibbsqmc`, to ``QMC_RTOL``) above.
+
+    Raises
+    ------
+    solvers.gibbs.GibbsConvergenceError, solvers.gibbsqmc.GibbsAccuracyError
+    """
     k = _key(np.ascontiguousarray(X, float), np.ascontiguousarray(y, float), lam, tau)
     if k not in _CACHE:
-        _CACHE[k] = gibbs(X, y, lam, float(tau))
+        if np.shape(X)[1] <= 2:
+            _CACHE[k] = gibbs(X, y, lam, float(tau))
+        else:
+            _CACHE[k] = gibbs_qmc(X, y, lam, float(tau), rtol=QMC_RTOL)
+    if isinstance(_CACHE[k], Exception):
+        raise _CACHE[k]
     return _CACHE[k]
 
 
@@ -47,10 +68,8 @@ def convex_reference(X, y, lam):
 
 
 def stage_of_frame(run, k: int) -> int:
-    """Ladder stage of snapshot frame ``k`` of a :class:`meanfield.store.Run` (by its
-    temperature)."""
-    taus = [float(t) for t in run.config["dynamics"]["taus"]]
-    return taus.index(float(run.frame_tau[k]))
+    """Ladder stage of snapshot frame ``k`` of a :class:`meanfield.store.Run` (by its step)."""
+    return run.schedule.stage_of_step(int(run.frame_step[k]))
 
 
 def _particles(run, stage, window):
@@ -80,8 +99,9 @@ def gibbs_distance(run, stage: int, window: float = 0.5) -> dict:
     -------
     dict
         ``tau, max_abs_diff, rms_diff, max_stderr, f_particles, f_reference, max_abs_G,
-        residual, seconds`` (``seconds``: wall time of the reference, 0 when cached), or
-        ``{"tau", "skipped": reason}`` when ``d > 2`` or ``tau = 0``.
+        residual, quad_error, method, seconds`` (``seconds``: wall time of the reference, 0
+        when cached), or ``{"tau", "skipped": reason}`` when ``d > QMC_MAX_D``, ``tau = 0``
+        or the QMC accuracy is out of reach at ``tau``.
 
     Raises
     ------
@@ -90,15 +110,23 @@ def gibbs_distance(run, stage: int, window: float = 0.5) -> dict:
     """
     lam = float(run.config["dynamics"]["lam"])
     tau = float(run.config["dynamics"]["taus"][stage])
-    if run.d > 2:
-        return {"tau": tau, "skipped": f"Gibbs reference needs d <= 2 (d = {run.d})"}
+    if run.d > QMC_MAX_D:
+        return {"tau": tau, "skipped": f"Gibbs reference too costly for d = {run.d} > "
+                                       f"{QMC_MAX_D} (randomized QMC)"}
     if tau <= 0:
         return {"tau": tau, "skipped": "tau = 0 (see the convex reference)"}
     f, se = _particles(run, stage, window)
     t0 = time.time()
-    ref = gibbs_reference(run.X, run.y, lam, tau)
+    try:
+        ref = gibbs_reference(run.X, run.y, lam, tau)
+    except (GibbsAccuracyError, GibbsConvergenceError) as exc:
+        if run.d <= 2:
+            raise
+        return {"tau": tau, "skipped": f"Gibbs reference (qmc): {exc}"}
     out = {"tau": tau, **_distances(f, se, ref.f_train), "max_abs_G": float(ref.max_abs_G),
-           "residual": float(ref.residual), "seconds": round(time.time() - t0, 3)}
+           "residual": float(ref.residual), "quad_error": float(ref.quad_error),
+           "method": "quadrature" if run.d <= 2 else "qmc",
+           "seconds": round(time.time() - t0, 3)}
     return out
 
 
@@ -184,7 +212,7 @@ def match_rays(directions, signs, weights, ref_directions, ref_signs, ref_weight
 
 
 def compare_run(run: Any, window: float = 0.5, rays_by_stage: dict | None = None) -> dict:
-    """All reference comparisons of a run: per stage the Gibbs distance (``d ≤ 2``, ``τ > 0``),
+    """All reference comparisons of a run: per stage the Gibbs distance (``τ > 0``),
     the convex distance at the coldest stage, and, when ``rays_by_stage[stage]`` gives
     ``(directions, signs, weights)`` measured at the coldest stage, their matching to the
     convex reference's rays (THEORY §4–5).
@@ -225,8 +253,10 @@ def compare_run(run: Any, window: float = 0.5, rays_by_stage: dict | None = None
 def prefetch_gibbs(run) -> None:
     """Solve the Gibbs references of all positive temperatures of a run's ladder at once, by
     continuation from hot to cold (much faster than cold temperatures from scratch), and cache
-    them for :func:`gibbs_distance`. Does nothing when ``d > 2``."""
-    if run.d > 2:
+    them for :func:`gibbs_distance`. Does nothing when ``d > QMC_MAX_D``. With QMC
+    (``d > 2``) a temperature whose accuracy is out of reach, or whose fixed point is not
+    found, is cached as its error (reported as skipped), and so are the colder ones."""
+    if run.d > QMC_MAX_D:
         return
     lam = float(run.config["dynamics"]["lam"])
     X = np.ascontiguousarray(run.X, float)
@@ -236,8 +266,21 @@ def prefetch_gibbs(run) -> None:
     todo = [t for t in taus if _key(X, y, lam, t) not in _CACHE]
     if not todo:
         return
-    for t, sol in zip(todo, gibbs(X, y, lam, todo)):
+    if run.d <= 2:
+        for t, sol in zip(todo, gibbs(X, y, lam, todo)):
+            _CACHE[_key(X, y, lam, t)] = sol
+        return
+    ref = QMCGibbsReference(X, y, lam, rtol=QMC_RTOL)
+    R = None
+    for i, t in enumerate(todo):
+        try:
+            sol = ref.solve([t], R0=R)[0]
+        except (GibbsAccuracyError, GibbsConvergenceError) as exc:
+            for t2 in todo[i:]:
+                _CACHE[_key(X, y, lam, t2)] = exc
+            return
         _CACHE[_key(X, y, lam, t)] = sol
+        R = sol.R
 
 
 def report_section(run, rep: dict, window: float = 0.5, max_P: int = 20000) -> dict:
@@ -260,5 +303,6 @@ def report_section(run, rep: dict, window: float = 0.5, max_P: int = 20000) -> d
                                 np.array([q["weight"] for q in rs]))}
     try:
         return compare_run(run, window, rays_by_stage)
-    except (ValueError, GibbsConvergenceError) as exc:   # no observations, or no convergence
+    except (ValueError, GibbsConvergenceError, ConvexSolverError) as exc:
+        # no observations, no convergence, or data the solvers cannot resolve
         return {"skipped": str(exc)}

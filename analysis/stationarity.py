@@ -1,4 +1,4 @@
-"""Stationarity verdict of one temperature stage, from its observations (docs/theory.md §2.2).
+"""Stationarity verdict of one temperature stage, from its observations (docs/theory.md §2.5).
 
 Pure functions on arrays: the observed predictor ``F`` (M, n) on the training points at steps
 ``steps`` (M,) of one stage, optionally the stability number ``η h`` at the same steps and the
@@ -35,6 +35,8 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from scipy.stats import norm
 from scipy.stats import t as student_t
+
+from analysis import time_average as _time_average
 
 #: Family-wise false-alarm level of the drift and parity tests (Bonferroni over the ``n``
 #: training points and the two tests).
@@ -91,29 +93,20 @@ class Verdict:
 
 
 def integrated_time(F) -> np.ndarray:
-    """Integrated autocorrelation time, in observations, of each column of ``F`` (M, n)
-    (Sokal's window ``c = 5``, ``emcee.autocorr.integrated_time``); 1 for a constant column,
-    never below 1 (antithetic series are not credited with more samples than they have)."""
-    from emcee.autocorr import integrated_time as _it
+    """Integrated autocorrelation time, in observations, of each column of ``F`` (M, n) or of
+    a series (M,): :func:`analysis.time_average.integrated_time` per column, shape (n,)."""
     F = np.asarray(F, dtype=float)
-    if F.ndim == 1:
-        F = F[:, None]
-    out = np.ones(F.shape[1])
-    for j in range(F.shape[1]):
-        x = F[:, j]
-        if F.shape[0] >= 2 and np.ptp(x) > 0:
-            out[j] = max(1.0, float(_it(x, c=5, tol=0, quiet=True)[0]))
-    return out
+    return _time_average.integrated_time(F[:, None] if F.ndim == 1 else F)
 
 
 def mcse(F) -> tuple[np.ndarray, np.ndarray]:
     """Monte Carlo standard error of the column means of ``F`` (M, n) and the effective
-    sample sizes: ``(sqrt(var · τ / M), M / τ)``, each of shape (n,)."""
+    sample sizes: ``(sqrt(var · τ / M), M / τ)``, each of shape (n,)
+    (:func:`analysis.time_average.mean_and_mcse`; ``nan`` standard errors from one sample)."""
     F = np.asarray(F, dtype=float)
     M = F.shape[0]
-    tau = integrated_time(F)
-    var = F.var(axis=0, ddof=1) if M > 1 else np.full(F.shape[1], np.nan)
-    return np.sqrt(var * tau / M), M / tau
+    _, se, tau = _time_average.mean_and_mcse(F)
+    return (se if M > 1 else np.full(F.shape[1], np.nan)), M / tau
 
 
 def _z(A, B) -> tuple[float, float]:

@@ -3,8 +3,9 @@
 A synthetic snapshot with rays planted at the maxima of the certificate |G| of random
 residuals, and a uniform halo (analysis.synthetic.planted_rays), on the embedded default data
 (eight points in the plane), timed through what ``meanfield
-analyze`` does per snapshot: rays with the certificate filters, kink hyperplanes, Theorem 6
-checks; and the sliced W2 between two such snapshots (used above 10⁴ particles).
+analyze`` does per snapshot: rays with the certificate and halo-baseline tests, kink
+hyperplanes, Theorem 6 checks; once per run the sensitivity table of the coldest snapshot; and
+the sliced W2 between two such snapshots (used above 10⁴ particles).
 
     python benchmarks/bench_analysis.py [--n-particles 100000] [--repeat 3]
 """
@@ -20,15 +21,16 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from scipy.spatial import cKDTree  # noqa: E402
+from scipy.spatial import cKDTree
 
-from analysis.certificate import certificate  # noqa: E402
-from analysis.rays import find_rays  # noqa: E402
-from analysis.synthetic import planted_rays  # noqa: E402
-from analysis.ternary import theorem6  # noqa: E402
-from analysis.transport import w2_sliced  # noqa: E402
-from meanfield.defaults import DEFAULT_TOML  # noqa: E402
-from solvers.geometry import kink_hyperplanes  # noqa: E402
+from analysis.certificate import certificate
+from analysis.kinks import data_kinks
+from analysis.ray_checks import sensitivity
+from analysis.rays import find_rays
+from analysis.synthetic import planted_rays
+from analysis.ternary import theorem6
+from analysis.transport import w2_sliced
+from meanfield.defaults import DEFAULT_TOML
 
 try:
     import tomllib
@@ -74,18 +76,28 @@ def main(argv=None):
     theta2 = snapshot(args.n_particles, 2)[3]
     print(f"planted rays: {planted}")
     find_rays(theta[:2000], X)                        # imports, first-call overheads
+    R = (np.maximum(theta[:, 1:] @ np.c_[X, np.ones(len(X))].T, 0).T @ theta[:, 0]
+         / len(theta) - y) / len(X)
+    full = {"R": R, "lam": lam, "tau": 1e-4}
     for label, kw in (("rays (mass filter only)", {}),
-                      ("rays + certificate filters", {"y": y, "lam": lam})):
-        best = np.inf
+                      ("rays + certificate + baseline", full)):
+        best = cpu = np.inf
         for _ in range(args.repeat):
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             res = find_rays(theta, X, **kw)
-            kinks = kink_hyperplanes([q.direction for q in res.rays])
+            kinks = data_kinks([q.direction for q in res.rays], X, [q.pattern for q in res.rays])
             th6 = theorem6([q.pattern for q in res.rays])
             best = min(best, time.perf_counter() - t)
-        print(f"{label:30s} N={args.n_particles}: {best:6.2f} s  (J={len(res.rays)}, "
+            cpu = min(cpu, time.process_time() - c)
+        print(f"{label:30s} N={args.n_particles}: {best:6.2f} s wall, {cpu:5.2f} s CPU  "
+              f"(J={len(res.rays)}, "
               f"K={len(kinks)}, distinct={th6['distinct']}, plateau={res.plateau[0]:.3g}.."
               f"{res.plateau[1]:.3g})")
+    t, c = time.perf_counter(), time.process_time()
+    sens = sensitivity(theta, X, full)
+    print(f"{'sensitivity table (' + str(len(sens['rows'])) + ' rows)':30s} N={args.n_particles}: "
+          f"{time.perf_counter() - t:6.2f} s wall, {time.process_time() - c:5.2f} s CPU  "
+          f"(robust={sens['robust']})")
     t = time.perf_counter()
     w = w2_sliced(theta, theta2)
     print(f"{'sliced W2, 200 projections':30s} N={args.n_particles}: "

@@ -18,7 +18,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from analysis.dichotomies import count_dichotomies, cover  # noqa: E402
+from analysis.dichotomies import count_dichotomies, cover
 
 
 def main(argv=None):

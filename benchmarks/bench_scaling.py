@@ -22,7 +22,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.common import (  # noqa: E402
+from benchmarks.common import (
     ETA,
     LAM,
     TAU,

@@ -32,7 +32,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.common import (  # noqa: E402
+from benchmarks.common import (
     ETA,
     LAM,
     TAU,
@@ -53,32 +53,39 @@ FLOOR_MS = (0.15, 0.2)   # 2.4 MFLOP + 4·10^4 normals per step at N=10^4, n=20,
 class Ours:
     name = "meanfield numba kernel"
 
-    def __init__(self, X, y, theta, seed=0):
+    def __init__(self, X, y, theta, seed=0, lam=LAM, eta=ETA, integrator="em"):
         from solvers.stepper import Stepper
         self.th = theta.copy()
-        self.st = Stepper(X, y, len(theta), lam=LAM, eta=ETA, seed=seed)
+        self.st = Stepper(X, y, len(theta), lam=lam, eta=eta, seed=seed, integrator=integrator)
         self.step = 0
 
     def run(self, k, tau=TAU):
         code = self.st.advance(self.th, tau, self.step, k)
-        assert code == 0
+        if code:
+            raise FloatingPointError(f"diverged by step {self.step + k}")
         self.step += k
 
     def theta(self):
         return self.th
 
+    def predictor(self):
+        """Predictor on the training points after the last :meth:`run`."""
+        return self.st.f
+
 
 class NumpyStep:
     name = "vectorised NumPy"
 
-    def __init__(self, X, y, theta, seed=0):
+    def __init__(self, X, y, theta, seed=0, lam=LAM, eta=ETA):
         self.X, self.y, self.th = X, y, theta.copy()
         self.Xt = np.ascontiguousarray(X.T)
         self.rng = np.random.default_rng(seed)
+        self.lam, self.eta = lam, eta
 
     def run(self, k, tau=TAU):
         X, y, th = self.X, self.y, self.th
         N, n = th.shape[0], len(y)
+        ETA, LAM = self.eta, self.lam
         sd = math.sqrt(2 * ETA * tau)
         for _ in range(k):
             a, W, b = th[:, 0], th[:, 1:-1], th[:, -1]
@@ -95,9 +102,16 @@ class NumpyStep:
             th[:, 0] -= ETA * (ga + LAM * a)
             if sd > 0:
                 th += sd * self.rng.standard_normal(th.shape)
+        if not np.all(np.isfinite(th)):
+            raise FloatingPointError("diverged")
 
     def theta(self):
         return self.th
+
+    def predictor(self):
+        """Predictor on the training points (one forward pass)."""
+        th = self.th
+        return np.maximum(th[:, 1:-1] @ self.Xt + th[:, -1:], 0.0).T @ th[:, 0] / th.shape[0]
 
 
 class TorchManual:
@@ -198,6 +212,59 @@ def check_identical_update(impls, X, y, theta):
     return out
 
 
+CLI_TOML = """\
+[data]
+kind = "gaussian"
+n = {n}
+d = {d}
+seed = 0
+
+[model]
+n_particles = {N}
+
+[dynamics]
+lam = {lam}
+eta = {eta}
+taus = [{tau}]
+steps_per_tau = {steps}
+seed = 0
+{integrator}
+[output]
+observe_every = 1000
+snapshots_per_tau = 1
+"""
+
+
+def cli_per_step(N, n, d, threads, short=5_000, long=30_000, reps=2, integrator=None):
+    """``meanfield run``'s time per step, ms: the difference of a ``long``- and a
+    ``short``-step run of the same config (``observe_every = 1000``), divided by
+    ``long − short``, so start-up, compile-cache loading and file creation cancel. Best of
+    ``reps`` of each (after one warm-up run). Returns ``(ms per step, seconds of the long run)``.
+    """
+    import subprocess
+    import tempfile
+    import time
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    extra = f'integrator = "{integrator}"\n' if integrator else ""
+    with tempfile.TemporaryDirectory() as tmp:
+        def run(steps):
+            cfg = os.path.join(tmp, f"cli{steps}.toml")
+            with open(cfg, "w") as fh:
+                fh.write(CLI_TOML.format(n=n, d=d, N=N, lam=LAM, eta=ETA, tau=TAU, steps=steps,
+                                         integrator=extra))
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "meanfield", "run", cfg, "-o",
+                            os.path.join(tmp, "out.h5"), "--overwrite", "--quiet",
+                            "--threads", str(threads)], check=True, env=env, cwd=tmp,
+                           capture_output=True)
+            return time.perf_counter() - t0
+        run(short)
+        t_short = min(run(short) for _ in range(reps))
+        t_long = min(run(long) for _ in range(reps))
+    return (t_long - t_short) / (long - short) * 1e3, t_long
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--N", type=int, default=10_000, help="particles (default 10^4)")
@@ -208,6 +275,7 @@ def main(argv=None):
     ap.add_argument("--budget", type=float, default=3.0, help="seconds of timing per row (3)")
     ap.add_argument("--quick", action="store_true", help="short run: 0.5 s per row")
     ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch peers")
+    ap.add_argument("--no-cli", action="store_true", help="skip the `meanfield run` row")
     args = ap.parse_args(argv)
     budget = 0.5 if args.quick else args.budget
     N, n, d = args.N, args.n, args.d
@@ -238,6 +306,11 @@ def main(argv=None):
         rows.append((Ours.name + ", 1 thread", best, med))
         set_threads(args.threads)
 
+    cli = None
+    if not args.no_cli:
+        cli, t_long = cli_per_step(N, n, d, args.threads)
+        rows.append((f"`meanfield run` (30k - 5k steps), {args.threads} thr.", cli, cli))
+
     ours = rows[0][1]
     print()
     print(f"{'implementation':44s} {'ms/step':>8s} {'median':>8s} "
@@ -245,6 +318,11 @@ def main(argv=None):
     for name, best, med in rows:
         print(f"{name:44s} {best:8.3f} {med:8.3f} {best * 1e6 / (N * n):26.2f} {best / ours:7.1f}")
     print("(ms/step = best of repeated timed calls; median alongside)")
+    if cli is not None:
+        print(f"`meanfield run` per step: {cli:.3f} ms (the 30 000-step run took {t_long:.1f} s); "
+              f"{cli - ours:+.3f} ms/step over the kernel alone = per-observation work "
+              f"(layout conversion, residuals, stationarity statistic, HDF5 append, progress) "
+              f"spread over observe_every = 1000 steps, and the machine's load")
 
     if (N, n, d) == (10_000, 20, 2):
         lo, hi = FLOOR_MS

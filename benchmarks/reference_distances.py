@@ -52,8 +52,8 @@ def main(argv=None):
     runner.run(cfg, out, overwrite=True, progress=False, threads=args.threads)
     t_run = time.time() - t0
     run = open_run(out)
-    lam, eta = cfg.dynamics["lam"], cfg.dynamics["eta"]
-    T = cfg.dynamics["steps_per_tau"]
+    lam, eta = cfg.dynamics.lam, cfg.dynamics.eta
+    T = cfg.dynamics.steps_per_tau
     name = os.path.basename(args.config)
     print(f"\n{name}: n={run.n} d={run.d} lam={lam:g} eta={eta:g} N={cfg.n_particles} "
           f"steps/tau={T} (run {t_run:.0f} s)\n")

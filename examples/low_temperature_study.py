@@ -65,7 +65,7 @@ def main(argv=None) -> int:
     t1 = time.perf_counter()
     print(f"run: {run_file} ({t1 - t0:.0f} s)")
 
-    rep = analyze_run(run_file, out, references=True)
+    rep = analyze_run(run_file, out, references=True, sensitivity=True)
     t2 = time.perf_counter()
     print(f"analysis and references: {t2 - t1:.0f} s")
 

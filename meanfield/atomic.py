@@ -1,5 +1,6 @@
 """Atomic file replacement: the one way ``meanfield`` writes a file that must never be seen
-half-written (checkpoints, study manifests, the empty run-file layout, reports, figures).
+half-written (checkpoints, study manifests, the empty run-file layout, reports, figures), and
+its counterpart for a folder written as a whole (:func:`replacing_dir`, report folders).
 
 The content goes to a scratch file in the same folder, which is renamed over the target
 (``os.replace``, atomic on POSIX): a reader, or a crash at any moment, sees the previous file
@@ -11,9 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+
+from meanfield.errors import InputError
 
 
 def fsync_path(path: str | os.PathLike) -> None:
@@ -110,10 +114,6 @@ def write_text(path: str | os.PathLike, text: str, *, durable: bool = False) -> 
     durable : bool
         ``fsync`` the file and its folder.
 
-    Returns
-    -------
-    None
-
     Raises
     ------
     OSError
@@ -121,3 +121,76 @@ def write_text(path: str | os.PathLike, text: str, *, durable: bool = False) -> 
     """
     with replacing(path, durable=durable) as tmp:
         tmp.write_text(text, encoding="utf-8")
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+@contextlib.contextmanager
+def replacing_dir(final, field: str = "-o", replaceable=None):
+    """Yield a temporary folder next to ``final``; when the block succeeds it becomes
+    ``final`` (replacing an existing one), otherwise it is deleted and ``final`` is untouched.
+
+    Parameters
+    ----------
+    final : path-like
+        The folder to produce. The caller owns it (:func:`meanfield.ownership.claim`).
+    field : str
+        The option that named it, for messages.
+    replaceable : callable(Path) -> bool, optional
+        Decides whether an existing ``final`` may be replaced (e.g. it holds only files of a
+        previous report); default: always.
+
+    Raises
+    ------
+    InputError
+        ``final`` exists and may not be replaced, or a file could not be written (the message
+        names it, under its final name, and the reason, e.g. "File too large").
+    """
+    final = Path(final)
+    parent = final.absolute().parent
+    if final.exists() and not final.is_dir():
+        raise InputError(str(final), field, "is a file, expected a folder")
+    if final.exists() and replaceable is not None and not replaceable(final):
+        raise InputError(str(final), field, "holds files this command did not write; choose "
+                                            "another folder (nothing was replaced)")
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=parent))
+    except OSError as exc:
+        raise InputError(str(final), field, f"cannot write in {parent} "
+                                            f"({exc.strerror or exc})") from None
+    try:
+        try:
+            yield tmp
+        except OSError as exc:
+            from meanfield.failures import describe
+            what, reason = describe(exc, tmp, within=tmp)
+            with contextlib.suppress(ValueError):
+                what = final / Path(what).relative_to(tmp.absolute())
+                what = what.with_name(what.name.removesuffix(".tmp"))
+            raise InputError(str(what), "", f"cannot write ({reason}); nothing written to "
+                                            f"{final}") from None
+        old = None
+        try:
+            os.chmod(tmp, 0o777 & ~_umask())
+            if final.exists():
+                old = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".old",
+                                            dir=parent))
+                os.replace(final, old / final.name)
+            os.replace(tmp, final)
+        except OSError as exc:
+            if old is not None and (old / final.name).exists() and not final.exists():
+                os.replace(old / final.name, final)
+            raise InputError(str(final), field, f"cannot replace ({exc.strerror or exc}); "
+                                                "left as it was") from None
+        finally:
+            if old is not None:
+                _remove(old)
+    finally:
+        if tmp.exists():
+            _remove(tmp)

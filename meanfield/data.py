@@ -7,6 +7,7 @@ A data set is ``X`` of shape ``(n, d)`` and ``y`` of shape ``(n,)``, float64. Li
 from __future__ import annotations
 
 import os
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import numpy as np
 
 from meanfield.config import RunConfig
 from meanfield.errors import DataError
+from meanfield.tables import FileData, GaussianData, GridData, InlineData, TwoPointData
 from solvers.geometry import lifted
 from solvers.inputs import check_xy
 
@@ -49,17 +51,18 @@ class Dataset:
         return lifted(self.X)
 
 
-def check_arrays(X, y, source: str = "<data>") -> Dataset:
+def check_arrays(X, y, source: str = "<data>", rows=None) -> Dataset:
     """Validate and normalise ``X`` (n, d) and ``y`` (n,) into a :class:`Dataset`.
 
-    A 1-D ``X`` is read as ``d = 1``.
+    A 1-D ``X`` is read as ``d = 1``. ``rows`` (optional) gives the 1-based file line of each
+    row, used in messages instead of the 0-based row index.
 
     Raises
     ------
     DataError
         Empty data, non-numeric values, NaN/Inf, or ``len(X) != len(y)``.
     """
-    X, y = check_xy(X, y, source)
+    X, y = check_xy(X, y, source, rows=rows)
     return Dataset(X, y, Path(source).name)
 
 
@@ -72,9 +75,10 @@ def _is_number(s: str) -> bool:
 
 
 def _load_csv(path: Path) -> Dataset:
-    rows = []
+    rows, lines = [], []
     ncol = None
-    with open(path, encoding="utf-8") as fh:
+    # utf-8-sig: a byte-order mark (as spreadsheet programs write) is not part of the first field
+    with open(path, encoding="utf-8-sig") as fh:
         for lineno, line in enumerate(fh, start=1):
             s = line.strip()
             if not s or s.startswith("#"):
@@ -93,12 +97,25 @@ def _load_csv(path: Path) -> Dataset:
                 raise DataError(str(path), f"line {lineno}",
                                 f"expected {ncol} columns, got {len(vals)}")
             rows.append(vals)
+            lines.append(lineno)
     if not rows:
         raise DataError(str(path), "", "empty data set (no numeric rows)")
     A = np.array(rows, dtype=np.float64)
     if A.shape[1] < 2:
         raise DataError(str(path), "", "need at least 2 columns (inputs..., y)")
-    return check_arrays(A[:, :-1], A[:, -1], str(path))
+    return check_arrays(A[:, :-1], A[:, -1], str(path), rows=lines)
+
+
+#: The first bytes of the binary formats (``.npz`` is a zip archive).
+_MAGIC = {".npy": b"\x93NUMPY", ".npz": b"PK\x03\x04"}
+
+
+def _check_magic(p: Path, suffix: str, src: str) -> None:
+    with open(p, "rb") as fh:
+        head = fh.read(len(_MAGIC[suffix]))
+    if head != _MAGIC[suffix]:
+        kind = "NumPy .npy file" if suffix == ".npy" else "NumPy .npz archive (zip)"
+        raise DataError(src, "", f"not a {kind}: it starts with {head!r}")
 
 
 def load_file(path: str | os.PathLike) -> Dataset:
@@ -130,11 +147,13 @@ def load_file(path: str | os.PathLike) -> Dataset:
         if suffix == ".csv":
             ds = _load_csv(p)
         elif suffix == ".npy":
+            _check_magic(p, suffix, src)
             A = np.load(p, allow_pickle=False)
             if A.ndim != 2 or A.shape[1] < 2:
                 raise DataError(src, "", f"expected a 2-D array with >= 2 columns, got {A.shape}")
             ds = check_arrays(A[:, :-1], A[:, -1], src)
         elif suffix == ".npz":
+            _check_magic(p, suffix, src)
             with np.load(p, allow_pickle=False) as z:
                 for k in ("X", "y"):
                     if k not in z.files:
@@ -144,18 +163,24 @@ def load_file(path: str | os.PathLike) -> Dataset:
             raise DataError(src, "", f"unknown data file type '{suffix}' (use .csv, .npy or .npz)")
     except DataError:
         raise
+    except UnicodeDecodeError:
+        raise DataError(src, "", "not a UTF-8 text file") from None
     except ValueError as exc:
         msg = str(exc)
         if "pickle" in msg.lower():
             raise DataError(src, "", "holds pickled objects, which are refused "
                                      "(save plain numeric arrays)") from None
-        raise DataError(src, "", f"cannot read: {msg}") from None
+        raise DataError(src, "", f"cannot read: {msg.splitlines()[0] if msg else exc!r}") \
+            from None
     except PermissionError:
         raise DataError(src, "", "permission denied") from None
     except OSError as exc:
-        raise DataError(src, "", f"cannot read: {exc}") from None
-    except UnicodeDecodeError:
-        raise DataError(src, "", "not a UTF-8 text file") from None
+        raise DataError(src, "", f"cannot read: {exc.strerror or exc}") from None
+    except (EOFError, TypeError, IndexError, KeyError, zipfile.BadZipFile) as exc:
+        # truncated or damaged archives, structured or odd dtypes
+        raise DataError(src, "", f"damaged or unusable array file ({type(exc).__name__}: "
+                                 f"{str(exc).splitlines()[0][:80] if str(exc) else ''})") \
+            from None
     return Dataset(ds.X, ds.y, p.name)
 
 
@@ -206,24 +231,22 @@ def from_config(cfg: RunConfig) -> Dataset:
         When the file cannot be loaded or the data is unusable.
     """
     dat = cfg.data
-    kind = dat["kind"]
-    if kind == "file":
-        return load_file(dat["path"])
-    if kind == "two_point":
-        return two_point(dat["d"], dat["norm"], dat["labels"], dat["y"])
-    if kind == "gaussian":
-        return gaussian(dat["n"], dat["d"], dat["seed"])
-    if kind == "grid":
-        return grid(dat["d"], dat["points_per_axis"], dat["extent"], dat["seed"])
-    if kind == "inline":
-        rows = dat["X"]
-        widths = {len(r) for r in rows}
+    if isinstance(dat, FileData):
+        return load_file(dat.path)
+    if isinstance(dat, TwoPointData):
+        return two_point(dat.d, dat.norm, dat.labels, dat.y)
+    if isinstance(dat, GaussianData):
+        return gaussian(dat.n, dat.d, dat.seed)
+    if isinstance(dat, GridData):
+        return grid(dat.d, dat.points_per_axis, dat.extent, dat.seed)
+    if isinstance(dat, InlineData):
+        widths = {len(r) for r in dat.X}
         if len(widths) != 1:
             raise DataError(cfg.source, "data.X", f"rows have different lengths {sorted(widths)}")
         try:
-            ds = check_arrays(rows, dat["y"], cfg.source)
+            ds = check_arrays(dat.X, dat.y, cfg.source)
         except DataError as exc:
             raise DataError(cfg.source, f"data.{exc.field}" if exc.field else "data",
                             exc.reason) from None
         return Dataset(ds.X, ds.y, "inline")
-    raise DataError(cfg.source, "data.kind", f"unknown kind {kind!r}")  # pragma: no cover
+    raise DataError(cfg.source, "data.kind", f"unknown kind {dat!r}")  # pragma: no cover

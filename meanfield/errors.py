@@ -30,14 +30,8 @@ class CheckpointError(InputError):
 class Interrupted(Exception):
     """The run stopped on SIGINT/SIGTERM after writing a checkpoint (CLI exit code 130).
 
-    Parameters
-    ----------
-    step : int
-        Global step of the checkpoint.
-    checkpoint : str
-        Path of the checkpoint written.
-    message : str
-        The one-line message for the user.
+    ``step`` is the global step of the checkpoint, ``checkpoint`` its path, ``message`` the
+    one line for the user.
     """
 
     def __init__(self, step: int, checkpoint: str, message: str):

@@ -3,6 +3,7 @@ directions with rays marked, and ladder curves."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
@@ -21,10 +22,35 @@ def save(fig, path, **kw) -> None:
         fig.savefig(tmp, **kw)
 
 
-def _plt():
-    # Deferred on purpose: Matplotlib is heavy, and pyplot must see the Agg backend first.
+def import_matplotlib():
+    """Import and return :mod:`matplotlib` for writing PNG files with the Agg backend.
+
+    The figures never need the backend named by ``MPLBACKEND``; a value that matplotlib
+    rejects (``MPLBACKEND=nonsense`` makes ``import matplotlib`` raise ``ValueError``) is
+    set aside while importing, so that the figures are still written.
+    """
+    import os
+    import sys
+    if "matplotlib" not in sys.modules and "MPLBACKEND" in os.environ:
+        try:
+            import matplotlib
+        except ValueError:
+            for name in [m for m in sys.modules if m == "matplotlib"
+                         or m.startswith("matplotlib.")]:
+                del sys.modules[name]       # the half-imported package, imported again below
+            saved = os.environ.pop("MPLBACKEND")
+            try:
+                import matplotlib
+            finally:
+                os.environ["MPLBACKEND"] = saved
     import matplotlib
     matplotlib.use("Agg", force=False)
+    return matplotlib
+
+
+def _plt():
+    # Deferred on purpose: Matplotlib is heavy, and pyplot must see the Agg backend first.
+    import_matplotlib()
     import matplotlib.pyplot as plt
     return plt
 
@@ -157,10 +183,12 @@ def plot_directions(path, theta, rays=None, title=""):
     rays : list of analysis.rays.Ray, optional
         Marked at their mean direction (``Ray.direction``, ``Ray.sign``).
     title : str
+        Figure title (default: what is shown).
 
     Returns
     -------
-    path, or ``None`` (nothing drawn) when ``d > 2``.
+    path or None
+        ``None`` (nothing drawn) when ``d > 2``.
 
     Notes
     -----
@@ -223,7 +251,8 @@ def plot_directions(path, theta, rays=None, title=""):
     return path
 
 
-def plot_ladder(path, taus, series: dict, title="low-temperature limit", not_stationary=None):
+def plot_ladder(path, taus, series: dict, title="low-temperature limit", references=None,
+                not_stationary=None):
     """Curves against the temperature ``τ`` (log axis, hot on the left, cold on the right).
 
     Parameters
@@ -236,6 +265,9 @@ def plot_ladder(path, taus, series: dict, title="low-temperature limit", not_sta
         Panel label -> values per ``τ`` (``nan`` for missing); labels starting with ``rays`` or
         ``hyperplanes`` get integer ticks. One panel per entry.
     title : str
+    references : dict, optional
+        Panel label -> ``(value, legend)``: a dashed horizontal reference line on that panel
+        (e.g. the convex ``τ → 0`` reference's ray count).
     not_stationary : sequence of bool, optional
         Stages judged not stationary: drawn as red crosses and named in the legend.
 
@@ -254,10 +286,14 @@ def plot_ladder(path, taus, series: dict, title="low-temperature limit", not_sta
                                  constrained_layout=True, squeeze=False)
         for ax, (lab, vals) in zip(axes.ravel(), series.items()):
             ax.plot(taus, np.asarray(vals, float), "o-")
+            if references and lab in references and references[lab][0] is not None:
+                val, legend = references[lab]
+                ax.axhline(val, ls="--", color="0.4", lw=1, label=legend)
             if bad.any():
                 ax.plot(taus[bad], np.asarray(vals, float)[bad], "x", color="red", ms=10,
                         mew=2, label="not stationary")
-                ax.legend(fontsize="small")
+            if bad.any() or (references and lab in references and references[lab][0] is not None):
+                ax.legend(fontsize=7)
             if lab.startswith(("rays", "hyperplanes")):
                 ax.yaxis.get_major_locator().set_params(integer=True)
             ax.set_xscale("log")
@@ -270,4 +306,145 @@ def plot_ladder(path, taus, series: dict, title="low-temperature limit", not_sta
         fig.suptitle(title)
         save(fig, path)
         plt.close(fig)
+    return path
+
+
+# --- a study over seeds and widths (meanfield analyze STUDY_DIR) ----------------------------
+
+def _label(params: dict) -> str:
+    return ", ".join(f"{k.split('.')[-1]}={v}" for k, v in params.items()) or "all"
+
+
+def _tau_axis(ax, taus):
+    pos = [t for t in taus if t > 0]
+    if pos and len(pos) < len(taus):
+        ax.set_xscale("symlog", linthresh=min(pos))
+    elif pos:
+        ax.set_xscale("log")
+    ax.set_xlabel("τ")
+    ax.invert_xaxis()
+
+
+def study_figures(result: dict, outdir) -> list:
+    """Figures of a study summary (:func:`meanfield.sweep.summary.analyze_study`).
+
+    Write ``J_tau.png``, ``K_tau.png``, ``risk_tau.png`` (mean ± std over seeds, one line
+    per parameter point) and ``w2_width.png`` (``W_2`` to the widest run against ``N``, log-log,
+    with an ``N^{-1/2}`` guide). Figures with no finite data are skipped. Returns the paths."""
+    plt = _plt()
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    lines: OrderedDict[str, list] = OrderedDict()
+    axes = [a for a in result["axes"] if a != result["seed_axis"]]
+    for r in result["table"]:
+        lines.setdefault(_label({a: r[a] for a in axes}), []).append(r)
+    written = []
+    for name, ylabel, fname in (("J", "rays J", "J_tau.png"), ("K", "kink hyperplanes K",
+                                                               "K_tau.png"),
+                                ("risk", "risk (time average)", "risk_tau.png")):
+        if not any(np.isfinite(r[f"{name}_mean"]) for r in result["table"]):
+            continue
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for lab, rows in lines.items():
+            t = np.array([r["tau"] for r in rows])
+            m = np.array([r[f"{name}_mean"] for r in rows])
+            s = np.nan_to_num(np.array([r[f"{name}_std"] for r in rows]))
+            ax.errorbar(t, m, yerr=s, marker="o", capsize=3, label=lab)
+        _tau_axis(ax, sorted({r["tau"] for r in result["table"]}))
+        if name == "risk":
+            ax.set_yscale("log")
+        ax.set_ylabel(ylabel)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        save(fig, outdir / fname, dpi=120)
+        plt.close(fig)
+        written.append(outdir / fname)
+    if result["width"]:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        other = [a for a in axes if a != result["width_axis"]]
+        for g in result["width"]:
+            n = np.asarray(g["n_particles"], float)
+            m = np.asarray(g["w2_mean"], float)
+            lab = _label({**{a: g[a] for a in other}, "tau": g["tau"]})
+            ax.errorbar(n, m, yerr=np.nan_to_num(np.asarray(g["w2_std"], float)),
+                        marker="o", capsize=3, label=f"{lab} (slope {g['slope']:.2f})")
+        ok = [(np.asarray(g["n_particles"], float), np.asarray(g["w2_mean"], float))
+              for g in result["width"]]
+        n0, m0 = ok[0][0][0], ok[0][1][0]
+        if np.isfinite(m0) and m0 > 0:
+            nn = np.array([min(o[0].min() for o in ok), max(o[0].max() for o in ok)])
+            ax.plot(nn, m0 * (nn / n0) ** -0.5, "k--", lw=1, label="N^-1/2")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("width N")
+        ax.set_ylabel(f"W2 to N = {result['width'][0]['reference_n_particles']}")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        save(fig, outdir / "w2_width.png", dpi=120)
+        plt.close(fig)
+        written.append(outdir / "w2_width.png")
+    return written
+
+
+# --- the high-dimensional GD study (meanfield highdim) ----------------------------------------
+
+def highdim_figure(path, summary: dict) -> Path:
+    """Log-log figure of the gap and relative gap against ``d`` (one line per ``n``), with
+    95 % intervals and the fitted slope; PNG via the Agg canvas (no display needed)."""
+    # Deferred on purpose, like _plt: Matplotlib is heavy (this figure needs no pyplot).
+    import_matplotlib()
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    path = Path(path)
+    fig = Figure(figsize=(9, 3.8), layout="constrained")
+    FigureCanvasAgg(fig)
+    rows = summary["cells"]
+    ns = sorted({r["n"] for r in rows})
+    p = summary["params"]
+    for ax, key, label in zip(fig.subplots(1, 2), ("gap", "rel_gap"),
+                              (r"$\|W_\infty - W^*\|$", r"$\|W_\infty - W^*\| / \|W^*\|$")):
+        fit = summary["slopes"].get(key, {})
+        for n in ns:
+            sel = [r for r in rows if r["n"] == n and r[key]["mean"] is not None]
+            if not sel:
+                continue
+            d = np.array([r["d"] for r in sel], dtype=float)
+            mean = np.array([r[key]["mean"] for r in sel])
+            lo = np.array([r[key]["ci95"][0] if r[key]["ci95"][0] is not None else r[key]["mean"]
+                           for r in sel])
+            hi = np.array([r[key]["ci95"][1] if r[key]["ci95"][1] is not None else r[key]["mean"]
+                           for r in sel])
+            lo = np.where(lo > 0, lo, mean)
+            line = ax.errorbar(d, mean, yerr=[mean - lo, hi - mean], marker="o", ms=4, capsize=3,
+                               ls="none", label=f"n = {n}")
+            if "d" in fit:
+                logfit = fit["intercept"] + fit["d"]["slope"] * np.log(d) \
+                    + (fit["n"]["slope"] * np.log(n) if "n" in fit else 0.0)
+                ax.plot(d, np.exp(logfit), color=line[0].get_color(), lw=1)
+        ax.set_title("; ".join(f"slope in {v}: {fit[v]['slope']:.3f}" + (
+                                   f" [{fit[v]['ci95'][0]:.3f}, {fit[v]['ci95'][1]:.3f}]"
+                                   if None not in (fit[v].get("ci95") or [None])
+                                   else " (no interval)")
+                               for v in ("d", "n") if v in fit),
+                     fontsize=8)
+        if key == "gap" and rows:
+            d_all = np.array(sorted({r["d"] for r in rows}), dtype=float)
+            first = [r for r in rows if r["n"] == ns[0] and r[key]["mean"] is not None]
+            if first and d_all.size > 1:
+                d0, g0 = first[0]["d"], first[0][key]["mean"]
+                ax.plot(d_all, g0 * (d_all / d0) ** -0.5, "k--", lw=0.8, label="slope −1/2")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        for axis in (ax.xaxis, ax.yaxis):       # label 1-2-5 ticks: ranges are often < a decade
+            axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+            axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            axis.set_minor_formatter(NullFormatter())
+        ax.set_xlabel("input dimension d")
+        ax.set_ylabel(label)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"GD on m = {p['neurons']} ReLU neuron(s), init {p['init']}, c = {p['c']:g}, "
+                 f"{p['trials']} trials", fontsize=10)
+    save(fig, path, dpi=120)
     return path

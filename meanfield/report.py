@@ -1,8 +1,6 @@
-"""Analysis of a run file: per snapshot rays, kink hyperplanes, ternary patterns and the
-[LJM26] Theorem 6 checks; ``P`` of the data; across the temperature ladder ``J(τ)``, ``K(τ)``,
-risk, ``W2`` to the previous temperature and the distance to a zero-temperature reference; the
-[LJM26] Proposition 7 comparison for symmetric two-point data. Written as ``report.json``,
-``report.md`` and PNG figures. Never writes into the run file."""
+"""The report of ``meanfield analyze``: the analysis of a run file
+(:func:`analysis.run_analysis.analyze`) written as ``report.json``, ``report.md`` and PNG
+figures. Never writes into the run file."""
 
 from __future__ import annotations
 
@@ -14,125 +12,17 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import ArrayLike
 
-from analysis import ternary as pat
-from analysis import transport, two_point
-from analysis.dichotomies import count_dichotomies
-from analysis.rays import find_rays
-from analysis.references import convex_reference, report_section
+from analysis.run_analysis import RunAnalysis, analyze
 from meanfield import atomic
 from meanfield import figures as plots
 from meanfield.store import open_run
-from solvers import numpy_model as model
-from solvers.geometry import kink_hyperplanes
-
-
-def _obs_at(run, name, step):
-    o = run.observables[name]
-    sel = np.nonzero(o["step"] == step)[0]
-    return o["value"][sel[0]] if sel.size else None
-
-
-def analyze_frame(run, k, **ray_kw) -> dict:
-    """Rays, kinks, patterns and fit of frame ``k`` of a :class:`meanfield.store.Run`.
-
-    ``ray_kw`` go to :func:`analysis.rays.find_rays` (the run's ``y`` and ``lam`` are passed,
-    so the certificate filters are on).
-
-    Returns
-    -------
-    dict
-        Keys ``tau, step, risk, n_rays, n_hyperplanes, rays, kinks, f_train, thresholds,
-        rejected, cell_conflicts, patterns, theorem6`` and the private objects ``_rays``
-        (RayResult), ``_kinks`` and ``_theta``.
-    """
-    theta = run.frame(k)
-    lam = float(run.config["dynamics"]["lam"])
-    res = find_rays(theta, run.X, y=run.y, lam=lam, **ray_kw)
-    kinks = kink_hyperplanes([q.direction for q in res.rays]) if res.rays else []
-    step = int(run.frame_step[k])
-    risk = _obs_at(run, "risk", step)
-    f_train = model.predict(theta, run.X)
-    pats = [q.pattern for q in res.rays]
-    return {"tau": float(run.frame_tau[k]), "step": step,
-            "risk": float(risk) if risk is not None else float(np.mean((f_train - run.y) ** 2)),
-            "n_rays": len(res.rays), "n_hyperplanes": len(kinks),
-            "rays": [q.as_dict() for q in res.rays], "kinks": [kk.as_dict() for kk in kinks],
-            "f_train": [float(v) for v in f_train], "thresholds": res.thresholds_used(),
-            "rejected": res.rejected, "cell_conflicts": res.cell_conflicts,
-            "patterns": [[int(t) for t in p] for p in pats],
-            "theorem6": pat.theorem6(pats),
-            "_rays": res, "_kinks": kinks, "_theta": theta}
-
-
-def _public(snap):
-    return {k: v for k, v in snap.items() if not k.startswith("_")}
-
-
-def _reference_values(reference, X):
-    """The zero-temperature reference predictor on the training inputs, or None."""
-    if reference is None:
-        return None
-    if callable(reference):
-        return np.asarray(reference(X), dtype=float).ravel()
-    ref = np.asarray(reference, dtype=float).ravel()
-    if ref.shape[0] != X.shape[0]:
-        raise ValueError(f"reference has {ref.shape[0]} values, the data {X.shape[0]} points")
-    return ref
-
-
-def ladder(run, snaps, reference=None, w2: bool = True, **w2_kw) -> list:
-    """One row per temperature of the ladder (the last snapshot at each ``τ``).
-
-    Parameters
-    ----------
-    run : meanfield.store.Run
-    snaps : list of dict
-        :func:`analyze_frame` results of every frame.
-    reference : ndarray of shape (n,) or callable, optional
-        Zero-temperature reference predictor on the training inputs (or a function of ``X``).
-        **Hook:** the convex ``τ → 0`` solver (``solvers/convex.py``, THEORY §4) is meant to
-        supply it; without it the distance is ``None``.
-    w2 : bool
-        Compute ``W2`` to the previous temperature (exact up to 10⁴ particles, else sliced;
-        :mod:`analysis.transport`).
-
-    Returns
-    -------
-    list of dict
-        ``tau, step, J, K, risk, halo_mass_fraction, w2_to_previous, w2_method,
-        w2_rays_to_previous, dist_to_reference``.
-    """
-    ref = _reference_values(reference, run.X)
-    last = {}
-    for i, s in enumerate(snaps):
-        last[s["tau"]] = i                   # frames are in ladder order; keep the last per τ
-    order = sorted(last.values())
-    rows, prev = [], None
-    for i in order:
-        s = snaps[i]
-        row = {"tau": s["tau"], "step": s["step"], "J": s["n_rays"], "K": s["n_hyperplanes"],
-               "risk": s["risk"], "halo_mass_fraction": s["thresholds"]["halo_mass_fraction"],
-               "w2_to_previous": None, "w2_method": None, "w2_rays_to_previous": None,
-               "dist_to_reference": None}
-        if prev is not None and w2:
-            d = transport.w2_snapshots(snaps[prev]["_theta"], s["_theta"], **w2_kw)
-            row["w2_to_previous"], row["w2_method"] = d["w2"], d["method"]
-            ra, rb = snaps[prev]["_rays"].rays, s["_rays"].rays
-            if ra and rb:
-                row["w2_rays_to_previous"] = transport.w2_rays(
-                    [q.direction for q in ra], [q.weight for q in ra],
-                    [q.direction for q in rb], [q.weight for q in rb])["w2"]
-        if ref is not None:
-            row["dist_to_reference"] = float(np.sqrt(np.mean((np.asarray(s["f_train"]) - ref)
-                                                             ** 2)))
-        rows.append(row)
-        prev = i
-    return rows
+from solvers import numpy_model
 
 
 def analyze_run(path: str | os.PathLike, outdir: str | os.PathLike | None = None,
                 figures: bool = True, *, reference: ArrayLike | Callable | None = None,
-                w2: bool = True, references: bool = False, **ray_kw) -> dict:
+                w2: bool = True, references: bool = False, convex: bool | None = None,
+                sensitivity: bool = False, **ray_kw) -> dict:
     """Analyse every snapshot frame of a run file and its temperature ladder.
 
     Parameters
@@ -144,21 +34,27 @@ def analyze_run(path: str | os.PathLike, outdir: str | os.PathLike | None = None
     figures : bool
         Write PNG figures into ``outdir``.
     reference : ndarray of shape (n,) or callable, optional
-        Zero-temperature reference predictor on the training inputs (see :func:`ladder`).
+        Zero-temperature reference predictor on the training inputs (see :func:`analysis.run_analysis.ladder`).
     w2 : bool
         Compute ``W2`` between successive temperatures.
     references : bool
         Compare with the exact references (THEORY §4–5): the Gibbs fixed point at each ``τ``
         (``d ≤ 2``), the convex ``τ → 0`` limit at the coldest ``τ`` (also used as
         ``reference`` when that is not given), and the matching of rays to its rays; adds the
-        key ``references`` (see :func:`analysis.references.report_section`).
+        key ``references`` (see :func:`analysis.references.report_section`) and the convex
+        counts per ``τ`` (``J_convex``, ``K_convex``, ``matched``; THEORY §6.4).
+    convex : bool, optional
+        The convex counts only, without the Gibbs references (default: ``references``).
+    sensitivity : bool
+        Add ``sensitivity``: ``J`` and ``K`` of the coldest snapshot over a range of each
+        threshold (THEORY §6.4; on in ``meanfield analyze``).
     **ray_kw
         Passed to :func:`analysis.rays.find_rays`.
 
     Returns
     -------
     dict
-        ``run, d, n, P, cover, general_position, P_exact, P_tol_range, bound_2P_minus_1,
+        The report document (:meth:`analysis.run_analysis.RunAnalysis.as_dict`): ``run, d, n, P, cover, general_position, P_exact, P_tol_range, bound_2P_minus_1,
         bound_P_minus_1, complete, n_rays_by_tau, ladder, w2_to_previous, patterns,
         pattern_tolerance, theorem6, two_point, snapshots``. ``patterns`` and ``theorem6`` are
         those of the last snapshot (the lowest temperature); every snapshot has its own.
@@ -168,49 +64,11 @@ def analyze_run(path: str | os.PathLike, outdir: str | os.PathLike | None = None
     meanfield.errors.RunFileError
         The run file is missing, damaged or foreign.
     """
-    run = open_run(path)
-    dc = count_dichotomies(run.X)
-    if dc.ambiguous:
-        dc = count_dichotomies(run.X, exact=True)
-    snaps = [analyze_frame(run, k, **ray_kw) for k in range(run.n_frames)]
-    P = dc.P
-    cvx = None
-    if references and reference is None and P <= 20000:
-        cvx = convex_reference(run.X, run.y, float(run.config["dynamics"]["lam"]))
-        reference = cvx.f_train
-    rows = ladder(run, snaps, reference, w2)
-    lam = float(run.config["dynamics"]["lam"])
-    last = snaps[-1] if snaps else None
-    tp = None
-    if two_point.detect(run.X, run.y) is not None:
-        tp = [{"tau": snaps[i]["tau"], **two_point.compare(run.X, run.y, lam, snaps[i]["_kinks"],
-                                                          snaps[i]["f_train"])}
-              for i in sorted({s["tau"]: i for i, s in enumerate(snaps)}.values())]
-    th6 = None
-    if last is not None:
-        th6 = {**last["theorem6"], **pat.bounds(P, last["n_rays"])}
-    rep = {"run": str(path), "d": run.d, "n": run.n, "P": P, "cover": dc.cover,
-           "general_position": dc.general_position, "P_exact": dc.exact,
-           "P_tol_range": None if dc.tol_range is None else list(dc.tol_range),
-           "bound_2P_minus_1": 2 * P - 1, "bound_P_minus_1": P - 1,
-           "complete": run.complete,
-           "n_rays_by_tau": [{"tau": s["tau"], "step": s["step"], "n_rays": s["n_rays"],
-                              "n_hyperplanes": s["n_hyperplanes"]} for s in snaps],
-           "ladder": rows,
-           "w2_to_previous": [{"tau": r["tau"], "w2": r["w2_to_previous"],
-                               "method": r["w2_method"], "w2_rays": r["w2_rays_to_previous"]}
-                              for r in rows[1:]],
-           "patterns": last["patterns"] if last else [],
-           "pattern_tolerance": (last["_rays"].pattern_tol.as_dict() if last
-                                 else pat.PatternTolerance().as_dict()),
-           "theorem6": th6, "two_point": tp,
-           "snapshots": [_public(s) for s in snaps]}
-    from analysis.stationarity import annotate_report, run_verdicts
-    annotate_report(rep, run_verdicts(run), run.config["dynamics"]["taus"])
-    if references:
-        rep["references"] = report_section(run, rep)
+    result = analyze(open_run(path), reference=reference, w2=w2, references=references,
+                     convex=convex, sensitivity=sensitivity, **ray_kw)
+    rep = result.as_dict()
     if outdir is not None:
-        write_report(rep, snaps, run, outdir, figures)
+        write_report(rep, result, outdir, figures)
     return rep
 
 
@@ -218,23 +76,25 @@ def analyze_run(path: str | os.PathLike, outdir: str | os.PathLike | None = None
 FIGURES = ("predictor.png", "directions.png", "ladder.png")
 
 
-def write_report(rep, snaps, run, outdir, figures=True):
-    """Write ``report.json``, ``report.md`` and figures for :func:`analyze_run`'s result."""
+def write_report(rep: dict, result: RunAnalysis, outdir: str | os.PathLike,
+                 figures: bool = True) -> None:
+    """Write ``report.json`` (``rep``), ``report.md`` and the figures of ``result``."""
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
     for stale in FIGURES:       # a rewritten report never sits next to an older run's figures
         (out / stale).unlink(missing_ok=True)
     atomic.write_text(out / "report.json", json.dumps(rep, indent=1))
     figs = []
-    if figures and snaps:
-        last = snaps[-1]
-        per_tau = {s["tau"]: s for s in snaps}          # the last snapshot at each τ
-        preds = [(f"τ = {s['tau']:.0e}",
-                  (lambda th: (lambda Xg: model.predict(th, Xg)))(s["_theta"]), s["_kinks"])
-                 for s in per_tau.values()]
-        if plots.plot_predictor(out / "predictor.png", run.X, run.y, preds):
+    frames = result.frames
+    if figures and frames:
+        last = frames[-1]
+        per_tau = {f.tau: f for f in frames}            # the last snapshot at each τ
+        preds = [(f"τ = {f.tau:.0e}",
+                  (lambda th: (lambda Xg: numpy_model.predict(th, Xg)))(f.theta), f.kinks)
+                 for f in per_tau.values()]
+        if plots.plot_predictor(out / "predictor.png", result.X, result.y, preds):
             figs.append("predictor.png")
-        if plots.plot_directions(out / "directions.png", last["_theta"], last["_rays"].rays):
+        if plots.plot_directions(out / "directions.png", last.theta, last.rays.rays):
             figs.append("directions.png")
         rows = rep["ladder"]
         if len(rows) > 1:
@@ -247,7 +107,12 @@ def write_report(rep, snaps, run, outdir, figures=True):
             if any(r["dist_to_reference"] is not None for r in rows):
                 series["RMS |f − f_convex| on data"] = [np.nan if r["dist_to_reference"] is None
                                                        else r["dist_to_reference"] for r in rows]
+            refl = None
+            if rows[0].get("J_convex") is not None:
+                refl = {"rays J": (rows[0]["J_convex"], "convex τ→0"),
+                        "hyperplanes K": (rows[0]["K_convex"], "convex τ→0")}
             plots.plot_ladder(out / "ladder.png", [r["tau"] for r in rows], series,
+                              references=refl,
                               not_stationary=[r.get("stationary") is False for r in rows])
             figs.append("ladder.png")
     atomic.write_text(out / "report.md", markdown(rep, figs))
@@ -274,16 +139,23 @@ def markdown(rep, figs=()) -> str:
              f"P−1 = {rep['bound_P_minus_1']}")
     L.append(f"- run complete: {rep['complete']}")
     L += ["", "## Low-temperature limit", "",
-          "| τ | step | stationary | rays J | hyperplanes K | risk | halo mass | "
-          "W2 to previous τ | W2 of rays to previous τ | distance to τ=0 reference |",
-          "|---|---|---|---|---|---|---|---|---|---|"]
+          "| τ | step | stationary | rays J | hyperplanes K | J convex | K convex | matched | risk | "
+          "halo mass | W2 to previous τ | W2 of rays to previous τ | distance to τ=0 reference |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rep["ladder"]:
         w2 = "—" if r["w2_to_previous"] is None else f"{r['w2_to_previous']:.3e} ({r['w2_method']})"
         st = {True: "yes", False: "**NO**", None: "—"}[r.get("stationary")]
         L.append(f"| {r['tau']:.2e} | {r['step']} | {st} | {r['J']} | {r['K']} | "
-                 f"{r['risk']:.4e} | {r['halo_mass_fraction']:.3f} | {w2} | "
-                 f"{_fmt(r['w2_rays_to_previous'])} | {_fmt(r['dist_to_reference'])} |")
+                 f"{r.get('J_convex', '—')} | {r.get('K_convex', '—')} | "
+                 f"{r.get('matched', '—')} | {r['risk']:.4e} | "
+                 f"{r['halo_mass_fraction']:.3f} | {w2} | {_fmt(r['w2_rays_to_previous'])} | "
+                 f"{_fmt(r['dist_to_reference'])} |")
     L += _stationarity_markdown(rep["ladder"])
+    if rep.get("convex_counts"):
+        c = rep["convex_counts"]
+        L += ["", f"J convex, K convex: rays of the convex τ → 0 reference with weight "
+              f"|c_k| ≥ {c['floor']} Σ|c| (the ray mass floor) and their kink hyperplanes; "
+              f"matched: measured rays paired one to one with them (same sign, within 0.2 rad)."]
     L += ["", "Snapshots:", "", "| τ | step | risk | J | K | halo mass | threshold (chord) | "
           "plateau |", "|---|---|---|---|---|---|---|---|"]
     for s in rep["snapshots"]:
@@ -302,13 +174,22 @@ def markdown(rep, figs=()) -> str:
                      f"{q['mass_fraction']:.3f} | {q['spread']:.3f} | {_fmt(q['G'], '.3f')} | "
                      f"{q['n_cells']} | ({', '.join(f'{x:.3f}' for x in q['direction'])}) | "
                      f"{_pattern_str(q['pattern'])} |")
+        halo = ("" if t.get("halo_ratio") is None else
+                f"mean particle mass ≥ {t['halo_ratio']:g} × (d+1)τ/λ = "
+                f"{t['halo_ratio'] * t['halo_baseline']:.3g}, ")
+        cert = ("" if t.get("g_ray") is None else
+                f"certificate −sign(a)G ≥ {t['g_ray']} at the ray's direction (G from the "
+                f"{t['G_source']}; max|G| over the particles {_fmt(t['G_max'], '.4f')}), ")
         L += ["", f"Thresholds: linkage {t['linkage_chord']:.3g} (plateau "
-              f"[{t['plateau'][0]:.3g}, {t['plateau'][1]:.3g}]), ray mass ≥ {t['min_mass_frac']}, "
+              f"[{t['plateau'][0]:.3g}, {t['plateau'][1]:.3g}]), ray mass ≥ {t['min_mass_frac']} "
+              f"of the total, {halo}{cert}at least {t['min_particles']} particles, "
               f"spread ≤ {t['max_spread']} rad, particle mass ≥ {t['light_frac']} × weighted "
-              f"median, certificate −sign(a)G ≥ {t['g_particle']} (particles) and ≥ "
-              f"{t['g_ray']} (rays) × max|G| = {_fmt(t['G_max'], '.4f')}; pattern zeros within "
+              f"median; pattern zeros within "
               f"{t['pattern_angle_tol']} rad or straddled by ≥ {t['pattern_mass_tol']} of the "
               f"ray mass."]
+        if s.get("small"):
+            L.append(f"Heavy clusters with fewer than {t['min_particles']} particles (not "
+                     f"counted): {len(s['small'])}.")
         if s["rejected"]:
             L.append(f"Heavy clusters rejected by the certificate: {len(s['rejected'])} "
                      f"(mass {sum(r['mass_fraction'] for r in s['rejected']):.3f}).")
@@ -318,6 +199,8 @@ def markdown(rep, figs=()) -> str:
         for kk in s["kinks"]:
             L.append(f"- normal ({', '.join(f'{x:.3f}' for x in kk['normal'])}), "
                      f"offset {kk['offset']:.4f} (rays {kk['rays']})")
+        if rep.get("sensitivity"):
+            L += _sensitivity_markdown(rep["sensitivity"])
         th = rep["theorem6"]
         L += ["", "## [LJM26] Theorem 6 on the ternary patterns", ""]
         if th.get("status", "checked") != "checked":
@@ -326,14 +209,17 @@ def markdown(rep, figs=()) -> str:
                    else "no rays (J = 0): nothing to check")
             L.append(f"- {th['status']}: {why}")
         else:
-            L += [f"- J = {th['J']} rays; J ≤ 2P−1 = {th['bound_2P_minus_1']}: "
+            if not th.get("decided", True):
+                L += [f"**Not decided:** {th['undecided_reason']}; the checks below describe the "
+                      f"clusters found, not a verdict.", ""]
+            L += [
+                  f"- J = {th['J']} rays; J ≤ 2P−1 = {th['bound_2P_minus_1']}: "
                   f"{th['within_2P_minus_1']}; J ≤ P−1 = {th['bound_P_minus_1']}: "
                   f"{th['within_P_minus_1']}",
                   f"- patterns distinct: {th['distinct']}"
                   + ("" if th["distinct"] else f" (equal: {th['duplicates']})"),
                   f"- antichain under degeneration: {th['antichain']}"
-                  + ("" if th["antichain"] else
-                     f" (t_k ⪯ t_l for [k, l] in {th['comparable']})"),
+                  + ("" if th["antichain"] else f" (t_k ⪯ t_l for [k, l] in {th['comparable']})"),
                   f"- at most two per binary pattern: {th['at_most_two_per_binary']} (max "
                   f"{th['max_per_binary']}"
                   + ("" if th["at_most_two_per_binary"] else
@@ -354,16 +240,19 @@ def markdown(rep, figs=()) -> str:
         L += _references_markdown(rep["references"])
     for f in figs:
         L += ["", f"![{f}]({f})"]
-    L += ["", "Method: particles are grouped by sign of a and activation cell on the training "
-          "set, the thermal halo is removed by particle mass and the certificate G, directions "
-          "(w, b)/|(w, b)| are linked by single linkage on the mutual-reachability chord distance "
-          "and the threshold is the middle of the widest plateau of the ray count "
-          "(analysis/rays.py)."]
+    L += ["", "Method: directions (w, b)/|(w, b)| of one sign of a are linked by single linkage "
+          "on the mutual-reachability chord distance; a cluster is a ray when it holds enough "
+          "mass, its mean particle mass is well above the free-particle baseline (d+1)τ/λ, its "
+          "direction passes the certificate G of the stage's time-averaged residuals and it "
+          "holds enough particles; the linkage threshold is the middle of the widest plateau of "
+          "the ray count (analysis/rays.py). Two rays share a kink hyperplane only when they "
+          "split the training inputs alike and their hyperplanes coincide within a fraction of "
+          "the data's spread (analysis/kinks.py; docs/theory.md)."]
     return "\n".join(L) + "\n"
 
 
 def _stationarity_markdown(rows) -> list:
-    """Verdict lines under the ladder table (docs/theory.md §2.2)."""
+    """Verdict lines under the ladder table (docs/theory.md §2.5)."""
     L = ["", "Stationarity of each stage (second half: autocorrelation-aware standard error of "
          "the time-averaged predictor, early/late drift, step parity, stability number η h, "
          "ray-weight drift between snapshots):", ""]
@@ -380,6 +269,23 @@ def _stationarity_markdown(rows) -> list:
         else:
             L.append(f"- τ = {r['tau']:.2e}: **not stationary**: {'; '.join(v['reasons'])} "
                      f"({nums}); J, K and Theorem 6 of this stage are not results")
+    return L
+
+
+def _sensitivity_markdown(sens) -> list:
+    L = ["", f"## Sensitivity of J and K to the thresholds (τ = {sens['tau']:.2e})", "",
+         f"Defaults give J = {sens['default']['J']}, K = {sens['default']['K']}; "
+         + ("every threshold row below agrees." if sens["robust"] else
+            "**some thresholds change the counts.**"), "",
+         "| threshold | value | J | K |", "|---|---|---|---|"]
+    for r in sens["rows"]:
+        L.append(f"| {r['threshold']} | {r['value']:.4g} | {r['J']} | {r['K']} |")
+    L += ["", "min_mass_frac: ray mass floor; halo_ratio: mean particle mass over (d+1)τ/λ; "
+          "particle_halo: particles lighter than this × (d+1)τ/λ are halo; "
+          "g_ray: certificate level; min_particles; max_spread: compactness (rad); "
+          "linkage_chord: fixed linkage threshold "
+          "(chord); rel_tol: kink tolerance (fraction of the data's spread); convex_floor: the "
+          "weight floor of the convex reference's rays (J, K there are the reference's)."]
     return L
 
 

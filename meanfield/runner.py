@@ -15,8 +15,8 @@ uninterrupted run. An existing ``RUN.h5`` is not touched until a new run complet
 
 from __future__ import annotations
 
+import numbers
 import os
-import re
 import signal
 import threading
 from collections.abc import Callable
@@ -24,21 +24,24 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numba
+from tqdm.auto import tqdm
 
 from meanfield import atomic
 from meanfield import checkpoint as _ckpt
 from meanfield import config as _config
 from meanfield import data as _data
+from meanfield import failures as _failures
+from meanfield import ownership as _ownership
 from meanfield.errors import (
     CheckpointError,
-    ConfigError,
     DivergenceError,
     InputError,
     Interrupted,
     RunFileError,
 )
 from meanfield.store import RunWriter, open_run
-from solvers.langevin import SolverState, row_counts, simulate
+from solvers.langevin import SolverState, convex_start, initial_state, simulate
+from solvers.stepper import Stepper
 
 
 def default_output(cfg) -> str:
@@ -126,8 +129,11 @@ def _plan(paths: RunPaths, cfg, overwrite: bool, resume: bool) -> str:
         # no checkpoint: killed before the first one, or finished but not yet renamed
         try:
             part = open_run(paths.part)
-        except RunFileError:
-            return "fresh"      # killed while creating the file: nothing to keep
+        except RunFileError as exc:
+            # RUN.h5.part only ever appears complete (it is laid out under another name), so
+            # an unreadable one is not an interrupted run of ours: leave it alone
+            raise RunFileError(str(paths.part), "", f"{exc.reason}; cannot resume from it; "
+                                                    "pass --overwrite to start over") from None
         _check_same_physics(cfg, part.physics_hash, paths.part)
         return "finalize" if part.complete else "fresh"
     if paths.final.exists():
@@ -184,15 +190,16 @@ class _Writing:
     def __exit__(self, typ, exc, tb):
         if typ is None or isinstance(exc, InputError):
             return False
-        if issubclass(typ, OSError):
-            reason = exc.strerror or str(exc).split("(")[0].strip() or typ.__name__
-        elif issubclass(typ, RuntimeError) and "write failed" in str(exc):
-            # h5py reports HDF5 I/O failures as RuntimeError("... error message = 'REASON' ...")
-            m = re.search(r"error message = '([^']*)'", str(exc))
-            reason = m.group(1) if m else "HDF5 write failed"
-        else:
+        if not (issubclass(typ, OSError)
+                or (issubclass(typ, RuntimeError) and "write failed" in str(exc))):
             return False
-        raise InputError(str(self.path), "", f"cannot write ({reason}){self.hint}") from None
+        # h5py reports HDF5 I/O failures as RuntimeError("... error message = 'REASON' ...");
+        # a failing numba cache or another file is named as itself, not as the run file
+        what, reason = _failures.describe(exc, self.path)
+        if what.startswith(str(self.path)):        # RUN.h5.part.tmp and the like
+            what = str(self.path)
+        hint = self.hint if what == str(self.path) else ""
+        raise InputError(what, "", f"cannot write ({reason}){hint}") from None
 
 
 def _finalize(paths: RunPaths) -> None:
@@ -215,16 +222,16 @@ def _stability_guard(cfg, dataset, log) -> None:
     """One-line warning when ``eta`` is above the stability limit of the data mode predicted
     by the exact references (``solvers.stability.reference_limits``; relu, ``n ≤
     GUARD_MAX_N``). The run itself stops at the first observation with ``η h ≥ 2``."""
-    if cfg.model["activation"] != "relu" or dataset.n > GUARD_MAX_N:
+    if cfg.model.activation != "relu" or dataset.n > GUARD_MAX_N:
         return
     from solvers.stability import STABILITY_LIMIT, reference_limits
-    eta = float(cfg.dynamics["eta"])
-    key = (dataset.X.tobytes(), dataset.y.tobytes(), dataset.X.shape, cfg.dynamics["lam"],
+    eta = float(cfg.dynamics.eta)
+    key = (dataset.X.tobytes(), dataset.y.tobytes(), dataset.X.shape, cfg.dynamics.lam,
            tuple(cfg.taus), eta)
     if key not in _GUARD_CACHE:
         try:
             _GUARD_CACHE[key] = reference_limits(dataset.X, dataset.y,
-                                                 float(cfg.dynamics["lam"]), cfg.taus, eta=eta)
+                                                 float(cfg.dynamics.lam), cfg.taus, eta=eta)
         except Exception:      # noqa: BLE001 - a failed estimate must not stop the run
             _GUARD_CACHE[key] = []
     limits = _GUARD_CACHE[key]
@@ -254,6 +261,93 @@ def _stage_stationary(n):
     return done
 
 
+def make_stepper(cfg: _config.RunConfig, dataset: _data.Dataset) -> Stepper:
+    """The particle stepper of ``cfg`` on ``dataset`` (:class:`solvers.stepper.Stepper`)."""
+    mod, dyn = cfg.model, cfg.dynamics
+    return Stepper(dataset.X, dataset.y, mod.n_particles, lam=dyn.lam, eta=dyn.eta,
+                   activation=mod.activation, sharpness=mod.sharpness, cap=mod.cap,
+                   batch_size=dyn.batch_size, seed=dyn.seed, integrator=dyn.integrator)
+
+
+def integrate(cfg: _config.RunConfig, dataset: _data.Dataset, writer: RunWriter | None = None,
+              state: SolverState | None = None, progress: bool | None = None,
+              on_checkpoint: Callable[[SolverState], None] | None = None,
+              should_stop: Callable[[], bool] | None = None,
+              stage_done: Callable[[SolverState], bool] | None = None) -> SolverState:
+    """Drive the solver loop (:func:`solvers.langevin.simulate`) over the ladder of ``cfg``.
+
+    The loop yields at every observation boundary; here its observations and snapshot frames
+    go to the run file, checkpoints are taken, stop requests are polled and the progress bar
+    moves.
+
+    Parameters
+    ----------
+    cfg : RunConfig
+        The run's config.
+    dataset : meanfield.data.Dataset
+        Its data set.
+    writer : RunWriter, optional
+        Receives every observation and snapshot frame (row counters of the state follow it).
+    state : SolverState, optional
+        Resume from this state instead of a fresh initialisation.
+    progress : bool or None
+        Show a tqdm bar (``None``: only on a terminal).
+    on_checkpoint : callable(SolverState), optional
+        Called every ``output.checkpoint_every`` steps (at observation boundaries).
+    should_stop : callable() -> bool, optional
+        Polled at observation boundaries; when it returns true, ``on_checkpoint`` is called and
+        the function returns the current state.
+    stage_done : callable(SolverState) -> bool, optional
+        ``steps_per_tau = "auto"``: whether a stage may end at a chunk end
+        (:func:`solvers.langevin.simulate`); by default its stationarity verdict.
+
+    Returns
+    -------
+    SolverState
+        The final state (``stage < n_stages`` when stopped early).
+
+    Raises
+    ------
+    DivergenceError
+        From the solver: NaN/Inf or runaway particles; :class:`solvers.errors.UnstableStepError` when the
+        step is unstable on the data mode (after that observation is written).
+    """
+    schedule = cfg.schedule
+    if state is None and cfg.model.init == "convex":
+        state = SolverState(theta=convex_start(dataset.X, dataset.y, cfg.n_particles,
+                                               cfg.dynamics.lam, schedule.taus[0],
+                                               cfg.dynamics.seed))
+    elif state is None:
+        state = initial_state(cfg.n_particles, dataset.d, cfg.model.init_scale,
+                              cfg.dynamics.seed)
+    ckpt_every = cfg.output.checkpoint_every
+    last_ckpt = prev = state.step
+    disable = {True: False, False: True, None: None}[progress]
+    if stage_done is None and schedule.auto:
+        stage_done = _stage_stationary(dataset.n)
+    loop = simulate(make_stepper(cfg, dataset), schedule, state, init_scale=cfg.model.init_scale,
+                    stage_done=stage_done)
+    with tqdm(total=schedule.total_steps, initial=state.step, unit="step", disable=disable,
+              dynamic_ncols=True, mininterval=0.5) as bar:
+        for state, obs, snapshot in loop:
+            if writer is not None:
+                writer.append_observations([obs])
+                state.n_observations += 1
+                if snapshot:
+                    writer.append_frame(state.theta, obs.step, obs.time, obs.tau)
+                    state.n_frames += 1
+            bar.update(obs.step - prev)
+            bar.set_postfix(tau=f"{obs.tau:.1e}", risk=f"{obs.risk:.3e}", refresh=False)
+            prev = obs.step
+            stop = should_stop is not None and should_stop()
+            if on_checkpoint is not None and (stop or state.step - last_ckpt >= ckpt_every):
+                on_checkpoint(state)
+                last_ckpt = state.step
+            if stop:
+                break
+    return state
+
+
 def _resume_command(cfg, out: Path) -> str:
     src = "" if cfg.source.startswith("<") else f"{cfg.source} "
     return f"meanfield run {src}-o {out} --resume"
@@ -261,7 +355,8 @@ def _resume_command(cfg, out: Path) -> str:
 
 def run(cfg: _config.RunConfig | str | os.PathLike | None, output: str | os.PathLike | None = None,
         *, overwrite: bool = False, resume: bool = False, progress: bool | None = None,
-        threads: int | None = None, log: Callable[[str], None] | None = None) -> Path:
+        threads: int | None = None, log: Callable[[str], None] | None = None,
+        outcome: dict | None = None) -> Path:
     """Integrate the temperature ladder of ``cfg`` and write the run file.
 
     Parameters
@@ -283,6 +378,9 @@ def run(cfg: _config.RunConfig | str | os.PathLike | None, output: str | os.Path
         numba threads for the kernels.
     log : callable(str), optional
         Receives one-line status messages (resuming, signals).
+    outcome : dict, optional
+        Receives ``"plan"``: ``"fresh"``, ``"resume"``, ``"finalize"`` or ``"done"`` (nothing
+        was written because the output was already complete).
 
     Returns
     -------
@@ -294,6 +392,8 @@ def run(cfg: _config.RunConfig | str | os.PathLike | None, output: str | os.Path
     InputError
         Invalid config or data; output in the way without ``overwrite``/``resume``; a resume
         under another config; unwritable directory; a write failure (full disk).
+    meanfield.ownership.OutputBusy
+        Another process is writing the same output (nothing was read or written).
     meanfield.errors.Interrupted
         SIGINT/SIGTERM: a checkpoint was written, the run can be resumed.
     meanfield.errors.DivergenceError
@@ -309,19 +409,31 @@ def run(cfg: _config.RunConfig | str | os.PathLike | None, output: str | os.Path
     elif not isinstance(cfg, _config.RunConfig):
         cfg = _config.load(cfg)
     dataset = _data.from_config(cfg)
-    if cfg.dynamics["batch_size"] > dataset.n:
-        raise ConfigError(cfg.source, "dynamics.batch_size", f"must be <= the number of samples "
-                                                             f"n={dataset.n}, got "
-                                                             f"{cfg.dynamics['batch_size']}")
+    _config.check_against_data(cfg, dataset.n, dataset.d)
     out = Path(output) if output is not None else Path(default_output(cfg))
-    paths = RunPaths.of(out)
     _check_output_dir(out)
+    if threads is not None:
+        limit = int(numba.config.NUMBA_NUM_THREADS)
+        if isinstance(threads, bool) or not (isinstance(threads, numbers.Integral)
+                                             and 1 <= threads <= limit):
+            raise InputError("--threads", "", f"must be in [1, {limit}] (NUMBA_NUM_THREADS of "
+                                              f"this process), got {threads!r}")
+    with _ownership.claim(out, "-o"):
+        return _run_owned(cfg, dataset, out, overwrite=overwrite, resume=resume,
+                          progress=progress, threads=threads, log=log, outcome=outcome)
+
+
+def _run_owned(cfg, dataset, out, *, overwrite, resume, progress, threads, log, outcome):
+    """:func:`run` once the output is owned by this process."""
+    paths = RunPaths.of(out)
     # Idle OpenMP workers of the kernels spin by default. When cores are shared (other jobs,
     # several runs at once) a step then waits for a descheduled spinning thread: measured 7x
     # slower on a busy 2-core machine. Sleeping workers instead cost one thread wake-up per
     # parallel pass. An explicit setting in the environment wins.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     plan = _plan(paths, cfg, overwrite, resume)
+    if outcome is not None:
+        outcome["plan"] = plan
     if plan == "done":
         log(f"{out} is already complete")
         return out
@@ -358,7 +470,7 @@ def run(cfg: _config.RunConfig | str | os.PathLike | None, output: str | os.Path
         try:
             with _Writing(paths.part), atomic.replacing(paths.part, scratch=paths.creating):
                 writer = RunWriter(paths.creating, cfg, dataset, mode="w",
-                                   capacity=row_counts(cfg))
+                                   capacity=cfg.schedule.row_counts())
         except BaseException:
             if writer is not None:
                 writer.close()
@@ -376,10 +488,9 @@ def run(cfg: _config.RunConfig | str | os.PathLike | None, output: str | os.Path
     hint = "; free space and continue with --resume"
     try:
         with _Writing(paths.part, hint), writer, _StopRequest(log) as stop:
-            state = simulate(cfg, dataset, writer=writer, state=state, progress=progress,
-                             on_checkpoint=save_checkpoint, should_stop=stop,
-                             stage_done=_stage_stationary(dataset.n))
-            if state.stage < len(cfg.taus):
+            state = integrate(cfg, dataset, writer=writer, state=state, progress=progress,
+                              on_checkpoint=save_checkpoint, should_stop=stop)
+            if state.stage < cfg.schedule.n_stages:
                 raise Interrupted(state.step, str(paths.ckpt),
                                   f"interrupted at step {state.step}; checkpoint "
                                   f"{paths.ckpt} written; continue with: "

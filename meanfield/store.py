@@ -36,11 +36,13 @@ import scipy
 
 from meanfield._version import __version__
 from meanfield.errors import RunFileError
+from solvers.observation import Observation
+from solvers.schedule import Schedule
 
 SCHEMA_VERSION = 1
 CREATOR = "meanfield"
-OBSERVABLES = ("tau", "risk", "regulariser", "mean_sq_norm", "stationarity", "residuals",
-               "residuals_previous", "eta_lambda_max")
+#: The observables of a run file: the columns of :class:`solvers.observation.Observation`.
+OBSERVABLES = Observation.columns()
 #: Observables added after the first files of schema 1 were written; absent from those files.
 LATER_OBSERVABLES = ("residuals_previous", "eta_lambda_max")
 #: Observables with one value per training point.
@@ -166,7 +168,7 @@ class RunWriter:
     dataset : meanfield.data.Dataset
         Needed when creating.
     capacity : tuple (n_frames, n_observations), optional
-        Rows to allocate when creating (see :func:`solvers.langevin.row_counts`); appends
+        Rows to allocate when creating (see :meth:`solvers.schedule.Schedule.row_counts`); appends
         beyond it grow the datasets.
 
     Raises
@@ -227,15 +229,15 @@ class RunWriter:
         p.attrs["config_json"] = cfg.canonical_json()
         p.attrs["config_hash"] = cfg.hash()
         p.attrs["physics_hash"] = cfg.physics_hash()
-        p.attrs["lam"] = cfg.dynamics["lam"]
-        p.attrs["eta"] = cfg.dynamics["eta"]
+        p.attrs["lam"] = cfg.dynamics.lam
+        p.attrs["eta"] = cfg.dynamics.eta
         p.attrs["taus"] = np.asarray(cfg.taus, dtype=np.float64)
-        p.attrs["steps_per_tau"] = cfg.dynamics["steps_per_tau"]
+        p.attrs["steps_per_tau"] = cfg.dynamics.steps_per_tau
         p.attrs["n_particles"] = N
         p.attrs["d"] = d
         p.attrs["n"] = n
-        p.attrs["seed"] = cfg.dynamics["seed"]
-        p.attrs["activation"] = cfg.model["activation"]
+        p.attrs["seed"] = cfg.dynamics.seed
+        p.attrs["activation"] = cfg.model.activation
         p.attrs["provenance"] = json.dumps(prov, sort_keys=True)
         g = f.create_group("data")
         g.create_dataset("X", data=dataset.X)
@@ -269,16 +271,15 @@ class RunWriter:
         self.f.flush()
 
     def append_observations(self, rows):
-        """Append observations: a list of dicts with keys ``step``, ``time`` and
-        :data:`OBSERVABLES`."""
+        """Append observations: a sequence of :class:`solvers.observation.Observation`."""
         if not rows:
             return
         obs = self.f["observables"]
-        steps = [r["step"] for r in rows]
-        times = [r["time"] for r in rows]
+        steps = [r.step for r in rows]
+        times = [r.time for r in rows]
         k = self.n_observations
         for name in OBSERVABLES:
-            _write_rows(obs[name], k, steps, times, np.asarray([r[name] for r in rows]))
+            _write_rows(obs[name], k, steps, times, np.asarray([getattr(r, name) for r in rows]))
         self.f.flush()
         self.n_observations = k + len(rows)
         self.f.attrs["n_observations"] = self.n_observations
@@ -334,6 +335,13 @@ class RunWriter:
         self.close()
 
 
+#: What h5py raises on a file it cannot read: damaged metadata (a bad local heap or object
+#: header signature is a ``RuntimeError``), truncation (``OSError``), missing or mistyped
+#: objects and attributes (``KeyError``, ``TypeError``, ``ValueError``, ``IndexError``).
+READ_ERRORS = (KeyError, OSError, RuntimeError, ValueError, TypeError, IndexError,
+               AttributeError)
+
+
 def _h5_reason(exc) -> str:
     """The first clause of an HDF5 error message, e.g. ``unable to open file``, or what a
     failure to lock the file means."""
@@ -344,6 +352,8 @@ def _h5_reason(exc) -> str:
                     "'meanfield run'")
         return ("file locking failed; on a network file system set "
                 "HDF5_USE_FILE_LOCKING=FALSE (docs/format.md)")
+    if isinstance(exc, RuntimeError) and len(msg) < 200:
+        return msg.strip()           # e.g. "Unable to ... (bad local heap signature)"
     msg = msg.split("(")[0].strip().strip("'\"")
     return (msg[msg.index("]") + 1:] if msg.startswith("[Errno") else msg).strip() \
         or type(exc).__name__
@@ -419,13 +429,63 @@ class Run:
     def n_particles(self):
         return int(self.config["model"]["n_particles"])
 
+    @property
+    def lam(self) -> float:
+        """Weight decay ``λ`` of the run."""
+        return float(self.config["dynamics"]["lam"])
+
+    @property
+    def taus(self) -> list[float]:
+        """The temperatures of the ladder."""
+        return [float(t) for t in self.config["dynamics"]["taus"]]
+
+    @property
+    def schedule(self) -> Schedule:
+        """The temperature ladder the run was written with."""
+        dyn, out = self.config["dynamics"], self.config["output"]
+        spt = dyn["steps_per_tau"]
+        sch = Schedule(tuple(self.taus), spt if spt == "auto" else int(spt),
+                       int(out["observe_every"]), int(out["snapshots_per_tau"]),
+                       int(dyn.get("max_steps_per_tau", 0) or 0))
+        if not sch.auto:
+            return sch
+        # stage lengths as run: each stage ends at its last observation (stages identified by
+        # temperature, in ladder order)
+        steps = np.asarray(self.observables["tau"]["step"])
+        tau = np.asarray(self.observables["tau"]["value"], dtype=float)
+        lengths, lo = [], 0
+        for t in self.taus:
+            sel = (tau == float(t)) & (steps > lo)
+            if not np.any(sel):
+                break
+            hi = int(steps[sel][-1])
+            lengths.append(hi - lo)
+            lo = hi
+        return sch.with_lengths(lengths)
+
     def frame(self, k):
-        """Particles of frame ``k``: ndarray of shape (N, d+2), rows (a, w, b)."""
+        """Particles of frame ``k``: ndarray of shape (N, d+2), rows (a, w, b).
+
+        Raises
+        ------
+        IndexError
+            ``k`` out of range.
+        RunFileError
+            The frame cannot be read (damaged file) or has the wrong shape.
+        """
         if not -self.n_frames <= k < self.n_frames:
             raise IndexError(f"frame {k} out of range ({self.n_frames} frames)")
         k %= self.n_frames
-        with h5py.File(self.path, "r") as f:
-            return np.asarray(f["particles/neurons/position/value"][k])
+        try:
+            with h5py.File(self.path, "r") as f:
+                theta = np.asarray(f["particles/neurons/position/value"][k], dtype=np.float64)
+        except READ_ERRORS as exc:
+            raise RunFileError(self.path, f"frame {k}", f"damaged run file, cannot read "
+                                                       f"({_h5_reason(exc)})") from None
+        if theta.ndim != 2 or theta.shape != (self.n_particles, self.d + 2):
+            raise RunFileError(self.path, f"frame {k}", f"shape {theta.shape}, expected "
+                                                       f"{(self.n_particles, self.d + 2)}")
+        return theta
 
 
 def open_run(path: str | os.PathLike) -> Run:
@@ -494,5 +554,5 @@ def open_run(path: str | os.PathLike) -> Run:
                        physics_hash=str(p.attrs.get("physics_hash", "")))
     except RunFileError:
         raise
-    except (KeyError, OSError, ValueError, TypeError) as exc:
+    except READ_ERRORS as exc:
         raise RunFileError(src, "", f"damaged or incomplete run file ({_h5_reason(exc)})") from None

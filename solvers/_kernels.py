@@ -7,7 +7,12 @@ One Euler–Maruyama step of the mean-field Langevin dynamics (THEORY §2), for 
     θ_i ← θ_i − η ∇_θ Ψ(θ_i; ρ̂_N) + sqrt(2 η τ) ξ_i,
     ∇_a Ψ = Σ_{j∈J} R_j σ(z_ij) + λ a,   ∇_u Ψ = a Σ_{j∈J} R_j σ'(z_ij) x̃_j + λ u,
 
-with ``z_ij = w_i·x_j + b_i``. Full batch: ``J = {0..n-1}`` and ``R_j = (f(x_j) − y_j)/n``.
+with ``z_ij = w_i·x_j + b_i``, or the Leimkuhler–Matthews step (Leimkuhler & Matthews,
+Appl. Math. Res. Express 2013; THEORY §2), the same drift with the noise of two consecutive steps averaged::
+
+    θ_i ← θ_i − η ∇_θ Ψ(θ_i; ρ̂_N) + sqrt(2 η τ) (ξ_i(step) + ξ_i(step + 1)) / 2.
+
+Full batch: ``J = {0..n-1}`` and ``R_j = (f(x_j) − y_j)/n``.
 Minibatch of size ``B``: ``J`` is a uniformly random ``B``-subset (without replacement) and
 ``R_j = (f(x_j) − y_j)/B``, i.e. the unbiased estimate ``(n/B) Σ_{j∈J}`` of the data term; the
 predictor ``f(x_j)`` on a batch point is still the average over *all* particles.
@@ -21,7 +26,9 @@ One step is one parallel pass over fixed blocks of ``BLOCK`` particles. For its 
 
 1. accumulates the data gradient over the current batch points (vectorised over particles;
    the sum over ``j`` is serial per particle, in batch order),
-2. applies weight decay, drift and noise to the block (``a`` last: ``∇_u`` uses the old ``a``),
+2. applies weight decay, drift and noise to the block (``a`` last: ``∇_u`` uses the old ``a``;
+   Leimkuhler–Matthews draws ``ξ(step)`` and ``ξ(step + 1)``, both pure functions of their key,
+   so it needs no state beyond the particles),
 3. computes the block's partial predictor sums ``Σ_{i∈block} a_i σ(z_ij)`` on the *next* step's
    batch points (vectorised over points; the sum over particles is serial in particle order).
 
@@ -517,8 +524,20 @@ def _add_noise(T, c, i, u, sd, k, pos, sc, t, off):
 
 
 @nb.njit(inline="always")
-def _update_block(T, lo, m, sc, t, lam, eta, sd, k, step, dims):
-    """``θ ← θ − η (g + λ θ) + sd ξ`` for the block (``g_u = a (Σ…)`` uses the old ``a``).
+def _add_noise_lm(T, c, i, u, hsd, k, pos, pos1, sc, t, off):
+    """``T[c, i] = u + (sd/2)(ξ + ξ')`` (``hsd = sd/2``) when the fast path accepts both
+    draws; else ``T[c, i] = u`` and a flag."""
+    x, ok = _fast_normal(k, pos)
+    x1, ok1 = _fast_normal(k, pos1)
+    good = ok & ok1
+    T[c, i] = u + hsd * (x + x1) if good else u
+    sc[t, off] = 0.0 if good else 1.0
+
+
+@nb.njit(inline="always")
+def _update_block(T, lo, m, sc, t, lam, eta, sd, k, step, lm, dims):
+    """``θ ← θ − η (g + λ θ) + sd ξ`` for the block (``g_u = a (Σ…)`` uses the old ``a``);
+    with ``lm`` the Leimkuhler–Matthews noise ``sd (ξ_step + ξ_{step+1})/2`` instead.
 
     The noise ``ξ(step, i, c)`` comes from the vectorised fast path; the draws it rejects are
     flagged in the scratch and redone exactly in a second sweep. ``sd = 0``: no noise.
@@ -526,7 +545,34 @@ def _update_block(T, lo, m, sc, t, lam, eta, sd, k, step, dims):
     d = len(dims)
     D = d + 2
     L = _U(BLOCK)
-    if sd > 0.0:
+    if sd > 0.0 and lm:
+        hsd = 0.5 * sd
+        p0 = _position(step, 0)
+        p1 = _position(step + 1, 0)
+        nz = _U(2 + d) * L
+        for ii in range(m):
+            i = lo + ii
+            off = i * _U(D)
+            a = T[0, i]
+            for c in range(d):
+                w = T[1 + c, i]
+                u = w - eta * (a * sc[t, _U(2 + c) * L + ii] + lam * w)
+                _add_noise_lm(T, 1 + c, i, u, hsd, k, p0 + off + _U(1 + c),
+                              p1 + off + _U(1 + c), sc, t, nz + _U(1 + c) * L + ii)
+            b = T[D - 1, i]
+            u = b - eta * (a * sc[t, L + ii] + lam * b)
+            _add_noise_lm(T, D - 1, i, u, hsd, k, p0 + off + _U(D - 1), p1 + off + _U(D - 1),
+                          sc, t, nz + _U(D - 1) * L + ii)
+            u = a - eta * (sc[t, ii] + lam * a)
+            _add_noise_lm(T, 0, i, u, hsd, k, p0 + off, p1 + off, sc, t, nz + ii)
+        for c in range(D):
+            off = nz + _U(c) * L
+            for ii in range(m):
+                if sc[t, off + ii] != 0.0:
+                    i = lo + ii
+                    q = i * _U(D) + _U(c)
+                    T[c, i] += hsd * (_normal(k, p0 + q) + _normal(k, p1 + q))
+    elif sd > 0.0:
         p0 = _position(step, 0)
         nz = _U(2 + d) * L
         for ii in range(m):
@@ -581,12 +627,14 @@ def forward(T, XT, nb_pts, partial, scratch, kind, p, dims):
 
 @nb.njit(parallel=True, cache=True)
 def fused_step(T, XcT, Rc, nc, XnT, nn, partial, scratch, lam, eta, sd, k, step, kind, p,
-               dims):
-    """One Euler–Maruyama step of every particle, then the block partial sums of the
-    predictor at the new particles on the next points ``XnT[:, :nn]``.
+               lm, dims):
+    """One Euler–Maruyama (``lm`` False) or Leimkuhler–Matthews (``lm`` True) step of every
+    particle, then the block partial sums of the predictor at the new particles on the next
+    points ``XnT[:, :nn]``.
 
     ``Rc[:nc]`` are the (scaled) residuals on the current points ``XcT[:, :nc]``; ``nc = 0``
-    drops the data term. ``sd = sqrt(2 η τ)``; the noise is keyed by ``(k, step)``.
+    drops the data term. ``sd = sqrt(2 η τ)``; the noise is keyed by ``(k, step)`` (and
+    ``(k, step + 1)`` for Leimkuhler–Matthews).
     """
     N = T.shape[1]
     d = len(dims)
@@ -597,7 +645,7 @@ def fused_step(T, XcT, Rc, nc, XnT, nn, partial, scratch, lam, eta, sd, k, step,
         lo = _U(blk * BLOCK)
         m = _U(min(BLOCK, N - blk * BLOCK))
         _grad_block(T, lo, m, XcT, Rc, nc, scratch, t, kind, p, dims)
-        _update_block(T, lo, m, scratch, t, lam, eta, sd, k, step, dims)
+        _update_block(T, lo, m, scratch, t, lam, eta, sd, k, step, lm, dims)
         _forward_block(T, lo, m, XnT, nn, partial, blk, scratch, t, zoff, kind, p, dims)
 
 
@@ -663,8 +711,13 @@ def _reduce(partial, nbp, N, out):
 
 @nb.njit(cache=True)
 def run_steps(T, X, y, B, partial, scratch, ibuf, fbuf, f, R, lam, eta, tau, seed, step0,
-              nsteps, kind, p, data_term, dims):
+              nsteps, kind, p, data_term, lm, dims):
     """Advance ``nsteps`` steps from global step ``step0``.
+
+    Step ``s`` adds the noise ``sqrt(2ητ) ξ_s`` (Euler–Maruyama) or, with ``lm``,
+    ``sqrt(2ητ) (ξ_s + ξ_{s+1})/2`` (Leimkuhler–Matthews), with the ``τ`` of this call: the
+    result depends on ``(T, step0, τ)`` only, so a run split into calls at any step (and with
+    another ``τ`` from some step on) is bitwise the run done in one piece with those ``τ``.
 
     Parameters
     ----------
@@ -685,6 +738,8 @@ def run_steps(T, X, y, B, partial, scratch, ibuf, fbuf, f, R, lam, eta, tau, see
         Activation code and :func:`activation_params`.
     data_term : bool
         False drops the data drift (pure Ornstein–Uhlenbeck; for tests).
+    lm : bool
+        Leimkuhler–Matthews instead of Euler–Maruyama.
     dims : tuple of length d
         Only its length is used (a compile-time constant).
 
@@ -722,7 +777,7 @@ def run_steps(T, X, y, B, partial, scratch, ibuf, fbuf, f, R, lam, eta, tau, see
         last = s == nsteps - 1
         nn = _select(seed, step0 + s + 1, X, 0 if last else B, perm, idx_n, XnT)
         fused_step(T, XcT, Rc, nc if data_term else 0, XnT, nn, partial, scratch, lam, eta,
-                   sd, k1, step0 + s, kind, p, dims)
+                   sd, k1, step0 + s, kind, p, lm, dims)
         # the next points become the current ones
         for j in range(nn):
             idx_c[j] = idx_n[j]

@@ -41,24 +41,7 @@ def resolve(package: str, table: dict[str, str], name: str) -> object:
 
 
 def names(package: str, table: dict[str, str]) -> list[str]:
-    """What ``dir(package)`` lists: the exported names and those already bound.
-
-    Parameters
-    ----------
-    package : str
-        The package's ``__name__``.
-    table : dict
-        Public name -> ``"module:attribute"``.
-
-    Returns
-    -------
-    list of str
-        Sorted names.
-
-    Raises
-    ------
-    Nothing.
-    """
+    """What ``dir(package)`` lists: the names of ``table`` and those already bound, sorted."""
     return sorted(set(table) | set(vars(importlib.import_module(package))))
 
 
@@ -67,10 +50,8 @@ def exports(package: str, table: dict[str, str]) -> tuple[Callable, Callable]:
 
     Parameters
     ----------
-    package : str
-        The package's ``__name__``.
-    table : dict
-        Public name -> ``"module:attribute"`` (module absolute).
+    package, table
+        As for :func:`resolve`.
 
     Returns
     -------

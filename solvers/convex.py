@@ -135,8 +135,12 @@ def _cone_rows(s, Xt):
     return (2.0 * s - 1.0)[:, None] * Xt
 
 
-def max_abs_G(R, X, lam, patterns=None):
-    """Exact ``max_v |G_R(v)|`` over ``S^d`` and a maximiser.
+def cell_maxima(R, X, lam, patterns=None):
+    """Maximum of ``±G_R`` on every closed activation cell ``K_s ∩ S^d``, with its maximiser.
+
+    On ``K_s`` the certificate is linear, ``G = c_s·v`` with ``c_s = Σ_{j∈s} R_j x̃_j / λ``;
+    ``max_{v ∈ K_s, |v|=1} ±c_s·v`` is the norm of the projection of ``±c_s`` on ``K_s``
+    (Moreau decomposition, ``scipy.optimize.nnls``), attained at the projection's direction.
 
     Parameters
     ----------
@@ -146,23 +150,41 @@ def max_abs_G(R, X, lam, patterns=None):
 
     Returns
     -------
-    (value, v) : (float, ndarray (d+1,))
+    values : ndarray (P, 2)
+        ``max ±G`` on each cell (column 0: ``+G``, column 1: ``−G``); 0 where ``±c_s`` points
+        away from the cone.
+    argmax : ndarray (P, 2, d+1)
+        Unit maximisers (zero rows where the value is 0).
+    coeffs : ndarray (P, d+1)
+        ``c_s``.
     """
     X = np.asarray(X, dtype=float).reshape(len(R), -1)
     Xt = lifted(X)
     if patterns is None:
         patterns, _ = activation_patterns(X)
-    best, arg = 0.0, np.zeros(Xt.shape[1])
-    for s in patterns:
+    P, D = len(patterns), Xt.shape[1]
+    vals, args, C = np.zeros((P, 2)), np.zeros((P, 2, D)), np.zeros((P, D))
+    for k, s in enumerate(patterns):
         c = (Xt[s].T @ R[s]) / lam
+        C[k] = c
         B = _cone_rows(s, Xt)
-        for sgn in (1.0, -1.0):
+        for i, sgn in enumerate((1.0, -1.0)):
             mu, _ = nnls(-B.T, sgn * c)
             proj = sgn * c + B.T @ mu                  # projection of sgn·c on K_s
             val = float(np.linalg.norm(proj))
-            if val > best:
-                best, arg = val, proj / val
-    return best, arg
+            if val > 0:
+                vals[k, i], args[k, i] = val, proj / val
+    return vals, args, C
+
+
+def max_abs_G(R, X, lam, patterns=None):
+    """Exact ``max_v |G_R(v)|`` over ``S^d`` and a maximiser ``v`` (d+1,): the largest of
+    :func:`cell_maxima` (same parameters)."""
+    vals, args, _ = cell_maxima(R, X, lam, patterns)
+    k, i = np.unravel_index(int(np.argmax(vals)), vals.shape)
+    if vals[k, i] <= 0:
+        return 0.0, np.zeros(args.shape[2])
+    return float(vals[k, i]), args[k, i]
 
 
 def convex(X, y, lam: float, *, tol: float = 1e-12, ray_tol: float = 1e-7,
@@ -199,6 +221,15 @@ def convex(X, y, lam: float, *, tol: float = 1e-12, ray_tol: float = 1e-7,
     ConvexSolverError
         Clarabel did not report an optimal (or almost optimal) solution.
     """
+    from solvers._failures import numerical_failures
+    with numerical_failures(ConvexSolverError, "convex reference", X):
+        return _convex(X, y, lam, tol=tol, ray_tol=ray_tol, merge_angle=merge_angle,
+                       max_patterns=max_patterns)
+
+
+def _convex(X, y, lam: float, *, tol: float = 1e-12, ray_tol: float = 1e-7,
+            merge_angle: float = 1e-5, max_patterns: int = 20_000) -> ConvexSolution:
+    """The body of :func:`convex`."""
     X, y = check_xy(X, y, "<convex>")
     if not (lam > 0 and math.isfinite(lam)):
         raise ConvexInputError("<convex>", "lam", f"must be a finite number > 0, got {lam!r}")

@@ -53,6 +53,16 @@ class GibbsConvergenceError(RuntimeError):
     iteration count and the remaining residual."""
 
 
+def check_taus(taus) -> list:
+    """Temperatures as a list of float; :class:`GibbsInputError` unless each is finite and > 0."""
+    taus = [float(t) for t in np.atleast_1d(taus)]
+    for t in taus:
+        if not (t > 0 and math.isfinite(t)):
+            raise GibbsInputError("<gibbs>", "tau", f"must be a finite number > 0, got {t!r} "
+                                  f"(tau = 0 is the convex reference)")
+    return taus
+
+
 @dataclass
 class GibbsSolution:
     """The stationary measure at one temperature.
@@ -160,7 +170,7 @@ class GibbsSolution:
 
     def as_dict(self) -> dict:
         """The ``reference gibbs --json`` document."""
-        return {"tau": float(self.tau), "R": [float(r) for r in self.R],
+        return {"tau": float(self.tau), "method": "quadrature", "R": [float(r) for r in self.R],
                 "f_train": [float(v) for v in self.f_train], "max_abs_G": float(self.max_abs_G),
                 "residual": float(self.residual), "quad_error": float(self.quad_error),
                 "iterations": int(self.iterations), "n_nodes": int(self.n_nodes)}
@@ -197,10 +207,7 @@ class GibbsReference:
                  max_newton: int = 40, rtol_coarse: float = 1e-8, max_continuation: int = 12):
         X, y = check_xy(X, y, "<gibbs>")
         n, d = X.shape
-        if d not in (1, 2):
-            raise GibbsInputError("<gibbs>", "X", f"the Gibbs reference integrates over S^d and "
-                                  f"is implemented for d = 1 and d = 2 only, got d = {d} (use the "
-                                  f"convex tau -> 0 reference for larger d)")
+        self._check_dimension(d)
         if not (lam > 0 and math.isfinite(lam)):
             raise GibbsInputError("<gibbs>", "lam", f"must be a finite number > 0, got {lam!r}")
         self.X, self.y, self.lam = X, y, float(lam)
@@ -210,7 +217,17 @@ class GibbsReference:
         self.rtol, self.tol, self.max_newton = float(rtol), float(tol), int(max_newton)
         self.rtol_coarse = float(rtol_coarse)
         self.max_continuation = int(max_continuation)
-        self.cells = sq.arrangement(self.Xt, d)
+        self._init_integration()
+
+    def _check_dimension(self, d):
+        if d not in (1, 2):
+            raise GibbsInputError("<gibbs>", "X", f"the Gibbs quadrature integrates over the "
+                                  f"cells of S^d and is implemented for d = 1 and d = 2 only, "
+                                  f"got d = {d} (use the qmc back end, solvers.gibbsqmc)")
+
+    def _init_integration(self):
+        """The arrangement cells of the lifted data (the quadrature's domain pieces)."""
+        self.cells = sq.arrangement(self.Xt, self.d)
         self.pat = self.cells.patterns(self.Xt).astype(float)     # (C, n)
 
     # -- pieces --------------------------------------------------------------------------------
@@ -229,7 +246,11 @@ class GibbsReference:
 
     def _h(self, om):
         """``(1 − G²)^{−p}`` from ``om = 1 − G²``."""
-        return 1.0 / om if self.d == 1 else 1.0 / (om * np.sqrt(om))
+        if self.d == 1:
+            return 1.0 / om
+        if self.d == 2:
+            return 1.0 / (om * np.sqrt(om))
+        return om ** (-self.p)
 
     def _rule(self, R, rtol=None):
         """A rule on the data arrangement adapted to ``G_R``: it resolves ``(1 − G²)^{−p}``,
@@ -256,7 +277,9 @@ class GibbsReference:
             return None
         rule = self._rule(R, rtol)
         V, W = rule.V, rule.W
-        Phi = np.maximum(V @ self.Xt.T, 0.0)
+        Phi = getattr(rule, "Phi", None)                 # a fixed sample carries its own
+        if Phi is None:
+            Phi = np.maximum(V @ self.Xt.T, 0.0)
         G = Phi @ R / self.lam
         om = (1.0 - G) * (1.0 + G)
         h = self._h(om)
@@ -354,11 +377,7 @@ class GibbsReference:
         GibbsConvergenceError
             No convergence even through intermediate temperatures.
         """
-        taus = [float(t) for t in np.atleast_1d(taus)]
-        for t in taus:
-            if not (t > 0 and math.isfinite(t)):
-                raise GibbsInputError("<gibbs>", "tau", f"must be a finite number > 0, got {t!r} "
-                                      f"(tau = 0 is the convex reference)")
+        taus = check_taus(taus)
         order = sorted(range(len(taus)), key=lambda i: -taus[i])
         R = np.zeros(self.n) if R0 is None else np.asarray(R0, dtype=float).copy()
         if self.max_abs_G(R) >= 1:
@@ -461,8 +480,13 @@ def gibbs(X, y, lam: float, tau, **kw):
 
     Raises
     ------
-    GibbsInputError, GibbsConvergenceError
+    GibbsInputError
+    GibbsConvergenceError
+        No convergence, or a numerical failure (singular systems, overflow) on data whose
+        magnitudes the quadrature cannot resolve.
     """
-    ref = GibbsReference(X, y, lam, **kw)
-    sols = ref.solve(np.atleast_1d(tau))
+    from solvers._failures import numerical_failures
+    with numerical_failures(GibbsConvergenceError, "Gibbs reference", X):
+        ref = GibbsReference(X, y, lam, **kw)
+        sols = ref.solve(np.atleast_1d(tau))
     return sols if np.ndim(tau) else sols[0]

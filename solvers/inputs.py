@@ -7,7 +7,14 @@ import numpy as np
 from solvers.errors import DataError
 
 
-def check_xy(X, y, source: str = "<data>") -> tuple[np.ndarray, np.ndarray]:
+def _row_name(i: int, rows=None) -> str:
+    """Where row ``i`` (0-based) is, for a person: its line in the file when known."""
+    if rows is not None:
+        return f"line {rows[i]}"
+    return f"row {i} (0-based)"
+
+
+def check_xy(X, y, source: str = "<data>", rows=None) -> tuple[np.ndarray, np.ndarray]:
     """Validate and normalise training inputs and targets.
 
     A 1-D ``X`` is read as ``d = 1``; a ``y`` of shape (n, 1) as (n,).
@@ -20,6 +27,8 @@ def check_xy(X, y, source: str = "<data>") -> tuple[np.ndarray, np.ndarray]:
         Targets.
     source : str
         Origin named in the error message (a file, or e.g. ``"<convex>"``).
+    rows : sequence of int, optional
+        The 1-based file line of each row (a CSV file), named instead of the 0-based row.
 
     Returns
     -------
@@ -55,8 +64,8 @@ def check_xy(X, y, source: str = "<data>") -> tuple[np.ndarray, np.ndarray]:
                                      f"y has {y.shape[0]} entries")
     if not np.all(np.isfinite(X)):
         i = int(np.argwhere(~np.isfinite(X))[0, 0])
-        raise DataError(source, "X", f"NaN or Inf in row {i}")
+        raise DataError(source, "X", f"NaN or Inf in {_row_name(i, rows)}")
     if not np.all(np.isfinite(y)):
         i = int(np.argwhere(~np.isfinite(y))[0, 0])
-        raise DataError(source, "y", f"NaN or Inf in entry {i}")
+        raise DataError(source, "y", f"NaN or Inf in {_row_name(i, rows)}")
     return np.ascontiguousarray(X), np.ascontiguousarray(y)

@@ -5,23 +5,29 @@
     θ_i ← θ_i − η ∇_θ Ψ(θ_i; ρ̂_N) + sqrt(2 η τ) ξ_i,
 
 whose stationary law approximates the Gibbs measure ``ρ* ∝ exp(−Ψ/τ)`` of the free energy
-``F_τ(ρ) = ½R(ρ) + (λ/2)∫|θ|²dρ + τ∫ρ log ρ`` up to ``O(η)``. The temperatures ``taus`` run from
-hot to cold; each stage starts from the last particles of the previous one.
+``F_τ(ρ) = ½R(ρ) + (λ/2)∫|θ|²dρ + τ∫ρ log ρ`` up to ``O(η)``. The temperatures of a
+:class:`solvers.schedule.Schedule` run from hot to cold; each stage starts from the last
+particles of the previous one.
+
+:func:`simulate` is the loop alone: it advances the particles from one observation boundary
+to the next and yields the state and an :class:`Observation` there. What happens with them
+(the run file, checkpoints, signals, a progress bar) is the caller's business
+(``meanfield.runner``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from solvers.errors import DivergenceError, UnstableStepError
+from solvers.observation import Observation
+from solvers.schedule import Schedule
 from solvers.stability import STABILITY_LIMIT, data_mode
-from solvers.stepper import from_config as _stepper_from_config
+from solvers.stepper import Stepper
 
 
 @dataclass
@@ -46,6 +52,9 @@ class SolverState:
         ``η h`` at each of those observations.
     stage_steps : list of float
         Their global steps (``steps_per_tau = "auto"`` decides from these four).
+    stage_lengths : list of int
+        ``steps_per_tau = "auto"``: the lengths of the stages finished so far
+        (:meth:`solvers.schedule.Schedule.with_lengths`).
     n_frames, n_observations : int
         Rows committed to the run file when this state was taken.
     """
@@ -58,6 +67,7 @@ class SolverState:
     stage_previous: list = field(default_factory=list)
     stage_eta_h: list = field(default_factory=list)
     stage_steps: list = field(default_factory=list)
+    stage_lengths: list = field(default_factory=list)
     n_frames: int = 0
     n_observations: int = 0
 
@@ -69,53 +79,20 @@ def initial_particles(n_particles: int, d: int, init_scale: float, seed: int) ->
     return init_scale * rng.standard_normal((n_particles, d + 2))
 
 
-def snapshot_steps(steps_per_tau: int, snapshots_per_tau: int) -> list[int]:
-    """Steps within a stage (1-based counts) after which a snapshot frame is written: evenly
-    spaced over the second half of the stage, the last at its end."""
-    S = snapshots_per_tau
-    if S == 1:
-        return [steps_per_tau]
-    half = steps_per_tau // 2
-    return sorted({half + int(round((steps_per_tau - half) * (s + 1) / S)) for s in range(S)})
+def initial_state(n_particles: int, d: int, init_scale: float, seed: int) -> SolverState:
+    """A fresh :class:`SolverState` at step 0 with :func:`initial_particles`."""
+    return SolverState(theta=initial_particles(n_particles, d, init_scale, seed))
 
 
-#: ``steps_per_tau = "auto"``: a stage is cut into this many chunks of
-#: ``max_steps_per_tau // AUTO_CHUNKS`` steps (the last takes the remainder).
-AUTO_CHUNKS = 8
-
-
-def stage_plan(cfg) -> tuple[int, list[int], bool]:
-    """``(T, snapshot steps, auto)``: the longest stage, the steps within a stage (1-based
-    counts) after which a frame is written, and whether stages end early when stationary.
-
-    Fixed ``steps_per_tau``: ``T`` steps, snapshots by :func:`snapshot_steps`.
-    ``steps_per_tau = "auto"``: ``T = max_steps_per_tau`` cut into :data:`AUTO_CHUNKS` chunks;
-    a frame at the end of every chunk; from the second chunk on, the stage ends at a chunk end
-    as soon as ``simulate``'s ``stage_done`` says so (the runner asks the stationarity
-    verdict).
-    """
-    dyn = cfg.dynamics
-    if dyn["steps_per_tau"] == "auto":
-        T = int(dyn["max_steps_per_tau"])
-        c = T // AUTO_CHUNKS
-        return T, [c * k for k in range(1, AUTO_CHUNKS)] + [T], True
-    T = int(dyn["steps_per_tau"])
-    return T, snapshot_steps(T, int(cfg.output["snapshots_per_tau"])), False
-
-
-def row_counts(cfg) -> tuple[int, int]:
-    """Rows :func:`simulate` writes at most for ``cfg``: ``(n_frames, n_observations)``.
-
-    Per temperature an observation is written at every multiple of ``observe_every``, at every
-    snapshot step and at the end of the stage; frames at the snapshot steps (:func:`stage_plan`).
-    The run file allocates these rows up front (``meanfield.store.RunWriter``); with
-    ``steps_per_tau = "auto"`` a stage that ends early leaves its rows unused.
-    """
-    T, snaps, _ = stage_plan(cfg)
-    every = int(cfg.output["observe_every"])
-    extra = len({s for s in snaps + [T] if s % every})
-    n_taus = len(cfg.taus)
-    return len(snaps) * n_taus, (T // every + extra) * n_taus
+def convex_start(X, y, n_particles: int, lam: float, tau: float, seed: int) -> np.ndarray:
+    """Particles on the rays of the convex ``τ → 0`` solution (``solvers.convex``) with their
+    weights and an ``N(0, τ/λ)`` spread at the first temperature ``tau``
+    (:func:`solvers.warmstart.convex_particles`), shape (N, d+2)."""
+    from solvers.convex import convex
+    from solvers.warmstart import convex_particles
+    sol = convex(X, y, lam)
+    return convex_particles(sol.directions, sol.weights, n_particles, tau=tau, lam=lam,
+                            seed=seed)
 
 
 #: A run stops as diverged when the mean squared particle norm exceeds this multiple of
@@ -123,7 +100,7 @@ def row_counts(cfg) -> tuple[int, int]:
 RUNAWAY_FACTOR = 1e6
 
 
-def second_moment_scale(cfg, y, d) -> float:
+def second_moment_scale(lam: float, init_scale: float, taus, y, d: int) -> float:
     """Scale of the mean squared particle norm ``(1/N) Σ|θ_i|²`` a healthy run stays near.
 
     ``(d+2)(init_scale² + max τ/λ) + mean(y²)/λ``: the initial value, the Ornstein–Uhlenbeck
@@ -131,8 +108,8 @@ def second_moment_scale(cfg, y, d) -> float:
     ``∫|θ|² = 2‖μ‖_TV ≤ mean(y²)/λ`` (balanced neurons; the convex objective of THEORY §4 at
     ``μ = 0``). A run far above it has left the regime the step size can integrate.
     """
-    lam = float(cfg.dynamics["lam"])
-    return float((d + 2) * (float(cfg.model["init_scale"]) ** 2 + max(cfg.taus) / lam)
+    lam = float(lam)
+    return float((d + 2) * (float(init_scale) ** 2 + max(taus) / lam)
                  + np.mean(np.asarray(y, float) ** 2) / lam)
 
 
@@ -152,145 +129,121 @@ def stationarity(resid_history: list) -> float:
     return float(n * np.max(np.abs(H[-k:].mean(axis=0) - H[:k].mean(axis=0))))
 
 
-def simulate(cfg: Any, dataset: Any, writer: Any = None, state: SolverState | None = None,
-             progress: bool | None = None,
-             on_checkpoint: Callable[[SolverState], None] | None = None,
-             should_stop: Callable[[], bool] | None = None,
-             stage_done: Callable[[SolverState], bool] | None = None) -> SolverState:
-    """Run the temperature ladder of ``cfg`` on ``dataset``.
+def simulate(stepper: Stepper, schedule: Schedule, state: SolverState, *,
+             init_scale: float,
+             stage_done: Callable[[SolverState], bool] | None = None,
+             ) -> Iterator[tuple[SolverState, Observation, bool]]:
+    """Integrate the ladder of ``schedule`` from ``state``, boundary by boundary.
 
     Parameters
     ----------
-    cfg : meanfield.config.RunConfig
-    dataset : meanfield.data.Dataset
-    writer : meanfield.store.RunWriter, optional
-        Receives observations every ``observe_every`` steps and snapshot frames.
-    state : SolverState, optional
-        Resume from this state instead of a fresh initialisation.
-    progress : bool or None
-        Show a tqdm bar (``None``: only on a terminal).
-    on_checkpoint : callable(SolverState), optional
-        Called every ``output.checkpoint_every`` steps (at observation boundaries).
-    should_stop : callable() -> bool, optional
-        Polled at observation boundaries; when it returns true, ``on_checkpoint`` is called and
-        the function returns the current state.
+    stepper : Stepper
+        The particle stepper (data, ``λ``, ``η``, activation, minibatches, noise key).
+    schedule : Schedule
+        The temperature ladder and its observation boundaries.
+    state : SolverState
+        Where to start: a fresh :func:`initial_state`, or one restored from a checkpoint.
+        Updated in place (``theta`` too) and yielded at every boundary.
+    init_scale : float
+        Scale of the initial particles (enters the divergence bound of
+        :func:`second_moment_scale`).
     stage_done : callable(SolverState) -> bool, optional
-        ``steps_per_tau = "auto"`` only: asked at every chunk end from the second on whether
+        ``steps_per_tau = "auto"`` only: asked where :meth:`Schedule.may_end` allows whether
         the stage may end (e.g. its stationarity verdict from ``stage_steps``,
         ``stage_residuals``, ``stage_previous``, ``stage_eta_h``); a pure function of the
-        state, so a resumed run decides the same.
+        state, so a resumed run decides the same. The lengths decided go to
+        ``state.stage_lengths``.
 
     Returns
     -------
-    SolverState
-        The final state.
+    iterator of (SolverState, Observation, bool)
+        A generator; the loop ends when the last stage is done. Closing it early (a stop
+        request) leaves ``state`` at the last boundary reached.
+
+    Yields
+    ------
+    state : SolverState
+        The state after the boundary; when the boundary ends a stage, ``stage`` already
+        points to the next one.
+    observation : Observation
+        The observables at the boundary.
+    snapshot : bool
+        Whether the boundary is a snapshot step (the caller may store ``state.theta``).
 
     Raises
     ------
     DivergenceError
-        NaN/Inf in the residuals or particles (names the step, τ and a likely cause).
+        NaN/Inf in the residuals or particles, or a mean squared norm beyond
+        ``RUNAWAY_FACTOR`` times :func:`second_moment_scale` (names the step, ``τ`` and a
+        likely cause).
     UnstableStepError
         Full batch and ``η h ≥ 2`` at an observation (``solvers.stability``): the step is
-        linearly unstable on the data mode. The observation is written first.
+        linearly unstable on the data mode. Raised after that observation is yielded.
     """
-    X = np.ascontiguousarray(dataset.X, dtype=np.float64)
-    y = np.ascontiguousarray(dataset.y, dtype=np.float64)
-    n, d = X.shape
-    N = cfg.n_particles
-    dyn, out, mod = cfg.dynamics, cfg.output, cfg.model
-    lam, eta, seed = dyn["lam"], dyn["eta"], int(dyn["seed"])
-    taus = cfg.taus
-    T, snaps, auto = stage_plan(cfg)
-    obs_every = int(out["observe_every"])
-    ckpt_every = int(out.get("checkpoint_every", 0)) or None
-
-    if state is None:
-        state = SolverState(theta=initial_particles(N, d, mod["init_scale"], seed))
     theta = np.ascontiguousarray(state.theta, dtype=np.float64)
     state.theta = theta
-    stepper = _stepper_from_config(cfg, X, y)
-    total = T * len(taus)
-    disable = {True: False, False: True, None: None}[progress]
-    bar = tqdm(total=total, initial=state.stage * T + state.step_in_stage, unit="step",
-               disable=disable, dynamic_ncols=True, mininterval=0.5)
-    last_ckpt = state.step
-    runaway = RUNAWAY_FACTOR * second_moment_scale(cfg, y, d)
-    full_batch = int(dyn.get("batch_size", 0)) == 0
-    try:
-        while state.stage < len(taus):
-            tau = taus[state.stage]
-            # next boundary: observation or snapshot
-            nxt_obs = (state.step_in_stage // obs_every + 1) * obs_every
-            nxt_snap = min((s for s in snaps if s > state.step_in_stage), default=T)
-            target = min(nxt_obs, nxt_snap, T)
-            nsteps = target - state.step_in_stage
-            # the last step separately: the residuals of both parities are observed
-            code = stepper.advance(theta, tau, state.step, nsteps - 1)
-            R_prev = stepper.R.copy()
-            if code == 0:
-                code = stepper.advance(theta, tau, state.step + nsteps - 1, 1)
-            state.step += nsteps
-            state.step_in_stage = target
-            msq = float(np.mean(np.einsum("ij,ij->i", theta, theta))) if code == 0 else math.nan
-            if not (math.isfinite(msq) and np.all(np.isfinite(theta))):  # NaN, Inf or overflow
-                raise DivergenceError(
-                    state.step, tau,
-                    f"dynamics diverged (NaN/Inf/overflow) between steps "
-                    f"{state.step - nsteps} and {state.step} at tau={tau:g}; the step size "
-                    f"eta={eta:g} is likely too large for this data scale (try eta/2) "
-                    f"or init_scale too big")
-            if msq > runaway:
-                raise DivergenceError(
-                    state.step, tau,
-                    f"dynamics ran away by step {state.step} at tau={tau:g}: mean |theta|^2 = "
-                    f"{msq:.3g} is over {RUNAWAY_FACTOR:.0e} times its expected scale; the step "
-                    f"size eta={eta:g} is likely too large for this data scale (try eta/2)")
-            R = stepper.R.copy()
-            state.stage_residuals.append(R)
-            state.stage_previous.append(R_prev)
-            state.stage_steps.append(float(state.step))
-            mode = data_mode(theta, X, R, lam, mod["activation"],
-                             float(mod.get("sharpness", 10.0)), float(mod.get("cap", 3.0)))
-            eta_h = mode.eta_lambda_max(eta)
-            state.stage_eta_h.append(eta_h)
-            row = {"step": state.step, "time": state.step * eta, "tau": tau,
-                   "risk": float(np.sum((n * R) ** 2) / n), "regulariser": 0.5 * lam * msq,
-                   "mean_sq_norm": msq, "stationarity": stationarity(state.stage_residuals),
-                   "residuals": R, "residuals_previous": R_prev, "eta_lambda_max": eta_h}
-            if writer is not None:
-                writer.append_observations([row])
-                state.n_observations += 1
-                if target in snaps:
-                    writer.append_frame(theta, state.step, state.step * eta, tau)
-                    state.n_frames += 1
-            if eta_h >= STABILITY_LIMIT and full_batch:
-                raise UnstableStepError(
-                    state.step, tau,
-                    f"unstable step: eta={eta:g} is above the stability limit "
-                    f"{mode.largest_stable_eta():.4g} of the data mode (eta*h = {eta_h:.3g} >= "
-                    f"{STABILITY_LIMIT:g}) at tau={tau:g}, step {state.step}; the predictor "
-                    "oscillates with period 2")
-            bar.update(nsteps)
-            bar.set_postfix(tau=f"{tau:.1e}", risk=f"{row['risk']:.3e}", refresh=False)
-            done = state.step_in_stage >= T
-            if auto and not done and target in snaps and target >= snaps[1] and \
-                    stage_done is not None:
-                done = bool(stage_done(state))
-            if done:
-                bar.update(T - state.step_in_stage)
-                state.stage += 1
-                state.step_in_stage = 0
-                state.stage_residuals = []
-                state.stage_previous = []
-                state.stage_eta_h = []
-                state.stage_steps = []
-            stop = should_stop is not None and should_stop()
-            if on_checkpoint is not None and (stop or (ckpt_every and
-                                                       state.step - last_ckpt >= ckpt_every)):
-                on_checkpoint(state)
-                last_ckpt = state.step
-            if stop:
-                return state
-    finally:
-        bar.close()
-    return state
+    n, d, eta, lam = stepper.n, stepper.d, stepper.eta, stepper.lam
+    runaway = RUNAWAY_FACTOR * second_moment_scale(lam, init_scale, schedule.taus, stepper.y, d)
+    full_batch = stepper.batch_size == 0
+    if schedule.auto:
+        schedule = schedule.with_lengths(state.stage_lengths)
+    while state.stage < schedule.n_stages:
+        tau = schedule.taus[state.stage]
+        target = schedule.next_boundary(state.stage, state.step_in_stage)
+        nsteps = target - state.step_in_stage
+        # the last step separately: the residuals of both parities are observed
+        code = stepper.advance(theta, tau, state.step, nsteps - 1)
+        R_prev = stepper.R.copy()
+        if code == 0:
+            code = stepper.advance(theta, tau, state.step + nsteps - 1, 1)
+        state.step += nsteps
+        state.step_in_stage = target
+        msq = float(np.mean(np.einsum("ij,ij->i", theta, theta))) if code == 0 else math.nan
+        if not (math.isfinite(msq) and np.all(np.isfinite(theta))):  # NaN, Inf or overflow
+            raise DivergenceError(
+                state.step, tau,
+                f"dynamics diverged (NaN/Inf/overflow) between steps "
+                f"{state.step - nsteps} and {state.step} at tau={tau:g}; the step size "
+                f"eta={eta:g} is likely too large for this data scale (try eta/2) "
+                f"or init_scale too big")
+        if msq > runaway:
+            raise DivergenceError(
+                state.step, tau,
+                f"dynamics ran away by step {state.step} at tau={tau:g}: mean |theta|^2 = "
+                f"{msq:.3g} is over {RUNAWAY_FACTOR:.0e} times its expected scale; the step "
+                f"size eta={eta:g} is likely too large for this data scale (try eta/2)")
+        R = stepper.R.copy()
+        mode = data_mode(theta, stepper.X, R, lam, stepper.activation, stepper.sharpness,
+                         stepper.cap)
+        eta_h = mode.eta_lambda_max(eta)
+        state.stage_residuals.append(R)
+        state.stage_previous.append(R_prev)
+        state.stage_eta_h.append(eta_h)
+        state.stage_steps.append(float(state.step))
+        obs = Observation(step=state.step, time=state.step * eta, tau=tau,
+                          risk=float(np.sum((n * R) ** 2) / n), regulariser=0.5 * lam * msq,
+                          mean_sq_norm=msq, stationarity=stationarity(state.stage_residuals),
+                          residuals=R, residuals_previous=R_prev, eta_lambda_max=eta_h)
+        snapshot = target in schedule.snapshots(state.stage)
+        done = state.step_in_stage >= schedule.stage_length(state.stage)
+        if not done and stage_done is not None and \
+                schedule.may_end(state.stage, state.step_in_stage):
+            done = bool(stage_done(state))
+        if done:
+            if schedule.auto:
+                schedule = schedule.with_length(state.stage, state.step_in_stage)
+                state.stage_lengths.append(state.step_in_stage)
+            state.stage += 1
+            state.step_in_stage = 0
+            state.stage_residuals = []
+            state.stage_previous = []
+            state.stage_eta_h = []
+            state.stage_steps = []
+        yield state, obs, snapshot
+        if eta_h >= STABILITY_LIMIT and full_batch:
+            raise UnstableStepError(
+                obs.step, tau,
+                f"unstable step: eta={eta:g} is above the stability limit "
+                f"{mode.largest_stable_eta():.4g} of the data mode (eta*h = {eta_h:.3g} >= "
+                f"{STABILITY_LIMIT:g}) at tau={tau:g}, step {obs.step}; the predictor "
+                "oscillates with period 2")

@@ -154,7 +154,25 @@ def euler_maruyama_step(theta, X, y, lam, eta, tau, xi, sigma=relu, sigma_prime=
     return theta - eta * g + np.sqrt(2 * eta * tau) * xi
 
 
-def ou_stationary_variance(lam, eta, tau):
-    """Per-coordinate stationary variance of the Euler–Maruyama chain with the data term off,
-    ``θ ← (1 − ηλ)θ + sqrt(2ητ) ξ``: ``τ / (λ (1 − ηλ/2))`` (THEORY §2)."""
+def leimkuhler_matthews_step(theta, X, y, lam, eta, tau, xi, xi_next, sigma=relu,
+                             sigma_prime=relu_grad, batch=None):
+    """One Leimkuhler–Matthews step ``θ − η ∇Ψ + sqrt(2ητ) (ξ_k + ξ_{k+1})/2`` given the
+    noise ``xi`` of this step and ``xi_next`` of the next one, both (N, d+2) (Leimkuhler &
+    Matthews, Appl. Math. Res. Express 2013; THEORY §2)."""
+    g = drift(theta, X, y, lam, sigma, sigma_prime, batch)
+    return theta - eta * g + np.sqrt(2 * eta * tau) * 0.5 * (xi + xi_next)
+
+
+def ou_stationary_variance(lam, eta, tau, integrator="em"):
+    """Per-coordinate stationary variance of the chain with the data term off (THEORY §2).
+
+    Euler–Maruyama, ``θ ← (1 − ηλ)θ + sqrt(2ητ) ξ_k``: ``τ / (λ (1 − ηλ/2))``.
+    Leimkuhler–Matthews, ``θ ← (1 − ηλ)θ + sqrt(2ητ)(ξ_k + ξ_{k+1})/2``: ``τ/λ`` exactly for
+    every stable ``0 < ηλ < 2`` (the noise is MA(1); with ``q = 1 − ηλ`` the series gives
+    ``(2ητ/4)(1 + (1+q)²/(1−q²)) = ητ/(1−q)``).
+    """
+    if integrator == "lm":
+        return tau / lam
+    if integrator != "em":
+        raise ValueError(f"unknown integrator {integrator!r}; one of em, lm")
     return tau / (lam * (1.0 - 0.5 * eta * lam))

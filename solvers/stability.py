@@ -1,4 +1,4 @@
-"""Linear stability of the Euler–Maruyama step on the data mode (docs/theory.md §2.1).
+"""Linear stability of the Euler–Maruyama step on the data mode (docs/theory.md §2.4).
 
 The drift of the particle system is ``−∇_Θ (N F)`` with ``F = ½R + (λ/2N) Σ_i |θ_i|²``, so one
 Euler step is the map ``Θ ↦ Θ − η ∇(NF)(Θ) + noise`` whose Jacobian is ``I − η H``, ``H`` the

@@ -1,9 +1,11 @@
 """Python front end of the tuned Langevin kernels (``solvers._kernels``).
 
 :class:`Stepper` owns the work space of one run (allocated once) and advances particles by
-whole chunks of Euler–Maruyama steps (THEORY §2)::
+whole chunks of Euler–Maruyama (``"em"``) or Leimkuhler–Matthews (``"lm"``) steps
+(THEORY §2)::
 
-    θ_i ← θ_i − η ∇_θ Ψ(θ_i; ρ̂_N) + sqrt(2 η τ) ξ_i,
+    em:  θ_i ← θ_i − η ∇_θ Ψ(θ_i; ρ̂_N) + sqrt(2 η τ) ξ_i(k),
+    lm:  θ_i ← θ_i − η ∇_θ Ψ(θ_i; ρ̂_N) + sqrt(2 η τ) (ξ_i(k) + ξ_i(k+1)) / 2,
 
 full batch or noisy minibatch SGD, with the noise ``ξ`` a pure function of
 ``(seed, step, particle, coordinate)``; results do not depend on the number of threads
@@ -22,6 +24,9 @@ from solvers import _kernels as kernels
 #: Activation names of the config and their kernel codes (THEORY §3).
 ACT_CODES = {"relu": kernels.ACT_RELU, "softplus": kernels.ACT_SOFTPLUS,
              "capped": kernels.ACT_CAPPED}
+
+#: Integrators: Euler–Maruyama and Leimkuhler–Matthews (THEORY §2).
+INTEGRATORS = ("em", "lm")
 
 
 class Stepper:
@@ -51,6 +56,14 @@ class Stepper:
         uniformly at every step, the data term estimated unbiasedly by ``(n/B) Σ_{j∈batch}``.
     seed : int
         Key of the noise and minibatch streams, ``0 <= seed < 2**63``.
+    integrator : {"em", "lm"}
+        Euler–Maruyama, or Leimkuhler–Matthews (same drift, the noise of steps ``k`` and
+        ``k+1`` averaged; Leimkuhler & Matthews, Appl. Math. Res. Express 2013). Both draw
+        ``ξ(k)`` from the same keyed stream, so ``"lm"`` needs no state beyond the particles:
+        a call at step ``k`` with temperature ``τ`` adds ``sqrt(2ητ)(ξ(k) + ξ(k+1))/2``. At a
+        temperature change the shared draw ``ξ(k+1)`` thus enters with half the old and half
+        the new amplitude (one step's noise off by ``O(|sqrt τ_new − sqrt τ_old|)``, forgotten
+        within the new stage's relaxation time).
 
     Attributes
     ----------
@@ -62,12 +75,13 @@ class Stepper:
     Raises
     ------
     ValueError
-        Inconsistent shapes, unknown activation, ``batch_size`` outside ``[0, n]``, or
+        Inconsistent shapes, unknown activation or integrator, ``batch_size`` outside
+        ``[0, n]``, or
         ``N (d+2) >= 2**32`` (beyond the noise counter).
     """
 
     def __init__(self, X, y, n_particles, *, lam, eta, activation="relu", sharpness=10.0,
-                 cap=3.0, batch_size=0, seed=0):
+                 cap=3.0, batch_size=0, seed=0, integrator="em"):
         self.X = np.ascontiguousarray(X, dtype=np.float64)
         self.y = np.ascontiguousarray(y, dtype=np.float64)
         if self.X.ndim != 2 or self.y.shape != (self.X.shape[0],):
@@ -81,14 +95,18 @@ class Stepper:
         B = int(batch_size)
         if not 0 <= B <= n:
             raise ValueError(f"batch_size must be in [0, n={n}], got {B}")
+        if integrator not in INTEGRATORS:
+            raise ValueError(f"unknown integrator {integrator!r}; one of {', '.join(INTEGRATORS)}")
         if not 0 <= int(seed) < 2**63:
             raise ValueError(f"seed must be in [0, 2**63), got {seed}")
         self.n_particles, self.n, self.d = N, n, d
         self.lam, self.eta = float(lam), float(eta)
+        self.activation, self.sharpness, self.cap = activation, float(sharpness), float(cap)
         self.kind = ACT_CODES[activation]
         self.params = kernels.activation_params(self.kind, sharpness, cap)
         self.batch_size = B
         self.seed = int(seed)
+        self.integrator = integrator
         self.dims = (0,) * d   # its length selects the kernels' compile-time specialisation
         self.T = np.empty((d + 2, N))
         self.partial = np.empty(((N + kernels.BLOCK - 1) // kernels.BLOCK, n))
@@ -106,7 +124,7 @@ class Stepper:
         theta : ndarray of shape (N, d+2), float64, C-contiguous
             Particles, rows ``(a, w_1..w_d, b)``; updated in place.
         tau : float
-            Temperature ``τ >= 0`` (noise standard deviation ``sqrt(2 η τ)`` per step).
+            Temperature ``τ >= 0`` of these steps (noise amplitude ``sqrt(2 η τ)`` per step).
         step0 : int
             Global index of the first step (keys the noise and the minibatches).
         nsteps : int
@@ -130,7 +148,8 @@ class Stepper:
         code = kernels.run_steps(self.T, self.X, self.y, self.batch_size, self.partial,
                                  self.scratch, self.ibuf, self.fbuf, self.f, self.R, self.lam,
                                  self.eta, float(tau), self.seed, int(step0), int(nsteps),
-                                 self.kind, self.params, bool(data_term), self.dims)
+                                 self.kind, self.params, bool(data_term),
+                                 self.integrator == "lm", self.dims)
         finite = kernels.to_rows(self.T, theta)
         return int(code) if code else (0 if finite else 1)
 
@@ -149,12 +168,3 @@ class Stepper:
         out = np.empty(self.n, dtype=np.int64)
         kernels.batch_indices(self.seed, int(step), self.n, self.batch_size, perm, out)
         return out[:self.batch_size].copy()
-
-
-def from_config(cfg, X, y) -> Stepper:
-    """A :class:`Stepper` for a :class:`meanfield.config.RunConfig` and data ``X``, ``y``."""
-    mod, dyn = cfg.model, cfg.dynamics
-    return Stepper(X, y, cfg.n_particles, lam=dyn["lam"], eta=dyn["eta"],
-                   activation=mod["activation"], sharpness=float(mod.get("sharpness", 10.0)),
-                   cap=float(mod.get("cap", 3.0)), batch_size=int(dyn.get("batch_size", 0)),
-                   seed=int(dyn["seed"]))

@@ -65,7 +65,11 @@ def test_analyze_study_dir_prints_and_writes(tmp_path, monkeypatch, capsys):
     assert cli.main(["analyze", str(tmp_path / "study"), "--no-figures"]) == 0
     out, err = capsys.readouterr()
     assert "STUDY TABLE" in out and "report in" in err
-    assert written == [Path(str((tmp_path / "study").resolve()) + "-report")]
+    # written into a temporary sibling folder that then became the report folder
+    final = Path(str((tmp_path / "study").resolve()) + "-report")
+    assert len(written) == 1 and written[0].parent == final.parent
+    assert written[0].name.startswith(".study-report.") and not written[0].exists()
+    assert final.is_dir()
 
 
 def _kinks(normals, offsets):

@@ -85,6 +85,7 @@ def make_run_file(path: Path, cfg=None, complete=True):
     """A small valid run file written through the store (no solver)."""
     from meanfield import config, data
     from meanfield.store import RunWriter
+    from solvers.observation import Observation
     if cfg is None:
         cfg = config.from_dict({"data": {"kind": "gaussian", "n": 4, "d": 2},
                                 "model": {"n_particles": 8},
@@ -94,11 +95,11 @@ def make_run_file(path: Path, cfg=None, complete=True):
     N, n = cfg.n_particles, ds.n
     with RunWriter(path, cfg, ds, capacity=(2, 4)) as w:
         for k in range(4):
-            w.append_observations([{"step": 5 * (k + 1), "time": 0.25 * (k + 1), "tau": 0.01,
-                                    "risk": 1.0, "regulariser": 0.1, "mean_sq_norm": 2.0,
-                                    "stationarity": np.nan, "residuals": np.zeros(n),
-                                    "residuals_previous": np.zeros(n),
-                                    "eta_lambda_max": 0.5}])
+            w.append_observations([Observation(step=5 * (k + 1), time=0.25 * (k + 1), tau=0.01,
+                                               risk=1.0, regulariser=0.1, mean_sq_norm=2.0,
+                                               stationarity=np.nan, residuals=np.zeros(n),
+                                               residuals_previous=np.zeros(n),
+                                               eta_lambda_max=0.5)])
         for k in range(2):
             w.append_frame(np.full((N, ds.d + 2), float(k)), 10 * (k + 1), 0.5 * (k + 1), 0.01)
         if complete:

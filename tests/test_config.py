@@ -29,8 +29,8 @@ def _cfg(text, tmp_path, name="c.toml"):
 
 def test_valid_config_fills_defaults(tmp_path):
     cfg = _cfg(BASE, tmp_path)
-    assert cfg.dynamics["batch_size"] == 0
-    assert cfg.output["observe_every"] == 100
+    assert cfg.dynamics.batch_size == 0
+    assert cfg.output.observe_every == 100
     assert cfg.taus == [1e-2, 1e-3]
     assert cfg.hash() == config.loads(BASE, "other", tmp_path).hash()
 

@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 
 from meanfield import config, data
+from meanfield.runner import integrate
 from solvers import numpy_model as model
-from solvers.langevin import initial_particles, simulate
+from solvers.langevin import initial_particles
 from solvers.stepper import Stepper
 
 
@@ -50,25 +51,34 @@ def test_numba_step_equals_numpy_reference(tau):
     np.testing.assert_allclose(st.R, model.residuals(th, X, y), atol=1e-15)
 
 
-@pytest.mark.parametrize("lam,eta", [(0.05, 0.05), (1.0, 0.5)])
-def test_ornstein_uhlenbeck_stationary_variance(lam, eta):
-    """Data term off (R = 0): θ ← (1−ηλ)θ + sqrt(2ητ)ξ has variance τ/(λ(1−ηλ/2)).
+OU_CASES = [("em", 0.05, 0.05), ("em", 1.0, 0.5), ("em", 1.0, 1.0), ("lm", 0.05, 0.05),
+            ("lm", 1.0, 0.5), ("lm", 1.0, 1.0), ("lm", 1.0, 1.5), ("lm", 1.0, 1.9)]
 
-    With (λ, η) = (1, 0.5) the Euler–Maruyama factor 1/(1 − ηλ/2) = 4/3 is far outside the
-    sampling error, so the test also rejects the continuous-time value τ/λ.
+
+@pytest.mark.parametrize("integrator,lam,eta", OU_CASES)
+def test_ornstein_uhlenbeck_stationary_variance(integrator, lam, eta):
+    """Data term off (R = 0): Euler–Maruyama, θ ← (1−ηλ)θ + sqrt(2ητ)ξ_k, has variance
+    τ/(λ(1−ηλ/2)); Leimkuhler–Matthews, θ ← (1−ηλ)θ + sqrt(2ητ)(ξ_k + ξ_{k+1})/2, has τ/λ
+    at every stable ηλ < 2.
+
+    With ηλ >= 0.5 the two values differ by >= 33 %, far outside the sampling error, so each
+    test also rejects the other integrator's formula.
     """
     N, d, tau = 20000, 2, 0.01
     X = np.zeros((1, d))
     theta = initial_particles(N, d, 0.1, 3)
-    nsteps = int(12 / (eta * lam)) + 1          # 12 relaxation times: memory e^-24
-    st = Stepper(X, np.zeros(1), N, lam=lam, eta=eta, seed=7)
+    q = abs(1 - eta * lam)                      # contraction per step
+    nsteps = 2 + (int(24 / -np.log(q)) if q > 0 else 0)   # memory q^nsteps <= e^-24
+    st = Stepper(X, np.zeros(1), N, lam=lam, eta=eta, seed=7, integrator=integrator)
     assert st.advance(theta, tau, 0, nsteps, data_term=False) == 0
-    want = model.ou_stationary_variance(lam, eta, tau)
+    want = model.ou_stationary_variance(lam, eta, tau, integrator)
+    other = model.ou_stationary_variance(lam, eta, tau, "em" if integrator == "lm" else "lm")
     var = theta.var(axis=0)
     # sample variance of N Gaussians: relative standard error sqrt(2/N) = 1 %; allow 4 sigma
-    np.testing.assert_allclose(var, want, rtol=4 * np.sqrt(2 / N))
-    if eta * lam > 0.1:
-        assert np.all(np.abs(var / (tau / lam) - 1) > 0.2)
+    rse = np.sqrt(2 / N)
+    np.testing.assert_allclose(var, want, rtol=4 * rse)
+    if eta * lam >= 0.5:
+        assert np.all(np.abs(var / other - 1) > 8 * rse)
     np.testing.assert_allclose(theta.mean(axis=0), 0, atol=4 * np.sqrt(want / N))
 
 
@@ -83,7 +93,7 @@ def test_two_point_even_kinks_at_plus_minus_one():
         "dynamics": {"lam": 0.05, "eta": 0.05, "taus": [1e-3, 1e-4], "steps_per_tau": 20000},
         "output": {"observe_every": 1000}})
     ds = data.from_config(cfg)
-    st = simulate(cfg, ds, progress=False)
+    st = integrate(cfg, ds, progress=False)
     res = find_rays(st.theta, ds.X)
     kinks = kink_hyperplanes([r.direction for r in res.rays])
     s = 2.5
@@ -110,10 +120,11 @@ def test_runaway_particles_stop_as_divergence():
         "output": {"observe_every": 10}})
     ds = data.from_config(cfg)
     cfg_bad = config.from_dict({**cfg.as_dict(),
-                                "dynamics": {**cfg.dynamics, "eta": 3.0}})
+                                "dynamics": {**cfg.as_dict()["dynamics"], "eta": 3.0}})
     with pytest.raises(DivergenceError, match="ran away"):
-        simulate(cfg_bad, ds, progress=False)
+        integrate(cfg_bad, ds, progress=False)
     # a healthy run stays far below the bound
-    st = simulate(cfg, ds, progress=False)
+    st = integrate(cfg, ds, progress=False)
     msq = float(np.mean(np.sum(st.theta ** 2, axis=1)))
-    assert msq < 1e-3 * RUNAWAY_FACTOR * second_moment_scale(cfg, ds.y, ds.d)
+    assert msq < 1e-3 * RUNAWAY_FACTOR * second_moment_scale(cfg.dynamics.lam, cfg.model.init_scale, cfg.taus, ds.y,
+                                                        ds.d)

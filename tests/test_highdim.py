@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 
 from analysis.minnorm import closed_form_limit, frozen_limit, minnorm, minnorm_pattern
+from analysis.slopes import loglog_fit
 from meanfield.cli import main as cli_main
 from meanfield.errors import DataError, DivergenceError, InputError
 from meanfield.highdim.design import GaussianDesign
-from meanfield.highdim.experiment import StudyParams, loglog_fit, run_study, summarize
+from meanfield.highdim.experiment import StudyParams, run_study, summarize
 from meanfield.highdim.output import read_h5
 from solvers.highdim_gd import default_signs, gd, initial_weights, step_size
 
@@ -334,3 +335,16 @@ def test_cli_one_trial_has_no_interval_but_works(tmp_path, capsys):
     assert main(["highdim", "--trials", "1", "--n", "5", "--d", "50,100", "-o", str(tmp_path),
                  "--quiet", "--json"]) == 0
     assert len(list(tmp_path.glob("*.png"))) == 1 and len(list(tmp_path.glob("*.h5"))) == 1
+
+
+def test_disconnected_start_with_more_than_two_neurons_is_refused(tmp_path, capsys):
+    # examples assigned to no neuron stay unfit: the gap to the global minimum-norm
+    # interpolant would be meaningless, so the combination is refused with one line
+    with pytest.raises(InputError, match="disconnected"):
+        StudyParams(neurons=3, init="disconnected")
+    StudyParams(neurons=2, init="disconnected")
+    rc = cli_main(["highdim", "--quiet", "--neurons", "3", "--init", "disconnected", "--n", "5",
+                   "--d", "20", "-o", str(tmp_path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "disconnected" in err[0]
+    assert list(tmp_path.iterdir()) == []

@@ -1,8 +1,9 @@
 """The tuned Langevin kernels (solvers/_kernels.py via solvers.stepper.Stepper).
 
 Oracles: the NumPy reference step of solvers.numpy_model given the same noise and minibatch
-(THEORY §2), the exact Ornstein–Uhlenbeck variance of the Euler–Maruyama chain with the data
-term off, and the kernel itself run with other thread counts and other chunkings (bitwise).
+(THEORY §2), the exact Ornstein–Uhlenbeck variances of the Euler–Maruyama and
+Leimkuhler–Matthews chains with the data term off, and the kernel itself run with other
+thread counts and other chunkings (bitwise).
 All tests use d = 2 so that the kernels compile once (one specialisation per d).
 """
 
@@ -35,6 +36,10 @@ def problem(N=700, n=7, seed=0, scale=1.0):
 def reference_step(st, theta, tau, step, act, sharp, cap):
     sigma, dsigma = model.activation(act, sharp, cap)
     batch = None if st.batch_size == 0 else st.batch(step)
+    if st.integrator == "lm":
+        return model.leimkuhler_matthews_step(theta, st.X, st.y, st.lam, st.eta, tau,
+                                              st.noise(step), st.noise(step + 1), sigma, dsigma,
+                                              batch=batch)
     return model.euler_maruyama_step(theta, st.X, st.y, st.lam, st.eta, tau, st.noise(step),
                                      sigma, dsigma, batch=batch)
 
@@ -42,12 +47,13 @@ def reference_step(st, theta, tau, step, act, sharp, cap):
 CASES = [("relu", 10.0, 3.0), ("softplus", 4.0, 3.0), ("capped", 5.0, 0.8)]
 
 
+@pytest.mark.parametrize("integrator", ["em", "lm"])
 @pytest.mark.parametrize("act,sharp,cap", CASES)
 @pytest.mark.parametrize("B", [0, 3])
-def test_one_step_equals_reference(act, sharp, cap, B):
+def test_one_step_equals_reference(act, sharp, cap, B, integrator):
     X, y, theta = problem()
     st = Stepper(X, y, len(theta), lam=0.3, eta=0.05, activation=act, sharpness=sharp, cap=cap,
-                 batch_size=B, seed=11)
+                 batch_size=B, seed=11, integrator=integrator)
     step, tau = 123, 0.02
     want = reference_step(st, theta, tau, step, act, sharp, cap)
     got = theta.copy()
@@ -59,18 +65,38 @@ def test_one_step_equals_reference(act, sharp, cap, B):
     np.testing.assert_allclose(st.R, model.residuals(want, X, y, sigma), rtol=0, atol=1e-14)
 
 
+@pytest.mark.parametrize("integrator", ["em", "lm"])
 @pytest.mark.parametrize("act,sharp,cap", CASES)
 @pytest.mark.parametrize("B", [0, 2])
-def test_many_steps_equal_iterated_reference(act, sharp, cap, B):
+def test_many_steps_equal_iterated_reference(act, sharp, cap, B, integrator):
     X, y, theta = problem(N=1100, n=6, seed=1)
     st = Stepper(X, y, len(theta), lam=0.2, eta=0.1, activation=act, sharpness=sharp, cap=cap,
-                 batch_size=B, seed=5)
+                 batch_size=B, seed=5, integrator=integrator)
     want = theta.copy()
     for s in range(40, 60):
         want = reference_step(st, want, 0.01, s, act, sharp, cap)
     got = theta.copy()
     assert st.advance(got, 0.01, 40, 20) == 0
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-11)
+
+
+def test_leimkuhler_matthews_across_a_temperature_change():
+    # step k at temperature τ_k adds sqrt(2ητ_k)(ξ_k + ξ_{k+1})/2: a stage boundary is two
+    # calls, and equals the reference iterated with each step's own τ
+    X, y, theta = problem(N=600, n=5, seed=4)
+    st = Stepper(X, y, len(theta), lam=0.2, eta=0.1, seed=9, integrator="lm")
+    taus = [0.05] * 6 + [0.002] * 5
+    want = theta.copy()
+    for s, tau in enumerate(taus):
+        want = reference_step(st, want, tau, s, "relu", 10.0, 3.0)
+    got = theta.copy()
+    assert st.advance(got, 0.05, 0, 6) == 0 and st.advance(got, 0.002, 6, 5) == 0
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+    # and it is not Euler–Maruyama with the same noise
+    em = Stepper(X, y, len(theta), lam=0.2, eta=0.1, seed=9)
+    other = theta.copy()
+    em.advance(other, 0.05, 0, 6)
+    assert np.max(np.abs(other - got)) > 1e-3
 
 
 def test_minibatch_is_unbiased_and_distinct_from_full_batch():
@@ -89,10 +115,12 @@ def test_minibatch_is_unbiased_and_distinct_from_full_batch():
     np.testing.assert_allclose(got, theta - 0.1 * draws[0], rtol=0, atol=1e-13)
 
 
-def test_chunking_does_not_change_the_run():
+@pytest.mark.parametrize("integrator", ["em", "lm"])
+def test_chunking_does_not_change_the_run(integrator):
     for B in (0, 3):
         X, y, theta = problem(N=1300, seed=3)
-        st = Stepper(X, y, len(theta), lam=0.1, eta=0.05, batch_size=B, seed=8)
+        st = Stepper(X, y, len(theta), lam=0.1, eta=0.05, batch_size=B, seed=8,
+                     integrator=integrator)
         one = theta.copy()
         st.advance(one, 0.05, 0, 12)
         parts = theta.copy()
@@ -112,12 +140,14 @@ out = {}
 for threads, chunk in ((1, 0), (2, 0), (3, 0), (3, 1)):
     numba.set_num_threads(threads)
     numba.set_parallel_chunksize(chunk)
-    for act, B in (("relu", 0), ("softplus", 4)):
-        st = Stepper(X, y, len(theta0), lam=0.1, eta=0.05, activation=act, batch_size=B, seed=3)
+    for act, B, integ in (("relu", 0, "em"), ("softplus", 4, "em"), ("relu", 0, "lm"),
+                          ("softplus", 4, "lm")):
+        st = Stepper(X, y, len(theta0), lam=0.1, eta=0.05, activation=act, batch_size=B, seed=3,
+                     integrator=integ)
         th = theta0.copy()
         st.advance(th, 0.05, 0, 25)
         h = hashlib.sha256(th.tobytes() + st.R.tobytes()).hexdigest()
-        out.setdefault(f"{act}-{B}", []).append(h)
+        out.setdefault(f"{act}-{B}-{integ}", []).append(h)
 print(json.dumps(out))
 """
 
@@ -147,6 +177,33 @@ def test_ornstein_uhlenbeck_variance_with_data_term_off(lam, eta, tau, distinct)
     assert np.all(np.abs(theta.mean(axis=0)) < 5 * math.sqrt(want / N))
     if distinct:   # at ηλ = 0.5 the continuous-time value τ/λ is excluded
         assert np.all(np.abs(var - tau / lam) > 5 * se)
+
+
+def _lm_ou_variance(lam, eta, tau, t):
+    """Var θ_t of θ ← qθ + (s/2)(ξ_k + ξ_{k+1}) from θ_0 = 0, q = 1 − ηλ, s² = 2ητ: ξ_t enters
+    with s/2, ξ_{t−m} (0 < m < t) with (s/2) q^{m−1}(1 + q), ξ_0 with (s/2) q^{t−1}."""
+    q, s2 = 1 - eta * lam, 2 * eta * tau
+    coef = [1.0] + [q ** (m - 1) * (1 + q) for m in range(1, t)] + [q ** (t - 1)]
+    return s2 / 4 * float(np.sum(np.square(coef)))
+
+
+@pytest.mark.parametrize("lam,eta,tau,t", [(1.0, 0.5, 0.3, 30), (1.0, 1.5, 0.3, 7),
+                                           (0.2, 0.1, 5.0, 30)])
+def test_ornstein_uhlenbeck_transient_leimkuhler_matthews(lam, eta, tau, t):
+    # exact finite-t variance of the MA(1)-driven chain; it tends to τ/λ (no η in it)
+    X, y, _ = problem(n=5)
+    N = 100_000
+    st = Stepper(X, y, N, lam=lam, eta=eta, seed=21, integrator="lm")
+    theta = np.zeros((N, D_IN + 2))
+    assert st.advance(theta, tau, 0, t, data_term=False) == 0
+    want = _lm_ou_variance(lam, eta, tau, t)
+    var = theta.var(axis=0)
+    se = want * math.sqrt(2 / N)
+    assert np.all(np.abs(var - want) < 5 * se), (var, want)
+    assert np.all(np.abs(theta.mean(axis=0)) < 5 * math.sqrt(want / N))
+    if eta * lam >= 0.5:   # Euler–Maruyama's value is excluded
+        em = model.ou_stationary_variance(lam, eta, tau) * (1 - (1 - eta * lam) ** (2 * t))
+        assert np.all(np.abs(var - em) > 5 * se)
 
 
 @pytest.mark.parametrize("where", [(5, 1), (600, 0), (42, 3)])
@@ -221,6 +278,8 @@ def test_stepper_rejects_bad_arguments():
         Stepper(X, y, 10, lam=0.1, eta=0.1, batch_size=len(y) + 1)
     with pytest.raises(ValueError, match="activation"):
         Stepper(X, y, 10, lam=0.1, eta=0.1, activation="tanh")
+    with pytest.raises(ValueError, match="integrator"):
+        Stepper(X, y, 10, lam=0.1, eta=0.1, integrator="rk4")
     st = Stepper(X, y, len(theta), lam=0.1, eta=0.1)
     with pytest.raises(ValueError, match="theta"):
         st.advance(theta[:, :3].copy(), 0.1, 0, 1)

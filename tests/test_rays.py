@@ -111,7 +111,7 @@ def _certificate_case(seed=5):
     return R, np.vstack([dirs, decoy]), np.r_[weights, 0.2]
 
 
-def test_certificate_filter_removes_a_heavy_decoy():
+def test_certificate_rejects_a_heavy_decoy_and_lists_it():
     R, dirs, weights = _certificate_case()
     theta, _ = planted_rays(dirs, weights, 6000, noise=0.01, halo_particles=0.0, seed=6)
     f = np.maximum(theta[:, 1:] @ XL.T, 0).T @ theta[:, 0] / len(theta)
@@ -119,31 +119,81 @@ def test_certificate_filter_removes_a_heavy_decoy():
     y = f - len(X) * R * lam                        # snapshot residuals R·lam: G = R-case G
     without = find_rays(theta, X)
     assert len(without.rays) == 4                   # the decoy looks like a ray by mass alone
-    res = find_rays(theta, X, y=y, lam=lam)
-    assert len(res.rays) == 3
-    m = _match(res, dirs[:3], weights[:3])
-    assert sorted(j for _, j in m) == [0, 1, 2]
-    for q in res.rays:
-        assert -q.sign * q.G >= 0.9 * res.G_max       # learned directions: |G| near max
-    # the decoy's particles fail the particle filter: they are halo
-    assert res.halo_mass_fraction == pytest.approx(0.2 / 1.1, abs=0.02)
-    used = res.thresholds_used()
-    assert used["g_particle"] == 0.5 and used["g_ray"] == 0.9
+    for kw in ({"y": y}, {"R": R * lam}):           # snapshot residuals, or given ones
+        res = find_rays(theta, X, lam=lam, **kw)
+        assert len(res.rays) == 3
+        m = _match(res, dirs[:3], weights[:3])
+        assert sorted(j for _, j in m) == [0, 1, 2]
+        for q in res.rays:
+            assert -q.sign * q.G == pytest.approx(1.0, abs=0.05)   # planted: G(v_k) = −sign
+        assert len(res.rejected) == 1
+        rej = res.rejected[0]
+        assert rej["mass_fraction"] == pytest.approx(0.2 / 1.1, abs=0.02)
+        assert abs(rej["G"]) < 0.25
+        assert np.arccos(np.clip(np.array(rej["direction"]) @ dirs[3], -1, 1)) < 0.01
+        assert res.halo_mass_fraction == pytest.approx(0.2 / 1.1, abs=0.02)
+        used = res.thresholds_used()
+        assert used["g_ray"] == 0.5
+        assert used["G_source"] == ("given residuals" if "R" in kw else "snapshot residuals")
 
 
-def test_ray_level_certificate_rejection_is_listed():
+def test_certificate_level_is_absolute_not_relative_to_a_noisy_max():
+    # the same case with one particle at a spurious direction of |G| = 5 (a snapshot whose
+    # residual noise inflates max|G|): a level relative to max|G| would drop every true ray
     R, dirs, weights = _certificate_case()
-    theta, _ = planted_rays(dirs, weights, 6000, noise=0.01, halo_particles=0.0, seed=6)
-    f = np.maximum(theta[:, 1:] @ XL.T, 0).T @ theta[:, 0] / len(theta)
-    y = f - len(X) * R
-    # no particle filter: the decoy survives to the ray level, where its |G| < 0.2 fails
-    res = find_rays(theta, X, y=y, lam=1.0, g_particle=-np.inf)
+    theta, _ = planted_rays(dirs[:3], weights[:3], 6000, noise=0.01, halo_particles=0.0,
+                            seed=6)
+    cand = np.random.default_rng(0).standard_normal((20000, 3))
+    cand /= np.linalg.norm(cand, axis=1, keepdims=True)
+    G = certificate(cand, X, R, 1.0)
+    spike = cand[np.argmax(np.abs(G))]
+    scale = 5.0 / abs(certificate(spike[None], X, R, 1.0)[0])
+    lone = np.r_[1e-3, 1e-3 * spike][None, :]
+    res = find_rays(np.vstack([theta, lone]), X, lam=1.0, R=R * scale)
+    assert res.G_max >= 4.9
+    assert len(res.rays) == 3 and not res.rejected
+
+
+def test_halo_clump_is_told_from_a_ray_by_the_free_particle_baseline():
+    # three planted rays plus a dense clump of particles of 2 baselines (d+1)τ/λ each (above
+    # the particle level 1, below the ray level 3) at a fourth direction, holding 5 % of the
+    # mass: heavy enough for the mass floor, but a thermal clump by the baseline test
+    tau, lam = 1e-3, 0.05
+    base = (X.shape[1] + 1) * tau / lam
+    theta, _ = planted_rays(DIRS[:3], WEIGHTS[:3], 3000, noise=0.01, halo_particles=0.0, seed=2)
+    total = np.sum(np.abs(theta[:, 0]) * np.linalg.norm(theta[:, 1:], axis=1))
+    m_clump = 0.05 / 0.95 * total
+    n_clump = int(np.ceil(m_clump / (2 * base)))
+    rng = np.random.default_rng(3)
+    v = DIRS[5] + 0.02 * rng.standard_normal((n_clump, 3))
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    r = np.sqrt(m_clump / n_clump) * np.ones(n_clump)         # |a| = |u|: mass r²
+    clump = np.c_[np.sign(WEIGHTS[5]) * r, r[:, None] * v]
+    both = np.vstack([theta, clump])
+    assert len(find_rays(both, X).rays) == 4                       # no baseline: a ray
+    res = find_rays(both, X, lam=lam, tau=tau)
     assert len(res.rays) == 3
-    assert len(res.rejected) == 1
-    rej = res.rejected[0]
-    assert rej["mass_fraction"] == pytest.approx(0.2 / 1.1, abs=0.02)
-    assert abs(rej["G"]) < 0.25 * res.G_max
-    assert np.arccos(np.clip(np.array(rej["direction"]) @ dirs[3], -1, 1)) < 0.01
+    assert res.halo_baseline == pytest.approx(base)
+    assert res.halo_mass_fraction == pytest.approx(0.05, abs=0.01)
+    assert len(find_rays(both, X, lam=lam, tau=tau, halo_ratio=1.5).rays) == 4
+    # the same clump at a tenth of the temperature is a ray: 20 baselines per particle
+    assert len(find_rays(both, X, lam=lam, tau=tau / 10).rays) == 4
+
+
+def test_min_particles_scales_with_N_and_refuses_tiny_clusters():
+    from analysis.rays import min_particles_default
+    assert [min_particles_default(N) for N in (10, 100, 500, 4000, 10 ** 5)] == \
+        [3, 5, 12, 32, 159]
+    # three planted rays and a fourth one of two heavy particles (8 % of the mass)
+    theta, _ = planted_rays(DIRS[:3], WEIGHTS[:3], 400, noise=0.01, halo_particles=0.0, seed=5)
+    total = np.sum(np.abs(theta[:, 0]) * np.linalg.norm(theta[:, 1:], axis=1))
+    r = np.sqrt(0.04 * total)
+    pair = np.array([np.r_[r, r * DIRS[4]], np.r_[r, r * (DIRS[4] + 1e-3) /
+                                                np.linalg.norm(DIRS[4] + 1e-3)]])
+    res = find_rays(np.vstack([theta, pair]), X)
+    assert len(res.rays) == 3 and not res.resolved
+    assert sum(c["n_particles"] for c in res.small) == 2
+    assert all(q.n_particles >= res.min_particles for q in res.rays)
 
 
 def test_two_rays_in_one_cell_are_reported():

@@ -20,11 +20,12 @@ S, LAM = 2.5, 0.05
 def run_file(tmp_path_factory):
     """Even two-point data in d = 2 with |x̄| = 2.5 > √3; frames at three temperatures holding
     the two predicted rays u = (±x̄, 1) with weights c = φ/sqrt(1+s²), each (THEORY §8), noisier
-    at higher τ, plus a halo."""
+    at higher τ, plus a halo. The ray particles carry about 15 free-particle baselines
+    (d+1)τ/λ at the hottest τ, so they are rays at every τ."""
     cfg = config.from_dict({"data": {"kind": "two_point", "d": 2, "norm": S, "labels": "even",
                                      "y": 1.0},
                             "model": {"n_particles": 1500},
-                            "dynamics": {"lam": LAM, "taus": [1e-2, 1e-3, 1e-4]}})
+                            "dynamics": {"lam": LAM, "taus": [1e-3, 3e-4, 1e-4]}})
     ds = data.from_config(cfg)
     p = predict(S, 1.0, LAM, "even")
     xbar = ds.X[0]
@@ -32,7 +33,7 @@ def run_file(tmp_path_factory):
     c = p["phi"] / np.sqrt(1 + S * S)
     path = tmp_path_factory.mktemp("run") / "two_point.h5"
     with RunWriter(path, cfg, ds) as w:
-        for k, (tau, noise) in enumerate([(1e-2, 0.05), (1e-3, 0.02), (1e-4, 0.005)]):
+        for k, (tau, noise) in enumerate([(1e-3, 0.05), (3e-4, 0.02), (1e-4, 0.005)]):
             theta, _ = planted_rays(dirs, [c, c], 1500, noise=noise, halo_particles=0.2,
                                     halo_mass=0.02, seed=k)
             w.append_frame(theta, (k + 1) * 1000, (k + 1) * 10.0, tau)
@@ -47,7 +48,7 @@ def test_analyze_run_ladder_patterns_theorem6_and_proposition7(run_file, tmp_pat
     assert rep["P"] == 4 and rep["cover"] == 4 and rep["bound_2P_minus_1"] == 7
     assert [r["n_rays"] for r in rep["n_rays_by_tau"]] == [2, 2, 2]
     rows = rep["ladder"]
-    assert [r["tau"] for r in rows] == [1e-2, 1e-3, 1e-4]
+    assert [r["tau"] for r in rows] == [1e-3, 3e-4, 1e-4]
     assert all(r["J"] == 2 and r["K"] == 2 for r in rows)
     assert rows[0]["w2_to_previous"] is None
     assert all(r["w2_method"] == "exact" and r["w2_to_previous"] > 0 for r in rows[1:])
@@ -55,7 +56,7 @@ def test_analyze_run_ladder_patterns_theorem6_and_proposition7(run_file, tmp_pat
     # between the two antipodal-ish atoms (moving mass δ over chord 1.86 costs 1.86 sqrt(δ))
     assert all(r["w2_rays_to_previous"] < 0.05 for r in rows[1:])
     assert all(r["dist_to_reference"] < 0.02 for r in rows)
-    assert [w["tau"] for w in rep["w2_to_previous"]] == [1e-3, 1e-4]
+    assert [w["tau"] for w in rep["w2_to_previous"]] == [3e-4, 1e-4]
     # ternary patterns: the kink ⟨x̄, x⟩ = ±1 passes through neither point
     assert sorted(map(tuple, rep["patterns"])) == [(-1, 1), (1, -1)]
     assert rep["theorem6"]["distinct"] and rep["theorem6"]["antichain"]

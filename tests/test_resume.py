@@ -229,13 +229,13 @@ def test_overwrite_keeps_the_old_output_until_complete(tiny, tmp_path, monkeypat
     cfg_path, ref = tiny
     out = tmp_path / "run.h5"
     out.write_bytes(b"an older result")
-    real = runner.simulate
+    real = runner.integrate
     seen = []
 
     def watching(*a, **kw):
         seen.append(out.read_bytes())
         return real(*a, **kw)
-    monkeypatch.setattr(runner, "simulate", watching)
+    monkeypatch.setattr(runner, "integrate", watching)
     with monkeypatch.context() as m:
         stop_after(m, 4)
         with pytest.raises(Interrupted):
@@ -382,8 +382,8 @@ def test_sigkill_at_random_moments_then_resume_matches(kill_ref, tmp_path):
     """
     cfg, ref, t_first, t_rest = kill_ref
     c = config.load(cfg)
-    every = int(c.output["checkpoint_every"])
-    K = int(c.dynamics["steps_per_tau"]) * len(c.taus) // every
+    every = int(c.output.checkpoint_every)
+    K = int(c.dynamics.steps_per_tau) * len(c.taus) // every
     interval = t_rest / K
     seed = int(os.environ.get("MEANFIELD_KILL_SEED", "20260601"))
     rng = random.Random(seed)

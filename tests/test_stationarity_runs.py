@@ -57,7 +57,7 @@ def test_step_past_the_limit_warns_stops_and_is_judged_unstable(tmp_path):
     with pytest.raises(UnstableStepError) as info:
         runner.run(cfg, out, progress=False, log=logs.append)
     msg = str(info.value)
-    assert "\n" not in msg and "unstable step" in msg and f"eta={cfg.dynamics['eta']:g}" in msg
+    assert "\n" not in msg and "unstable step" in msg and f"eta={cfg.dynamics.eta:g}" in msg
     assert "tau=0.005" in msg and "step" in msg
     assert any(m.startswith("warning:") and "largest stable eta" in m for m in logs)
     part = out.with_name("osc.h5.part")
@@ -115,14 +115,14 @@ def test_relaxed_plane8_run_is_stationary(tmp_path):
 @pytest.mark.usefixtures("one_thread")
 def test_auto_stages_end_on_their_verdict_and_resume_bitwise(tmp_path):
     from meanfield import data as _data
-    from solvers.langevin import simulate, stage_plan
     cfg = d4(tmp_path, "auto", N=60, taus="[5e-2, 5e-3]", steps='"auto"', every=7,
              extra="max_steps_per_tau = 48000")
-    T, snaps, auto = stage_plan(cfg)
-    assert auto and T == 48000 and snaps == [6000 * k for k in range(1, 9)]
+    sch = cfg.schedule
+    assert sch.auto and sch.stage_length(0) == 48000
+    assert sch.snapshots(0) == [6000 * k for k in range(1, 9)]
     ds = _data.from_config(cfg)
     done = runner._stage_stationary(ds.n)
-    full = simulate(cfg, ds, progress=False, stage_done=done)
+    full = runner.integrate(cfg, ds, progress=False, stage_done=done)
     # interrupted at some boundary and resumed from a copy of the state there
     saved = {}
     calls = {"n": 0}
@@ -133,10 +133,10 @@ def test_auto_stages_end_on_their_verdict_and_resume_bitwise(tmp_path):
 
     def ckpt(st):
         saved["s"] = copy.deepcopy(st)
-    part = simulate(cfg, ds, progress=False, stage_done=done, should_stop=stop,
-                    on_checkpoint=ckpt)
+    part = runner.integrate(cfg, ds, progress=False, stage_done=done, should_stop=stop,
+                            on_checkpoint=ckpt)
     assert part.stage < 2
-    resumed = simulate(cfg, ds, state=saved["s"], progress=False, stage_done=done)
+    resumed = runner.integrate(cfg, ds, state=saved["s"], progress=False, stage_done=done)
     assert resumed.step == full.step
     assert resumed.theta.tobytes() == full.theta.tobytes()
     # and through the runner: rows of early-ended stages are dropped, stages told by tau
@@ -144,6 +144,8 @@ def test_auto_stages_end_on_their_verdict_and_resume_bitwise(tmp_path):
     assert r.complete
     bounds = [stage_bounds(r, s) for s in range(2)]
     lengths = [hi - lo for lo, hi in bounds]
+    assert [r.schedule.stage_bounds(s) for s in range(2)] == bounds
+    assert list(full.stage_lengths) == lengths
     assert all(L % 6000 == 0 and 12000 <= L <= 48000 for L in lengths)
     vs = run_verdicts(r)
     for L, v in zip(lengths, vs):

@@ -18,6 +18,7 @@ import pytest
 from meanfield import config, data
 from meanfield.errors import RunFileError
 from meanfield.store import SCHEMA_VERSION, RunWriter, estimate_size, open_run
+from solvers.observation import Observation
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -30,9 +31,9 @@ def _cfg(N=6, n=3, d=2, T=40, every=10, snaps=2, taus=(0.1, 0.01)):
 
 
 def _obs(k, n):
-    return {"step": k, "time": 0.5 * k, "tau": 0.1, "risk": float(k), "regulariser": 2.0 * k,
-            "mean_sq_norm": 3.0 * k, "stationarity": np.nan, "residuals": np.full(n, k / 7),
-            "residuals_previous": np.full(n, k / 9), "eta_lambda_max": 0.1 * k}
+    return Observation(step=k, time=0.5 * k, tau=0.1, risk=float(k), regulariser=2.0 * k,
+                       mean_sq_norm=3.0 * k, stationarity=np.nan, residuals=np.full(n, k / 7),
+                       residuals_previous=np.full(n, k / 9), eta_lambda_max=0.1 * k)
 
 
 def _frame(k, N, d):
@@ -40,7 +41,7 @@ def _frame(k, N, d):
 
 
 class _Recorder:
-    """Stands in for RunWriter in :func:`simulate` and counts the rows it would write."""
+    """Stands in for RunWriter in the solver loop and counts the rows it would write."""
 
     def __init__(self):
         self.frames = self.observations = 0
@@ -66,11 +67,11 @@ def one_thread():
 @pytest.mark.parametrize("T,every,snaps", [(40, 10, 2), (37, 10, 3), (12, 5, 12), (9, 20, 1),
                                            (50, 7, 4)])
 def test_row_counts_match_what_simulate_writes(T, every, snaps):
-    from solvers.langevin import row_counts, simulate
+    from meanfield.runner import integrate
     cfg = _cfg(N=4, n=2, T=T, every=every, snaps=snaps)
     rec = _Recorder()
-    simulate(cfg, data.from_config(cfg), writer=rec, progress=False)
-    assert row_counts(cfg) == (rec.frames, rec.observations)
+    integrate(cfg, data.from_config(cfg), writer=rec, progress=False)
+    assert cfg.schedule.row_counts() == (rec.frames, rec.observations)
 
 
 def test_rows_are_preallocated_and_trimmed_on_completion(tmp_path):
@@ -169,6 +170,7 @@ import numpy as np
 sys.path.insert(0, {repo!r})
 from meanfield import config, data
 from meanfield.store import RunWriter
+from solvers.observation import Observation
 cfg = config.from_dict({{"data": {{"kind": "gaussian", "n": 5}}, "model": {{"n_particles": 300}}}})
 ds = data.from_config(cfg)
 w = RunWriter(sys.argv[1], cfg, ds, capacity=(40, 400))
@@ -176,8 +178,11 @@ print("ready", flush=True)
 k = 0
 while True:
     k += 1
-    w.append_observations([dict(step=k, time=k / 2, tau=0.1, risk=k * 1.0, regulariser=1.0,
-                                mean_sq_norm=1.0, stationarity=0.0, residuals=np.full(5, k * 1.0))])
+    w.append_observations([Observation(step=k, time=k / 2, tau=0.1, risk=k * 1.0,
+                                       regulariser=1.0, mean_sq_norm=1.0, stationarity=0.0,
+                                       residuals=np.full(5, k * 1.0),
+                                       residuals_previous=np.full(5, k * 1.0),
+                                       eta_lambda_max=0.0)])
     if k % 10 == 0:
         w.append_frame(np.full((300, 4), k * 1.0), k, k / 2, 0.1)
 """

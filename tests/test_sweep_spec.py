@@ -52,7 +52,7 @@ def test_cartesian_product_in_file_order_last_axis_fastest(tmp_path):
     assert got == expected
     assert [j.index for j in spec.jobs] == list(range(12))
     for j, (lam, N, seed) in zip(spec.jobs, expected):
-        assert (j.config.dynamics["lam"], j.config.n_particles, j.config.dynamics["seed"]) == \
+        assert (j.config.dynamics.lam, j.config.n_particles, j.config.dynamics.seed) == \
             (lam, N, seed)
         # the id is the hash of the job's canonical config, the run file is named by it
         ref = config.from_dict({**json.loads(j.config.canonical_json())})
@@ -73,12 +73,12 @@ def test_base_file_merge_and_relative_paths(tmp_path):
                  '[sweep]\n"data.path" = ["cfg/pts.csv", "other.csv"]\n')
     spec = load(p)
     # base keys kept, the study's tables override, relative paths resolve against their file
-    assert [j.config.data["path"] for j in spec.jobs] == [str((sub / "pts.csv").resolve()),
+    assert [j.config.data.path for j in spec.jobs] == [str((sub / "pts.csv").resolve()),
                                                           str((tmp_path / "other.csv").resolve())]
-    assert all(j.config.n_particles == 50 and j.config.dynamics["lam"] == 0.1 for j in spec.jobs)
+    assert all(j.config.n_particles == 50 and j.config.dynamics.lam == 0.1 for j in spec.jobs)
     # without the axis the base's own relative path resolves against the base's directory
     p.write_text('base = "cfg/run.toml"\n[sweep]\n"dynamics.seed" = [0, 1]\n')
-    assert {j.config.data["path"] for j in load(p).jobs} == {str((sub / "pts.csv").resolve())}
+    assert {j.config.data.path for j in load(p).jobs} == {str((sub / "pts.csv").resolve())}
 
 
 def test_no_sweep_table_is_one_job(tmp_path):
@@ -205,7 +205,7 @@ def test_study_api_describes_jobs(tmp_path):
     assert "6 jobs" in repr(s)
     s2 = Study.from_dict({"data": {"kind": "gaussian"}, "model": {"n_particles": 10},
                           "sweep": {"dynamics": {"seed": [3, 4]}}}, tmp_path / "e")
-    assert [j.config.dynamics["seed"] for j in s2.jobs] == [3, 4]
+    assert [j.config.dynamics.seed for j in s2.jobs] == [3, 4]
     with pytest.raises(StudyError):
         expand({"sweep": {"model.n_particles": [0]}, "data": {"kind": "gaussian"}})
 

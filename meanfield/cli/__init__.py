@@ -80,6 +80,10 @@ def main(argv=None) -> int:
         return 1
     except BrokenPipeError:  # e.g. `meanfield inspect x.h5 --json | head`
         return 0
+    except MemoryError:
+        sys.stderr.write("meanfield: error: out of memory; use fewer particles, a smaller data "
+                         "set or fewer snapshot frames\n")
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -28,15 +28,28 @@ def register(sub):
     p.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
     p.add_argument("--min-mass", type=float, default=1e-2,
                    help="mass fraction below which a cluster is thermal halo (default 0.01)")
-    p.add_argument("--g-ray", type=float, default=0.9,
-                   help="a ray's mean direction needs -sign(a) G >= G_RAY * max|G| "
-                        "(certificate of the zero-temperature problem; default 0.9)")
+    p.add_argument("--g-ray", type=float, default=0.5,
+                   help="a ray's mean direction needs -sign(a) G >= G_RAY, G the certificate "
+                        "of the zero-temperature problem at the stage's time-averaged "
+                        "residuals (1 on every ray at the optimum; default 0.5)")
+    p.add_argument("--halo-ratio", type=float, default=3.0,
+                   help="a ray's mean particle mass |a||u| is at least HALO_RATIO times the "
+                        "free-particle baseline (d+1) tau/lam (default 3)")
     p.add_argument("--no-w2", action="store_true",
                    help="skip the Wasserstein distances between successive temperatures "
                         "(exact W2 takes about 40 s at 10^4 particles)")
+    p.add_argument("--no-sensitivity", action="store_true",
+                   help="skip the table of J and K over a range of each threshold at the "
+                        "coldest tau (about 15 ray analyses; 20 s of CPU at 10^5 particles)")
     p.add_argument("--no-references", action="store_true",
                    help="skip the comparison with the exact references (Gibbs fixed point at "
                         "each tau for d <= 2; the convex tau -> 0 limit at the coldest tau)")
+    p.add_argument("--against", metavar="OTHER.h5",
+                   help="instead of the report: compare with another run of the same data "
+                        "temperature by temperature (the difference of the time-averaged "
+                        "predictors over the second half of each stage, in units of their "
+                        "combined autocorrelation-aware MCSE; e.g. a hot-to-cold ladder "
+                        "against a cold-to-hot one from model.init = \"convex\")")
     p.set_defaults(func=main)
 
 
@@ -45,33 +58,106 @@ def _check_outdir(outdir: Path) -> None:
         raise InputError(str(outdir), "-o", "is a file, expected a report directory")
 
 
+def _holds_only(names):
+    """Whether a folder holds only files named in ``names`` (or matching ``*.png``, for
+    ``"*.png"`` in ``names``): a previous report that may be replaced."""
+    def check(folder: Path) -> bool:
+        return all(p.is_file() and (p.name in names or ("*.png" in names
+                                                         and p.suffix == ".png"))
+                   for p in folder.iterdir())
+    return check
+
+
+def _writing_report(outdir: Path, names):
+    """Own ``outdir`` and write the report into a temporary folder that replaces it when
+    complete (a failure leaves ``outdir`` as it was and names the file it could not write)."""
+    import contextlib
+
+    from meanfield import atomic, ownership
+    _check_outdir(outdir)
+    stack = contextlib.ExitStack()
+    stack.enter_context(ownership.claim(outdir, "-o"))
+    return stack, atomic.replacing_dir(outdir, "-o", _holds_only(names))
+
+
 def _study(args) -> int:
     from meanfield.sweep.summary import analyze_study, format_markdown, to_json, write_report
-    res = analyze_study(args.run, w2=not args.no_w2)
     outdir = Path(args.outdir) if args.outdir else Path(str(Path(args.run).resolve()) + "-report")
-    _check_outdir(outdir)
-    write_report(res, outdir, figures=not args.no_figures)
+    stack, replacing = _writing_report(outdir, {"study.json", "study.md", "*.png"})
+    with stack, replacing as tmp:
+        res = analyze_study(args.run, w2=not args.no_w2)
+        write_report(res, tmp, figures=not args.no_figures)
     print(to_json(res) if args.json else format_markdown(res))
     if not args.json:
         sys.stderr.write(f"meanfield: report in {outdir}/study.md\n")
     return 0
 
 
+def _ladder(run):
+    """``[(tau, mean (n,), mcse (n,))]`` over the stages of ``run`` that have observations in
+    their second half."""
+    from analysis.time_average import mean_and_mcse, predictor_series
+    out = []
+    for s, tau in enumerate(run.taus):
+        try:
+            F = predictor_series(run, s)
+        except ValueError:      # stage not reached (an unfinished run)
+            continue
+        m, se, _ = mean_and_mcse(F)
+        out.append((float(tau), m, se))
+    return out
+
+
+def _against(args) -> int:
+    """``meanfield analyze A.h5 --against B.h5``: the two ladders' difference per τ."""
+    import numpy as np
+
+    from analysis.ladders import compare_ladders
+    from meanfield.store import open_run
+    a, b = open_run(args.run), open_run(args.against)
+    if a.X.shape != b.X.shape or not (np.array_equal(a.X, b.X) and np.array_equal(a.y, b.y)):
+        raise InputError(args.against, "", f"not the same training data as {args.run}")
+    rows = compare_ladders(_ladder(a), _ladder(b))
+    if not rows:
+        raise InputError(args.against, "", f"no temperature with observations in common with "
+                                           f"{args.run}")
+    if args.json:
+        print(json.dumps({"run": str(args.run), "against": str(args.against),
+                          "taus": [r.to_dict() for r in rows]}))
+        return 0
+    print(f"A = {args.run}\nB = {args.against}")
+    print(f"{'tau':>9s} {'stage A':>7s} {'stage B':>7s} {'max|fA - fB|':>13s} "
+          f"{'MCSE A':>8s} {'MCSE B':>8s} {'z':>7s}")
+    for r in rows:
+        print(f"{r.tau:9.2e} {r.stage_a:7d} {r.stage_b:7d} {r.max_abs_diff:13.3e} "
+              f"{r.mcse_a:8.1e} {r.mcse_b:8.1e} {r.z:7.1f}")
+    print("(z = largest difference over the training points in units of the combined MCSE; "
+          "z of a few or more: at least one run is not stationary there, or their biases "
+          "differ)")
+    return 0
+
+
 def main(args) -> int:
     """Run ``meanfield analyze`` with the parsed ``args``; returns the exit code."""
-    from meanfield.report import analyze_run
+    from meanfield.report import FIGURES, analyze_run
     from meanfield.sweep.summary import is_study_dir
+    if args.against:
+        return _against(args)
     if is_study_dir(args.run):
         return _study(args)
     if not 0 <= args.min_mass < 1:
         raise InputError("--min-mass", "", f"must be in [0, 1), got {args.min_mass}")
-    if not 0 <= args.g_ray <= 1:
-        raise InputError("--g-ray", "", f"must be in [0, 1], got {args.g_ray}")
+    if not -1 <= args.g_ray <= 1:
+        raise InputError("--g-ray", "", f"must be in [-1, 1], got {args.g_ray}")
+    if not args.halo_ratio >= 0:
+        raise InputError("--halo-ratio", "", f"must be >= 0, got {args.halo_ratio}")
     outdir = Path(args.outdir) if args.outdir else Path(str(Path(args.run).with_suffix("")) + "-report")
-    _check_outdir(outdir)
-    rep = analyze_run(args.run, outdir, figures=not args.no_figures, w2=not args.no_w2,
-                      references=not args.no_references, min_mass_frac=args.min_mass,
-                      g_ray=args.g_ray)
+    stack, replacing = _writing_report(outdir, {"report.json", "report.md", *FIGURES})
+    with stack, replacing as tmp:
+        rep = analyze_run(args.run, tmp, figures=not args.no_figures, w2=not args.no_w2,
+                          references=not args.no_references, min_mass_frac=args.min_mass,
+                          sensitivity=not args.no_sensitivity,
+                          g_ray=args.g_ray, halo_ratio=args.halo_ratio)
     if not rep["complete"]:
         sys.stderr.write(f"meanfield: warning: {args.run} is an incomplete run "
                          f"({len(rep['snapshots'])} snapshot frames so far)\n")
@@ -83,17 +169,20 @@ def main(args) -> int:
         for r in rep["ladder"]:
             w2 = "" if r["w2_to_previous"] is None else \
                 f" W2 to previous tau={r['w2_to_previous']:.3e} ({r['w2_method']})"
+            ref = ("" if r.get("J_convex") is None else
+                   f" (convex: J={r['J_convex']} K={r['K_convex']})")
             st = "" if r.get("stationary") is not False else \
                 f"  NOT STATIONARY: {'; '.join(r['stationarity']['reasons'])}"
             print(f"tau={r['tau']:.2e} step={r['step']:>8d} risk={r['risk']:.4e} "
-                  f"rays J={r['J']!s:>3} hyperplanes K={r['K']!s:>3}{w2}{st}")
+                  f"rays J={r['J']!s:>3} hyperplanes K={r['K']!s:>3}{ref}{w2}{st}")
         th = rep["theorem6"]
-        if th is not None:
-            if th.get("status", "checked") != "checked":
-                print(f"Theorem 6 (lowest tau): {th['status']}")
-            else:
-                print(f"Theorem 6 (lowest tau): distinct={th['distinct']} "
-                      f"antichain={th['antichain']} max per binary pattern={th['max_per_binary']}")
+        if th is not None and th.get("status", "checked") != "checked":
+            print(f"Theorem 6 (lowest tau): {th['status']}")
+        elif th is not None and not th.get("decided", True):
+            print(f"Theorem 6 (lowest tau): not decided, {th['undecided_reason']}")
+        elif th is not None:
+            print(f"Theorem 6 (lowest tau): distinct={th['distinct']} antichain={th['antichain']} "
+                  f"max per binary pattern={th['max_per_binary']}")
         refs = rep.get("references")
         if refs and "skipped" not in refs:
             for g in refs["gibbs"]:

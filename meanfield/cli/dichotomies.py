@@ -8,7 +8,7 @@ from pathlib import Path
 
 from meanfield import config, data
 from meanfield.data import load_file
-from meanfield.errors import InputError
+from meanfield.errors import DataError, InputError
 
 # Deferred on purpose: the modules behind this command load numba, h5py, SciPy, POT or
 # Matplotlib, so they are imported when the command runs, not when `meanfield --help` or
@@ -43,12 +43,17 @@ def load_inputs(path: str):
     meanfield.errors.InputError
         The file cannot be used.
     """
+    name = Path(path).name.lower()
     suffix = Path(path).suffix.lower()
     if suffix == ".toml":
         return data.from_config(config.load(path)).X
-    if suffix in (".h5", ".hdf5"):
+    if suffix in (".h5", ".hdf5") or name.endswith((".h5.part", ".hdf5.part")):
         from meanfield.store import open_run
         return open_run(path).X
+    if suffix not in (".csv", ".npy", ".npz"):
+        raise DataError(str(path), "", f"unknown file type '{suffix}' (use a data file .csv, "
+                                       ".npy or .npz, a config .toml, or a run file .h5 or "
+                                       ".h5.part)")
     return load_file(path).X
 
 

@@ -86,6 +86,7 @@ def register(sub):
 
 def main(args) -> int:
     """Run ``meanfield highdim`` with the parsed ``args``; returns the exit code."""
+    from meanfield import figures, ownership
     from meanfield.highdim import output as report
     from meanfield.highdim.experiment import StudyParams, run_study, summarize
 
@@ -106,13 +107,25 @@ def main(args) -> int:
     if not stem or "/" in stem or stem.startswith("."):
         raise InputError(_SOURCE, "--name", f"not a plain file stem: {stem!r}")
     h5, png = out / f"{stem}.h5", out / f"{stem}.png"
-    for path in (h5, png):
-        if path.exists() and not args.overwrite:
-            raise InputError(_SOURCE, "-o", f"{path} exists (use --overwrite)")
-    cells = run_study(params, progress=False if args.quiet else None)
-    summary = summarize(params, cells)
-    report.plot(png, summary)           # the figure first: a failure leaves no data file behind
-    report.write_h5(h5, params, cells, summary)
+    with ownership.claim(out / stem, "-o"):
+        for path in (h5, png):
+            if path.exists() and not args.overwrite:
+                raise InputError(_SOURCE, "-o", f"{path} exists (use --overwrite)")
+        cells = run_study(params, progress=False if args.quiet else None)
+        summary = summarize(params, cells)
+        if not summary["converged_cells"]:
+            sys.stderr.write(f"meanfield: error: gradient descent converged in no trial of any "
+                             f"cell within --max-steps {params.max_steps} (tolerance "
+                             f"{params.tol:g}); nothing written: raise --max-steps or --c\n")
+            return 1
+        try:
+            # the figure first: a failure leaves no data file behind
+            figures.highdim_figure(png, summary)
+            report.write_h5(h5, params, cells, summary)
+        except OSError as exc:
+            from meanfield.failures import describe
+            what, reason = describe(exc, h5, within=out)
+            raise InputError(what, "", f"cannot write ({reason})") from None
     summary["files"] = {"h5": str(h5), "figure": str(png)}
     if args.json:
         print(report.dumps(summary, indent=2))
@@ -128,18 +141,21 @@ def _fmt(x, spec=".3e"):
 
 
 def _print_table(summary: dict) -> None:
-    print(f"{'n':>4} {'d':>6} {'gap mean':>10} {'95% interval':>23} {'rel gap':>8} "
+    print(f"{'n':>4} {'d':>6} {'conv':>5} {'gap mean':>10} {'95% interval':>23} {'rel gap':>8} "
           f"{'frozen':>11} {'step1':>5} {'fit+ max':>9} {'unfit+':>6} {'cf res max':>10}")
     for r in summary["cells"]:
         g = r["gap"]
         ci = f"[{_fmt(g['ci95'][0])}, {_fmt(g['ci95'][1])}]"
         fr = ",".join(f"{f:.2f}" for f in r["frozen_fraction"])
-        print(f"{r['n']:>4} {r['d']:>6} {_fmt(g['mean']):>10} {ci:>23} "
+        conv = f"{r['converged_trials']}/{r['trials']}" + ("" if r["in_fit"] else "*")
+        print(f"{r['n']:>4} {r['d']:>6} {conv:>5} {_fmt(g['mean']):>10} {ci:>23} "
               f"{_fmt(r['rel_gap']['mean'], '.3f'):>8} {fr:>11} "
               f"{r['frozen_from_step1_fraction']:>5.2f} "
               f"{_fmt(r['fit_residual_pos_max'], '.1e'):>9} "
               f"{r['unfit_positives_mean']:>6.2f} "
               f"{_fmt(r['closed_form_residual_max'], '.1e'):>10}")
+    for c in summary.get("excluded_cells", []):
+        print(f"n={c['n']} d={c['d']}: no trial converged; left out of the slopes")
     for key, fit in summary["slopes"].items():
         for var in ("d", "n"):
             if var in fit:

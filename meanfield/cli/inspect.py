@@ -24,7 +24,7 @@ def register(sub):
 
 def stages(run) -> list:
     """Per ladder stage: ``tau``, ``steps`` (run so far), ``stationary`` (null without
-    observations) and ``stationarity`` (docs/theory.md §2.2)."""
+    observations) and ``stationarity`` (docs/theory.md §2.5)."""
     from analysis.stationarity import run_verdicts, stage_bounds
     out = []
     for s, (tau, v) in enumerate(zip(run.config["dynamics"]["taus"], run_verdicts(run))):

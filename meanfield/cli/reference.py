@@ -1,6 +1,7 @@
 """``meanfield reference``: the exact references of a config's problem (THEORY §4–5).
 
-``gibbs``: the stationary measure at finite temperature by quadrature (``d ≤ 2``);
+``gibbs``: the stationary measure at finite temperature, by quadrature (``d ≤ 2``) or by
+randomized quasi-Monte Carlo (any ``d``);
 ``convex``: the ``τ → 0`` limit, a convex programme over activation patterns (any ``d``).
 """
 
@@ -22,13 +23,14 @@ from meanfield.errors import ConfigError, InputError
 def register(sub):
     """Add the ``reference`` command (``gibbs``, ``convex``) to the subparsers ``sub``."""
     p = sub.add_parser(
-        "reference", help="exact references: Gibbs measure at tau > 0 (d <= 2), convex limit",
+        "reference", help="exact references: Gibbs measure at tau > 0, convex limit",
         description="Exact references for the problem of a run config (same files as "
                     "'meanfield run'): 'gibbs' solves the finite-temperature fixed point of "
-                    "docs/theory.md §5 by quadrature over the sphere of directions (d = 1, 2); "
+                    "docs/theory.md §5 by integration over the sphere of directions "
+                    "(quadrature for d = 1, 2, randomized QMC for any d); "
                     "'convex' solves the zero-temperature convex problem of §4.")
     rs = p.add_subparsers(dest="which", metavar="{gibbs,convex}", parser_class=type(p))
-    g = rs.add_parser("gibbs", help="stationary measure at finite tau (d <= 2)",
+    g = rs.add_parser("gibbs", help="stationary measure at finite tau (any d)",
                       description="Fixed point R = (f_R(X) - y)/n of the Gibbs measure at each "
                                   "temperature (continuation from hot to cold).")
     g.add_argument("config", help="TOML config (as for 'meanfield run')")
@@ -37,6 +39,12 @@ def register(sub):
     g.add_argument("--json", action="store_true",
                    help='print {"tau", "R", "f_train", "max_abs_G", "residual", ...} '
                         "(a list without --tau)")
+    g.add_argument("--method", choices=("auto", "quadrature", "qmc"), default="auto",
+                   help="sphere integration: adaptive quadrature (d <= 2), importance-sampled "
+                        "randomized QMC (any d); auto: quadrature for d <= 2, else qmc")
+    g.add_argument("--rtol", type=float, default=1e-4,
+                   help="qmc: requested standard error of f on the data, relative to max|f| "
+                        "(default 1e-4); out of reach at a tau: exit 2")
     g.set_defaults(func=main_gibbs)
     c = rs.add_parser("convex", help="zero-temperature convex limit (any d)",
                       description="Signed measure on the sphere minimising "
@@ -52,9 +60,9 @@ def register(sub):
 def _problem(path):
     """Config, data set and weight decay; relu only."""
     cfg = _config.load(path)
-    if cfg.model["activation"] != "relu":
+    if cfg.model.activation != "relu":
         raise ConfigError(cfg.source, "model.activation",
-                          f"the exact references are for relu, got {cfg.model['activation']!r}")
+                          f"the exact references are for relu, got {cfg.model.activation!r}")
     return cfg, _data.from_config(cfg)
 
 
@@ -66,8 +74,13 @@ def _reraise(exc, cfg):
 
 def main_gibbs(args) -> int:
     """Run ``meanfield reference gibbs`` with the parsed ``args``; returns the exit code."""
+    from solvers._failures import numerical_failures
     from solvers.gibbs import GibbsConvergenceError, GibbsInputError, GibbsReference
+    from solvers.gibbsqmc import GibbsAccuracyError, QMCGibbsReference
     cfg, ds = _problem(args.config)
+    method = args.method if args.method != "auto" else ("quadrature" if ds.d <= 2 else "qmc")
+    if not (args.rtol > 0 and args.rtol == args.rtol):
+        raise InputError(args.config, "--rtol", f"must be a number > 0, got {args.rtol!r}")
     if args.tau is not None:
         taus = [args.tau]
     else:
@@ -79,10 +92,17 @@ def main_gibbs(args) -> int:
             raise InputError(cfg.source, "dynamics.taus", "no temperature > 0")
     t0 = time.time()
     try:
-        ref = GibbsReference(ds.X, ds.y, cfg.dynamics["lam"])
-        sols = ref.solve(taus)
+        with numerical_failures(GibbsConvergenceError, "Gibbs reference", ds.X):
+            if method == "quadrature":
+                ref = GibbsReference(ds.X, ds.y, cfg.dynamics.lam)
+            else:
+                ref = QMCGibbsReference(ds.X, ds.y, cfg.dynamics.lam, rtol=args.rtol)
+            sols = ref.solve(taus)
     except GibbsInputError as exc:
         _reraise(exc, cfg)
+    except GibbsAccuracyError as exc:
+        raise InputError(cfg.source, "dynamics.taus" if args.tau is None else "--tau",
+                         f"{exc} (ask for a larger --rtol or that temperature)") from None
     except GibbsConvergenceError as exc:
         sys.stderr.write(f"meanfield: error: {cfg.source}: {exc}\n")
         return 1
@@ -93,11 +113,13 @@ def main_gibbs(args) -> int:
     if args.json:
         print(json.dumps(docs[0] if args.tau is not None else docs))
         return 0
-    print(f"Gibbs reference  {cfg.source}  n={ds.n} d={ds.d} lam={cfg.dynamics['lam']:g}  "
-          f"({secs:.1f} s)")
+    print(f"Gibbs reference  {cfg.source}  n={ds.n} d={ds.d} lam={cfg.dynamics.lam:g}  "
+          f"method={method}  ({secs:.1f} s)")
     for s in sols:
+        what = "quadrature error" if method == "quadrature" else \
+            f"standard error ({s.randomizations} x {s.points} points)"
         print(f"tau={s.tau:.3e}  max|G|={s.max_abs_G:.12f}  residual={s.residual:.1e}  "
-              f"quadrature error={s.quad_error:.1e}  Newton steps={s.iterations}")
+              f"{what}={s.quad_error:.1e}  Newton steps={s.iterations}")
         print("  f_train = " + " ".join(f"{v:.8f}" for v in s.f_train))
     return 0
 
@@ -108,7 +130,7 @@ def main_convex(args) -> int:
     cfg, ds = _problem(args.config)
     t0 = time.time()
     try:
-        sol = convex(ds.X, ds.y, cfg.dynamics["lam"])
+        sol = convex(ds.X, ds.y, cfg.dynamics.lam)
     except ConvexInputError as exc:
         _reraise(exc, cfg)
     except ConvexSolverError as exc:
@@ -121,7 +143,7 @@ def main_convex(args) -> int:
         print(json.dumps(doc))
         return 0
     print(f"convex (tau -> 0) reference  {cfg.source}  n={ds.n} d={ds.d} "
-          f"lam={cfg.dynamics['lam']:g}  patterns P={sol.n_patterns}  ({secs:.1f} s)")
+          f"lam={cfg.dynamics.lam:g}  patterns P={sol.n_patterns}  ({secs:.1f} s)")
     print(f"max|G| = {sol.max_abs_G:.10f}   certificate error = {sol.certificate_error():.1e}   "
           f"duality gap = {sol.duality_gap:.1e}")
     print("  f_train = " + " ".join(f"{v:.8f}" for v in sol.f_train))

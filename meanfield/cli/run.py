@@ -59,8 +59,11 @@ def main(args) -> int:
         sys.stderr.flush()
 
     t0 = time.time()
+    outcome = {}
     out = runner.run(args.config, args.output, overwrite=args.overwrite, resume=args.resume,
-                     progress=False if args.quiet else None, threads=args.threads, log=log)
-    log(f"wrote {out} in {time.time() - t0:.1f} s")
+                     progress=False if args.quiet else None, threads=args.threads, log=log,
+                     outcome=outcome)
+    if outcome.get("plan") != "done":       # "already complete" was said; nothing written
+        log(f"wrote {out} in {time.time() - t0:.1f} s")
     print(out)
     return 0

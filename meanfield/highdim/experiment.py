@@ -18,15 +18,23 @@ import sys
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from scipy import stats
 from tqdm import tqdm
 
 from analysis.minnorm import closed_form_limit, frozen_limit, minnorm
+from analysis.slopes import loglog_fit, mean_ci
 from meanfield.errors import InputError
 from meanfield.highdim.design import LABELS, NORMALIZE, GaussianDesign
 from solvers.highdim_gd import INITS, default_signs, gd, initial_weights, step_size
 
 _SOURCE = "command line"
+
+
+#: Largest count an option takes (sample sizes, dimensions).
+MAX_COUNT = 10**8
+#: Largest data set of one trial, n*d values (float64).
+MAX_VALUES = 10**8
+#: Steepest covariance spectrum: lambda_k ~ k^-a must stay above the smallest float.
+MAX_SPECTRUM_A = 100.0
 
 
 @dataclass(frozen=True)
@@ -80,17 +88,19 @@ class StudyParams:
 
     def __post_init__(self):
 
-        def posint(v, opt):
+        def posint(v, opt, maximum=MAX_COUNT, why="the largest count the kernels take"):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
                 raise InputError(_SOURCE, opt, f"must be a positive integer, got {v!r}")
+            if v > maximum:
+                raise InputError(_SOURCE, opt, f"must be <= {maximum} ({why}), got {v!r}")
 
         def finite(v, opt):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
                 raise InputError(_SOURCE, opt, f"must be a finite number, got {v!r}")
 
-        posint(self.neurons, "--neurons")
-        posint(self.trials, "--trials")
-        posint(self.max_steps, "--max-steps")
+        posint(self.neurons, "--neurons", 10**4, "neurons held per trial")
+        posint(self.trials, "--trials", 10**6, "trials per cell")
+        posint(self.max_steps, "--max-steps", 2**31 - 1, "the GD step counter")
         for opt, vals in (("--n", self.ns), ("--d", self.ds)):
             if not vals:
                 raise InputError(_SOURCE, opt, "needs at least one value")
@@ -98,13 +108,16 @@ class StudyParams:
                 posint(v, opt)
             if len(set(vals)) != len(vals):
                 raise InputError(_SOURCE, opt, f"repeated values in {list(vals)}")
+        if max(self.ns) * max(self.ds) > MAX_VALUES:
+            raise InputError(_SOURCE, "--d", f"n*d = {max(self.ns) * max(self.ds)} exceeds "
+                                             f"{MAX_VALUES} values (the data must fit in memory)")
         if max(self.ns) > min(self.ds):
             raise InputError(_SOURCE, "--d", f"every d must be >= every n (got n up to "
                                              f"{max(self.ns)}, d from {min(self.ds)})")
         if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) \
-                or self.seed < 0:
+                or not 0 <= self.seed < 2**63:
             raise InputError(_SOURCE, "--seed",
-                             f"must be a non-negative integer, got {self.seed!r}")
+                             f"must be an integer in [0, 2**63), got {self.seed!r}")
         for opt, v in (("--c", self.c), ("--eps", self.eps), ("--spectrum-a", self.a),
                        ("--tol", self.tol)):
             finite(v, opt)
@@ -112,14 +125,26 @@ class StudyParams:
             raise InputError(_SOURCE, "--c", f"must lie in (0, 2), got {self.c!r}")
         if self.eps <= 0:
             raise InputError(_SOURCE, "--eps", f"must be positive, got {self.eps!r}")
-        if self.a < 0:
-            raise InputError(_SOURCE, "--spectrum-a", f"must be >= 0, got {self.a!r}")
-        if self.tol < 0:
-            raise InputError(_SOURCE, "--tol", f"must be >= 0, got {self.tol!r}")
+        if not 0 <= self.a <= MAX_SPECTRUM_A:
+            raise InputError(_SOURCE, "--spectrum-a", f"must be in [0, {MAX_SPECTRUM_A:g}] "
+                                                      "(steeper spectra underflow), got "
+                                                      f"{self.a!r}")
+        if not 0 <= self.tol < 1:
+            raise InputError(_SOURCE, "--tol", f"must be in [0, 1), got {self.tol!r}")
+        if self.eps > 1e15:
+            raise InputError(_SOURCE, "--eps", f"must be <= 1e+15 (larger starts overflow), "
+                                               f"got {self.eps!r}")
         for opt, v, allowed in (("--init", self.init, INITS), ("--labels", self.labels, LABELS),
                                 ("--normalize", self.normalize, NORMALIZE)):
             if v not in allowed:
                 raise InputError(_SOURCE, opt, f"must be one of {', '.join(allowed)}, got {v!r}")
+        if self.init == "disconnected" and self.neurons > 2:
+            # examples assigned to no neuron stay unfit, so the gap to the global minimum-norm
+            # interpolant and its slope would not measure the implicit bias
+            raise InputError(_SOURCE, "--init", "disconnected needs --neurons <= 2: with more "
+                                                "neurons, examples assigned to no neuron stay "
+                                                "unfit and the gap to the minimum-norm "
+                                                "interpolant is meaningless")
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -244,94 +269,29 @@ def run_study(p: StudyParams, progress=None) -> list:
     return cells
 
 
-def mean_ci(x) -> dict:
-    """Mean and 95 % Student-t interval of the finite entries of ``x`` (``None`` when undefined)."""
-    x = np.asarray(x, dtype=np.float64)
-    x = x[np.isfinite(x)]
-    if x.size == 0:
-        return {"mean": None, "ci95": [None, None], "count": 0}
-    m = float(x.mean())
-    if x.size < 2:
-        return {"mean": m, "ci95": [None, None], "count": 1}
-    h = float(stats.t.ppf(0.975, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size))
-    return {"mean": m, "ci95": [m - h, m + h], "count": int(x.size)}
-
-
-def _loglog_design(ds, ns):
-    names, cols = [], [np.ones(len(ds))]
-    for name, var in (("d", ds), ("n", ns)):
-        var = np.asarray(var, dtype=np.float64)
-        if np.unique(var).size > 1:
-            names.append(name)
-            cols.append(np.log(var))
-    return names, np.column_stack(cols)
-
-
-def loglog_fit(samples, ds, ns, seed=0, n_resamples=2000) -> dict:
-    """Fit ``log mean_k = b_0 + b_d log d_k + b_n log n_k`` over grid cells ``k``.
-
-    The point estimate is least squares on the logarithms of the cell means; the 95 % interval is
-    a percentile bootstrap (:func:`scipy.stats.bootstrap`) resampling the trials within each cell.
-    Fitting the means, not single trials, keeps a trial with an exact-zero gap (e.g. all labels
-    positive, where GD's limit *is* the minimum-norm solution) from dominating the fit. A regressor
-    is dropped when its variable takes a single value; non-finite trial values are left out.
-
-    Parameters
-    ----------
-    samples : list of array_like
-        Per-cell trial values (cell ``k`` at ``ds[k]``, ``ns[k]``).
-    ds, ns : sequence of int
-    seed : int
-        Seed of the bootstrap.
-    n_resamples : int
-
-    Returns
-    -------
-    dict
-        ``{"d": {"slope", "ci95"}, "n": {...}, "intercept", "cells"}`` for the regressors present;
-        ``ci95`` is ``[None, None]`` when a cell has fewer than two trials; ``{}`` when the cells
-        do not determine the slopes.
-    """
-    keep = [(np.asarray(v, dtype=np.float64), d, n) for v, d, n in zip(samples, ds, ns)]
-    keep = [(v[np.isfinite(v)], d, n) for v, d, n in keep]
-    keep = [(v, d, n) for v, d, n in keep if v.size and v.mean() > 0]
-    if not keep:
-        return {}
-    vals, dd, nn = zip(*keep)
-    names, A = _loglog_design(dd, nn)
-    if not names or len(vals) < A.shape[1]:
-        return {}
-    pinv = np.linalg.pinv(A)
-
-    def coef(*cells, axis=-1):
-        means = np.stack([np.mean(c, axis=axis) for c in cells], axis=-1)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return np.log(means) @ pinv.T
-
-    est = coef(*vals)
-    out = {"cells": len(vals), "intercept": float(est[0])}
-    ci = None
-    if min(v.size for v in vals) >= 2:
-        res = stats.bootstrap(vals, lambda *c, axis=-1: coef(*c, axis=axis)[..., 1:].T,
-                              vectorized=True, paired=False, n_resamples=n_resamples,
-                              confidence_level=0.95, method="percentile",
-                              random_state=np.random.default_rng(seed))
-        ci = np.atleast_1d(res.confidence_interval.low), np.atleast_1d(res.confidence_interval.high)
-    for i, name in enumerate(names):
-        out[name] = {"slope": float(est[i + 1]),
-                     "ci95": [float(ci[0][i]), float(ci[1][i])] if ci else [None, None]}
-    return out
+def converged_trials(cell) -> np.ndarray:
+    """Boolean mask (T,) of the trials of a cell whose GD reached its limit (``tol``) within
+    ``max_steps``; only those have a gap to the minimum-norm solution."""
+    return np.asarray(cell["converged"]).astype(bool)
 
 
 def summarize(p: StudyParams, cells: list) -> dict:
-    """The ``--json`` document: per-cell statistics and log-log slopes (module docstring)."""
+    """The ``--json`` document: per-cell statistics and log-log slopes (module docstring).
+
+    Gaps, relative gaps and the slopes use the converged trials only (an unconverged GD is
+    not at its limit, its gap says nothing about the limit). A cell is flagged
+    ``"in_fit": false`` when none of its trials converged; it is then left out of the fits
+    and its gap statistics are empty. ``"converged_cells"`` counts the cells in the fits.
+    """
     rows = []
     for c in cells:
         cf = c["closed_form_residual"]
+        ok = converged_trials(c)
         rows.append({
             "n": c["n"], "d": c["d"], "trials": int(c["gap"].size), "eta": c["eta"],
-            "gap": mean_ci(c["gap"]),
-            "rel_gap": mean_ci(c["rel_gap"]),
+            "converged_trials": int(ok.sum()), "in_fit": bool(ok.any()),
+            "gap": mean_ci(c["gap"][ok]),
+            "rel_gap": mean_ci(c["rel_gap"][ok]),
             "wstar_norm": mean_ci(c["wstar_norm"]),
             "frozen_fraction": [float(f) for f in c["frozen"].mean(axis=0)],
             "frozen_from_step1_fraction": float(np.mean(c["frozen"].all(axis=1)
@@ -349,7 +309,11 @@ def summarize(p: StudyParams, cells: list) -> dict:
             "steps_mean": float(c["n_steps"].mean()),
             "last_change_max": int(c["last_change"].max()),
         })
-    slopes = {key: loglog_fit([c[key] for c in cells], [c["d"] for c in cells],
-                              [c["n"] for c in cells], seed=p.seed)
+    fit = [c for c in cells if converged_trials(c).any()]
+    slopes = {key: loglog_fit([c[key][converged_trials(c)] for c in fit], [c["d"] for c in fit],
+                              [c["n"] for c in fit], seed=p.seed)
               for key in ("gap", "rel_gap")}
-    return {"params": p.to_dict(), "cells": rows, "slopes": slopes}
+    return {"params": p.to_dict(), "cells": rows, "slopes": slopes,
+            "converged_cells": len(fit),
+            "excluded_cells": [{"n": c["n"], "d": c["d"]} for c in cells
+                               if not converged_trials(c).any()]}

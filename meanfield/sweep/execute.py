@@ -62,6 +62,9 @@ class Summary:
     ran : list of str          ids of jobs executed by this call and finished
     skipped : list of str      ids of jobs already complete before this call
     failed : dict              id -> error line, for jobs that failed in this call
+    permanent : set            ids of failed jobs that fail the same way on every attempt
+                               (bad config or data): a rerun cannot finish them
+    notes : list of str        one line each, e.g. a thread count capped on the workers
     wall_s : float
     interrupted : bool
     """
@@ -74,6 +77,8 @@ class Summary:
     failed: dict = field(default_factory=dict)
     wall_s: float = 0.0
     interrupted: bool = False
+    permanent: set = field(default_factory=set)
+    notes: list = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -85,37 +90,36 @@ class Summary:
                 f"({len(self.ran)} run now, {len(self.skipped)} already done), "
                 f"{len(self.failed)} failed, {self.wall_s:.1f} s"
                 + (" (interrupted)" if self.interrupted else ""))
-        lines = [head]
+        lines = [head] + [f"  note: {n}" for n in self.notes]
         for jid, err in self.failed.items():
             lines.append(f"  failed {jid}: {err}")
-        if self.failed or self.interrupted:
+        if self.interrupted or set(self.failed) - self.permanent:
             lines.append("  rerun the same command to retry the unfinished jobs")
+        elif self.failed:
+            lines.append("  a rerun fails the same way: fix the study file or data first")
         return "\n".join(lines)
 
 
 class _Lock:
-    """An exclusive, non-blocking lock on the study directory (one driver at a time)."""
+    """An exclusive, non-blocking lock on the study directory (one driver at a time), the
+    ``.sweep.lock`` file inside it (:func:`meanfield.ownership.claim`)."""
 
     def __init__(self, directory: Path):
         self.path = directory / ".sweep.lock"
-        self.fh = None
+        self._claim = None
 
     def __enter__(self):
-        self.fh = open(self.path, "a+")
-        try:  # deferred on purpose: POSIX only
-            import fcntl
-        except ImportError:  # pragma: no cover (not POSIX)
-            return self
+        from meanfield import ownership
+        self._claim = ownership.claim(self.path.parent, lock=self.path)
         try:
-            fcntl.flock(self.fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            self.fh.close()
+            self._claim.__enter__()
+        except ownership.OutputBusy as exc:
             raise StudyError(str(self.path.parent), "", "another sweep is driving this study "
-                                                        "directory (lock held)") from None
+                                                        f"directory ({exc.reason})") from None
         return self
 
     def __exit__(self, *exc):
-        self.fh.close()  # closing releases the lock
+        return self._claim.__exit__(*exc)
 
 
 class _Tracker:
@@ -146,6 +150,8 @@ class _Tracker:
         self._post()
 
     def finish(self, jid, result: dict):
+        if result.get("note") and result["note"] not in self.summary.notes:
+            self.summary.notes.append(result["note"])
         entry = self.man.job(jid)
         if entry["status"] != "running":  # no start event seen (e.g. serial or lost event)
             self.man.set(jid, attempts=int(entry.get("attempts") or 0) + 1,
@@ -156,6 +162,8 @@ class _Tracker:
             (self.summary.skipped if result.get("skipped") else self.summary.ran).append(jid)
             self.bar.update(1)
         else:
+            if result.get("retryable") is False:
+                self.summary.permanent.add(jid)
             self.fail(jid, result.get("error") or "unknown error", result.get("wall_s"))
             return
         self.finished.add(jid)
@@ -169,10 +177,11 @@ class _Tracker:
         self.man.save()
         self._post()
 
-    def close(self):
+    def close(self, directory=None):
         for j in self.man.doc["jobs"]:
-            if j["status"] == "running":  # interrupted: a rerun picks it up
-                self.man.set(j["id"], status="pending")
+            if j["status"] == "running":  # interrupted: done if its file made it, else pending
+                done = directory is not None and run_file_complete(directory / j["run_file"])
+                self.man.set(j["id"], status="done" if done else "pending")
         self.man.save(force=True)
         self.bar.close()
 
@@ -295,6 +304,73 @@ def _dask(todo, directory, tracker, workers, scheduler, client, threads):
                 c.unsubscribe_topic(topic)
 
 
+def _make_study_dir(directory: Path) -> None:
+    """Create the study directory, or refuse in one line before any job runs."""
+    from meanfield.ownership import check_writable_dir
+    if directory.exists() and not directory.is_dir():
+        raise StudyError(str(directory), "-o", "is a file, expected a study directory")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StudyError(str(directory), "-o", f"cannot create the study directory "
+                                               f"({exc.strerror or exc})") from None
+    check_writable_dir(directory, directory, "-o")
+
+
+def _is_main_test(node) -> bool:
+    import ast
+    if not (isinstance(node, ast.Compare) and len(node.ops) == 1
+            and isinstance(node.ops[0], ast.Eq)):
+        return False
+    sides = [node.left, node.comparators[0]]
+    return (any(isinstance(n, ast.Name) and n.id == "__name__" for n in sides)
+            and any(isinstance(n, ast.Constant) and n.value == "__main__" for n in sides))
+
+
+def unguarded_call_line(main_module=None):
+    """The line of the running script that led here if it is not under
+    ``if __name__ == "__main__":``, else ``None``.
+
+    Local workers are spawned processes that import the script again; a study started from
+    its top level would start again in every worker. Returns ``(script, line)`` or ``None``
+    (no script, e.g. an interactive session, or a package's ``__main__.py``, which spawned
+    processes do not run again).
+    """
+    import ast
+    main = main_module or sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if not path or os.path.basename(path) == "__main__.py":
+        return None
+    frame = sys._getframe(1)
+    while frame is not None and not (frame.f_code.co_name == "<module>"
+                                     and frame.f_globals is vars(main)):
+        frame = frame.f_back
+    if frame is None:
+        return None
+    line = frame.f_lineno
+    try:
+        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and _is_main_test(node.test) and node.body and \
+                node.body[0].lineno <= line <= (node.body[-1].end_lineno or line):
+            return None
+    return path, line
+
+
+def _check_main_guard() -> None:
+    """Refuse, in one line, a local-cluster study started from a script's top level."""
+    hint = ('put the code that runs the study under \'if __name__ == "__main__":\' (local '
+            'workers are spawned processes that import the script again)')
+    if getattr(sys.modules.get("__main__"), "__name__", "") == "__mp_main__":
+        raise StudyError("<worker process>", "Study.run", f"called while importing the script; {hint}")
+    where = unguarded_call_line()
+    if where is not None:
+        raise StudyError(where[0], f"line {where[1]}", f"starts a study at the top level of "
+                                                       f"the script; {hint}")
+
+
 def run_study(spec, directory, *, workers=None, scheduler=None, client=None, serial=False,
               threads=None, progress=None) -> Summary:
     """Run the jobs of a study that are not complete yet.
@@ -334,7 +410,9 @@ def run_study(spec, directory, *, workers=None, scheduler=None, client=None, ser
     """
     t0 = time.time()
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    if not serial and scheduler is None and client is None:
+        _check_main_guard()
+    _make_study_dir(directory)
     directory = directory.resolve()
     if not serial:
         require_distributed()
@@ -360,7 +438,7 @@ def run_study(spec, directory, *, workers=None, scheduler=None, client=None, ser
                 summary.interrupted = True
                 raise
             finally:
-                tracker.close()
+                tracker.close(directory)
                 summary.done = man.counts()["done"]
                 summary.wall_s = time.time() - t0
         summary.done = man.counts()["done"]

@@ -79,6 +79,19 @@ def thread_budget(threads=None):
     return max(1, _usable_cores() // max(1, slots))
 
 
+def _capped(threads, host):
+    """``threads`` capped at the numba thread pool this process was started with
+    (``NUMBA_NUM_THREADS``, fixed at numba's import), and a note saying so, or ``None``."""
+    if not threads:
+        return threads, None
+    import numba
+    limit = int(numba.config.NUMBA_NUM_THREADS)
+    if threads <= limit:
+        return threads, None
+    return limit, (f"{threads} numba threads per job asked, but the worker on {host} allows "
+                   f"{limit} (its NUMBA_NUM_THREADS); its jobs ran with {limit}")
+
+
 def _announce(topic, msg) -> None:
     """Tell the driver (through the scheduler's event log) that the job started."""
     if not topic:
@@ -116,7 +129,10 @@ def run_job(config_json: str, output: str, *, job_id: str = "", threads=None,
     dict
         ``{"id", "status": "done" | "failed", "skipped", "error", "traceback", "host", "pid",
         "threads", "wall_s"}``; ``skipped`` is true when the run file was already complete;
-        ``threads`` is numba's thread count in the worker after the job.
+        ``threads`` is numba's thread count in the worker after the job. A failed job has
+        ``retryable`` (false when it fails the same way on every attempt: bad config or
+        data); ``note`` says when the thread count was capped at the worker's
+        ``NUMBA_NUM_THREADS``.
     """
     t0 = time.time()
     info = {"id": job_id, "host": socket.gethostname(), "pid": os.getpid()}
@@ -127,13 +143,20 @@ def run_job(config_json: str, output: str, *, job_id: str = "", threads=None,
             result["skipped"] = True
         else:
             cfg = _config.from_canonical_json(config_json, source=f"<job {job_id}>")
-            run_resumable(cfg, output, threads=thread_budget(threads))
+            budget, note = _capped(thread_budget(threads), info["host"])
+            if note:
+                result["note"] = note
+            run_resumable(cfg, output, threads=budget)
     except Exception as exc:  # noqa: BLE001 - every failure is recorded, none stops the study
         if _is_stop_request(exc):
             raise
+        from meanfield.errors import InputError
+        from meanfield.ownership import OutputBusy
         line = exc.line() if hasattr(exc, "line") else str(exc)
         result.update(status="failed", error=f"{type(exc).__name__}: {line}",
-                      traceback=traceback.format_exc())
+                      traceback=traceback.format_exc(),
+                      # bad config or data fails the same way again; a busy output may not
+                      retryable=isinstance(exc, OutputBusy) or not isinstance(exc, InputError))
     numba = sys.modules.get("numba")
     result["threads"] = int(numba.get_num_threads()) if numba is not None else None
     result["wall_s"] = time.time() - t0

@@ -39,6 +39,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from meanfield import config as _config
+from meanfield import tables
 from meanfield.errors import ConfigError, StudyError
 
 #: Top-level keys of a study file besides the run-config tables.
@@ -97,25 +98,16 @@ def _flatten(tbl: dict, prefix: str = ""):
             yield name, v
 
 
-def _axis_keys(section: str):
-    if section == "data":
-        keys = {"kind"}
-        for allowed in _config.DATA_KINDS.values():
-            keys.update(allowed)
-        return sorted(keys)
-    return list(_config.DEFAULTS[section])
-
-
 def _check_axis(src: str, name: str, values) -> list:
     fld = f"sweep.{name}"
     parts = name.split(".")
     if len(parts) != 2 or not all(parts):
         raise StudyError(src, fld, "axis names are 'table.key', e.g. \"dynamics.lam\"")
     sec, key = parts
-    if sec not in _config.SECTIONS:
-        raise StudyError(src, fld, f"unknown table '{sec}'{_suggest(sec, _config.SECTIONS)}; "
-                                   f"valid tables: {', '.join(_config.SECTIONS)}")
-    allowed = _axis_keys(sec)
+    if sec not in tables.SECTIONS:
+        raise StudyError(src, fld, f"unknown table '{sec}'{_suggest(sec, tables.SECTIONS)}; "
+                                   f"valid tables: {', '.join(tables.SECTIONS)}")
+    allowed = tables.table_keys(sec)
     if key not in allowed:
         full = [f"{sec}.{k}" for k in allowed]
         raise StudyError(src, fld, f"unknown key{_suggest(name, full)}; valid keys of [{sec}]: "
@@ -138,7 +130,7 @@ def _merge_tables(base: dict, over: dict) -> dict:
     """Table-wise merge of run-config tables; a ``[data]`` table that names another ``kind``
     replaces the base's ``[data]`` instead of merging into it."""
     out = copy.deepcopy(base)
-    for sec in _config.SECTIONS:
+    for sec in tables.SECTIONS:
         if sec not in over:
             continue
         tbl = over[sec]
@@ -224,12 +216,12 @@ def expand(raw: dict, source: str = "<dict>", base_dir: str | os.PathLike = ".")
     base_dir = Path(base_dir)
     if not isinstance(raw, dict):
         raise StudyError(src, "", "a study must be a TOML table")
-    valid_top = STUDY_KEYS + _config.SECTIONS
+    valid_top = STUDY_KEYS + tables.SECTIONS
     for k in raw:
         if k not in valid_top:
             raise StudyError(src, str(k), f"unknown key{_suggest(str(k), valid_top)}; valid: "
                                           f"{', '.join(valid_top)}")
-    for sec in _config.SECTIONS:
+    for sec in tables.SECTIONS:
         if sec in raw and not isinstance(raw[sec], dict):
             raise StudyError(src, sec, f"must be a table ([{sec}])")
 
@@ -246,7 +238,7 @@ def expand(raw: dict, source: str = "<dict>", base_dir: str | os.PathLike = ".")
             raise StudyError(src, "base", f"{bpath} is a study file; base must be a run config")
         _config.load(bpath)  # a base is a complete run config: its own errors name it
         merged = _absolute_data_path({k: v for k, v in braw.items()}, bpath.resolve().parent)
-    own = {k: raw[k] for k in _config.SECTIONS if k in raw}
+    own = {k: raw[k] for k in tables.SECTIONS if k in raw}
     merged = _merge_tables(merged, own)
 
     sweep = raw.get("sweep", {})

@@ -125,14 +125,18 @@ class Study:
                          client=client, serial=serial, threads=threads, progress=progress)
 
     def status(self) -> dict:
-        """Counts of jobs per status, from the manifest (all pending before the first run)."""
+        """Counts of jobs per status, from the manifest (all pending before the first run);
+        a job whose run file is complete counts as done whatever the manifest says."""
         try:
             doc = _manifest.read(self.directory)
         except StudyError:
             return {"pending": len(self.jobs), "running": 0, "done": 0, "failed": 0}
+        from meanfield.sweep.job import run_file_complete
         counts = {s: 0 for s in _manifest.STATUSES}
         for j in doc["jobs"]:
-            counts[j["status"]] += 1
+            # a job that finished after its driver stopped (Ctrl-C) has a complete run file
+            done = j["status"] != "done" and run_file_complete(self.directory / j["run_file"])
+            counts["done" if done else j["status"]] += 1
         return counts
 
     def results(self, **kwargs):

@@ -32,7 +32,8 @@ from pathlib import Path
 import numpy as np
 
 from analysis.transport import w2_snapshots
-from meanfield import atomic, figures, report
+from meanfield import atomic, report
+from meanfield import figures as figures_
 from meanfield.errors import RunFileError, StudyError
 from meanfield.store import open_run
 from meanfield.sweep import manifest
@@ -50,11 +51,6 @@ def _per_run_analysis():
     return report.analyze_run
 
 
-def _stage_bounds(run, stage):
-    from analysis.stationarity import stage_bounds
-    return stage_bounds(run, stage)
-
-
 def _observable_summary(run) -> dict:
     """Per-stage risk (time average over the last :data:`RISK_WINDOW` of the stage) and the
     index of the stage's last snapshot frame, from the run file alone."""
@@ -62,9 +58,10 @@ def _observable_summary(run) -> dict:
     steps = run.observables["risk"]["step"]
     risk_v = run.observables["risk"]["value"]
     risk, frames = [], []
+    schedule = run.schedule
     for s in range(len(taus)):
-        lo, hi = _stage_bounds(run, s)
-        cut = lo + int(math.floor((1 - RISK_WINDOW) * (hi - lo)))
+        lo, hi = schedule.stage_bounds(s)
+        cut, _ = schedule.last_part(s, RISK_WINDOW)
         sel = (steps > cut) & (steps <= hi)
         risk.append(float(np.mean(risk_v[sel])) if np.any(sel) else float("nan"))
         fr = np.nonzero((run.frame_step > lo) & (run.frame_step <= hi))[0]
@@ -123,7 +120,7 @@ def run_summary(path) -> dict:
     analyze_run = _per_run_analysis()
     if analyze_run is not None:
         rep = analyze_run(str(path))
-        bounds = [_stage_bounds(run, s) for s in range(len(out["taus"]))]
+        bounds = [run.schedule.stage_bounds(s) for s in range(len(out["taus"]))]
         out["n_rays"], out["n_hyperplanes"] = _jk_from_report(rep, bounds)
         out["bound_2P_minus_1"] = rep.get("bound_2P_minus_1")
         out["source"] = "meanfield.report"
@@ -443,79 +440,6 @@ def format_markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _label(params: dict) -> str:
-    return ", ".join(f"{k.split('.')[-1]}={v}" for k, v in params.items()) or "all"
-
-
-def _tau_axis(ax, taus):
-    pos = [t for t in taus if t > 0]
-    if pos and len(pos) < len(taus):
-        ax.set_xscale("symlog", linthresh=min(pos))
-    elif pos:
-        ax.set_xscale("log")
-    ax.set_xlabel("τ")
-    ax.invert_xaxis()
-
-
-def write_figures(result: dict, outdir) -> list:
-    """Write ``J_tau.png``, ``K_tau.png``, ``risk_tau.png`` (mean ± std over seeds, one line
-    per parameter point) and ``w2_width.png`` (``W_2`` to the widest run against ``N``, log-log,
-    with an ``N^{-1/2}`` guide). Figures with no finite data are skipped. Returns the paths."""
-    plt = figures._plt()
-    outdir = Path(outdir)
-    outdir.mkdir(parents=True, exist_ok=True)
-    lines: OrderedDict[str, list] = OrderedDict()
-    axes = [a for a in result["axes"] if a != SEED_AXIS]
-    for r in result["table"]:
-        lines.setdefault(_label({a: r[a] for a in axes}), []).append(r)
-    written = []
-    for name, ylabel, fname in (("J", "rays J", "J_tau.png"), ("K", "kink hyperplanes K",
-                                                               "K_tau.png"),
-                                ("risk", "risk (time average)", "risk_tau.png")):
-        if not any(np.isfinite(r[f"{name}_mean"]) for r in result["table"]):
-            continue
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for lab, rows in lines.items():
-            t = np.array([r["tau"] for r in rows])
-            m = np.array([r[f"{name}_mean"] for r in rows])
-            s = np.nan_to_num(np.array([r[f"{name}_std"] for r in rows]))
-            ax.errorbar(t, m, yerr=s, marker="o", capsize=3, label=lab)
-        _tau_axis(ax, sorted({r["tau"] for r in result["table"]}))
-        if name == "risk":
-            ax.set_yscale("log")
-        ax.set_ylabel(ylabel)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        figures.save(fig, outdir / fname, dpi=120)
-        plt.close(fig)
-        written.append(outdir / fname)
-    if result["width"]:
-        fig, ax = plt.subplots(figsize=(6, 4))
-        other = [a for a in axes if a != WIDTH_AXIS]
-        for g in result["width"]:
-            n = np.asarray(g["n_particles"], float)
-            m = np.asarray(g["w2_mean"], float)
-            lab = _label({**{a: g[a] for a in other}, "tau": g["tau"]})
-            ax.errorbar(n, m, yerr=np.nan_to_num(np.asarray(g["w2_std"], float)),
-                        marker="o", capsize=3, label=f"{lab} (slope {g['slope']:.2f})")
-        ok = [(np.asarray(g["n_particles"], float), np.asarray(g["w2_mean"], float))
-              for g in result["width"]]
-        n0, m0 = ok[0][0][0], ok[0][1][0]
-        if np.isfinite(m0) and m0 > 0:
-            nn = np.array([min(o[0].min() for o in ok), max(o[0].max() for o in ok)])
-            ax.plot(nn, m0 * (nn / n0) ** -0.5, "k--", lw=1, label="N^-1/2")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("width N")
-        ax.set_ylabel(f"W2 to N = {result['width'][0]['reference_n_particles']}")
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        figures.save(fig, outdir / "w2_width.png", dpi=120)
-        plt.close(fig)
-        written.append(outdir / "w2_width.png")
-    return written
-
-
 def write_report(result: dict, outdir, figures: bool = True) -> list:
     """Write ``study.json``, ``study.md`` and (``figures``) the PNG figures into ``outdir``;
     returns the paths."""
@@ -524,4 +448,4 @@ def write_report(result: dict, outdir, figures: bool = True) -> list:
     atomic.write_text(outdir / "study.json", to_json(result) + "\n")
     atomic.write_text(outdir / "study.md", format_markdown(result))
     files = [outdir / "study.json", outdir / "study.md"]
-    return files + (write_figures(result, outdir) if figures else [])
+    return files + (figures_.study_figures(result, outdir) if figures else [])

@@ -1,0 +1,430 @@
+"""Analysis of a run: per snapshot rays, kink hyperplanes, ternary patterns and the [LJM26]
+Theorem 6 checks; ``P`` of the data; across the temperature ladder ``J(τ)``, ``K(τ)``, risk,
+``W2`` to the previous temperature and the distance to a zero-temperature reference; the
+[LJM26] Proposition 7 comparison for symmetric two-point data; optionally the exact references.
+
+Pure computation on a run object (:class:`meanfield.store.Run` or anything with its attributes:
+``X``, ``y``, ``lam``, ``taus``, ``schedule``, ``frame(k)``, ``frame_step``, ``frame_tau``,
+``observables``, ``complete``, ``path``). The results are dataclasses; their ``as_dict()`` is
+the report document that ``meanfield analyze`` writes (``docs/format.md``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from analysis import ternary, transport, two_point
+from analysis.dichotomies import DichotomyCount, count_dichotomies
+from analysis.kinks import data_kinks
+from analysis.ray_checks import averaged_residuals, convex_comparison, convex_counts
+from analysis.ray_checks import sensitivity as ray_sensitivity
+from analysis.rays import RayResult, find_rays
+from analysis.references import convex_reference, report_section
+from analysis.stationarity import annotate_report, run_verdicts
+from solvers import numpy_model
+from solvers.convex import ConvexSolverError
+from solvers.geometry import Kink
+
+
+@dataclass
+class FrameAnalysis:
+    """Rays, kinks, patterns and fit of one snapshot frame.
+
+    Attributes
+    ----------
+    tau : float
+        Temperature of the frame.
+    step : int
+        Global step of the frame.
+    risk : float
+        The stored risk at that step (or the risk of ``f_train`` when none is stored).
+    theta : ndarray of shape (N, d+2)
+        The particles.
+    rays : RayResult
+        :func:`analysis.rays.find_rays` on them.
+    kinks : list of Kink
+        Kink hyperplanes of the rays.
+    f_train : ndarray of shape (n,)
+        The particle predictor on the training inputs.
+    theorem6 : dict
+        :func:`analysis.ternary.theorem6` on the rays' patterns.
+    """
+
+    tau: float
+    step: int
+    risk: float
+    theta: np.ndarray
+    rays: RayResult
+    kinks: list[Kink]
+    f_train: np.ndarray
+    theorem6: dict
+    ray_kw: dict | None = None
+
+    @property
+    def patterns(self) -> list[list[int]]:
+        """Ternary patterns of the rays."""
+        return [[int(t) for t in q.pattern] for q in self.rays.rays]
+
+    def as_dict(self) -> dict:
+        """The snapshot's entry of the report document."""
+        rays = self.rays.rays
+        return {"tau": self.tau, "step": self.step, "risk": self.risk,
+                "n_rays": len(rays), "n_hyperplanes": len(self.kinks),
+                "rays": [q.as_dict() for q in rays], "kinks": [k.as_dict() for k in self.kinks],
+                "f_train": [float(v) for v in self.f_train],
+                "thresholds": self.rays.thresholds_used(), "rejected": self.rays.rejected,
+                "small": self.rays.small,
+                "cell_conflicts": self.rays.cell_conflicts, "patterns": self.patterns,
+                "theorem6": self.theorem6}
+
+
+@dataclass
+class LadderRow:
+    """One temperature of the ladder (its last snapshot).
+
+    Attributes
+    ----------
+    tau, step : float, int
+        Temperature and step of the snapshot.
+    J, K : int
+        Rays and kink hyperplanes.
+    risk : float
+        Risk at the snapshot.
+    halo_mass_fraction : float
+        Mass the ray finder set aside as thermal halo.
+    w2_to_previous : float or None
+        ``W2`` to the previous temperature's snapshot (``None`` for the first).
+    w2_method : str or None
+        ``"exact"`` or ``"sliced"``.
+    w2_rays_to_previous : float or None
+        ``W2`` between the two ray measures.
+    dist_to_reference : float or None
+        RMS distance of ``f_train`` to the zero-temperature reference.
+    """
+
+    tau: float
+    step: int
+    J: int
+    K: int
+    risk: float
+    halo_mass_fraction: float
+    w2_to_previous: float | None = None
+    w2_method: str | None = None
+    w2_rays_to_previous: float | None = None
+    dist_to_reference: float | None = None
+    J_convex: int | None = None
+    K_convex: int | None = None
+    matched: int | None = None
+    unmatched_measured: list | None = None
+    unmatched_reference: list | None = None
+    max_match_angle: float | None = None
+
+    def as_dict(self) -> dict:
+        """The row of the report's ``ladder`` table."""
+        return asdict(self)
+
+
+@dataclass
+class RunAnalysis:
+    """Everything ``meanfield analyze`` computes for a run.
+
+    Attributes
+    ----------
+    run : str
+        The run file.
+    d, n : int
+        Input dimension and number of training points.
+    X : ndarray of shape (n, d)
+        The training inputs.
+    y : ndarray of shape (n,)
+        The training targets.
+    dichotomies : DichotomyCount
+        ``P`` of the training inputs.
+    complete : bool
+        The run reached the end of its ladder.
+    frames : list of FrameAnalysis
+        Every snapshot frame, in ladder order.
+    ladder : list of LadderRow
+        One row per temperature.
+    two_point : list of dict or None
+        The [LJM26] Proposition 7 comparison per temperature (symmetric two-point data only).
+    references : dict or None
+        :func:`analysis.references.report_section` (when asked for).
+    verdicts : list of analysis.stationarity.Verdict or None
+        The stationarity verdict of every ladder stage (:func:`analysis.stationarity
+        .run_verdicts`), one per temperature of ``taus``.
+    taus : tuple of float
+        The run's ladder.
+    """
+
+    run: str
+    d: int
+    n: int
+    X: np.ndarray
+    y: np.ndarray
+    dichotomies: DichotomyCount
+    complete: bool
+    frames: list[FrameAnalysis]
+    ladder: list[LadderRow]
+    two_point: list | None = None
+    references: dict | None = None
+    convex_counts: dict | None = None
+    sensitivity: dict | None = None
+    verdicts: list | None = None
+    taus: tuple = ()
+
+    @property
+    def theorem6(self) -> dict | None:
+        """Theorem 6 checks and the bounds of the last snapshot (the lowest temperature)."""
+        if not self.frames:
+            return None
+        last = self.frames[-1]
+        res = last.rays
+        return {**last.theorem6, **ternary.bounds(self.dichotomies.P, len(res.rays)),
+                "decided": bool(res.resolved),
+                "undecided_reason": None if res.resolved else
+                (f"N = {len(last.theta)} is too small for a verdict: {len(res.small)} heavy "
+                 f"cluster(s) with fewer than {res.min_particles} particles")}
+
+    def as_dict(self) -> dict:
+        """The report document (``report.json``; keys in ``docs/cli.md``)."""
+        dc, last, P = self.dichotomies, self.frames[-1] if self.frames else None, self.dichotomies.P
+        rows = [r.as_dict() for r in self.ladder]
+        rep = {"run": self.run, "d": self.d, "n": self.n, "P": P, "cover": dc.cover,
+               "general_position": dc.general_position, "P_exact": dc.exact,
+               "P_tol_range": None if dc.tol_range is None else list(dc.tol_range),
+               "bound_2P_minus_1": 2 * P - 1, "bound_P_minus_1": P - 1,
+               "complete": self.complete,
+               "n_rays_by_tau": [{"tau": f.tau, "step": f.step, "n_rays": len(f.rays.rays),
+                                  "n_hyperplanes": len(f.kinks)} for f in self.frames],
+               "ladder": rows,
+               "w2_to_previous": [{"tau": r["tau"], "w2": r["w2_to_previous"],
+                                   "method": r["w2_method"], "w2_rays": r["w2_rays_to_previous"]}
+                                  for r in rows[1:]],
+               "patterns": last.patterns if last else [],
+               "pattern_tolerance": (last.rays.pattern_tol.as_dict() if last
+                                     else ternary.PatternTolerance().as_dict()),
+               "theorem6": self.theorem6, "two_point": self.two_point,
+               "snapshots": [f.as_dict() for f in self.frames]}
+        if self.references is not None:
+            rep["references"] = self.references
+        if self.convex_counts is not None:
+            rep["convex_counts"] = self.convex_counts
+        if self.sensitivity is not None:
+            rep["sensitivity"] = self.sensitivity
+        if self.verdicts is not None:
+            annotate_report(rep, self.verdicts, self.taus)
+        return rep
+
+
+def _obs_at(run, name, step):
+    o = run.observables[name]
+    sel = np.nonzero(o["step"] == step)[0]
+    return o["value"][sel[0]] if sel.size else None
+
+
+def analyze_frame(run: Any, k: int, **ray_kw) -> FrameAnalysis:
+    """Rays, kinks, patterns and fit of frame ``k`` of a run.
+
+    Parameters
+    ----------
+    run : meanfield.store.Run or alike
+        The run.
+    k : int
+        Frame index.
+    **ray_kw
+        Passed to :func:`analysis.rays.find_rays` (the run's ``y`` and ``lam`` are passed, so
+        the certificate filters are on).
+
+    Returns
+    -------
+    FrameAnalysis
+
+    Raises
+    ------
+    IndexError
+        ``k`` out of range.
+    """
+    theta = run.frame(k)
+    kw = frame_ray_kw(run, k, **ray_kw)
+    res = find_rays(theta, run.X, **kw)
+    kinks = data_kinks([q.direction for q in res.rays], run.X,
+                       [q.pattern for q in res.rays]) if res.rays else []
+    step = int(run.frame_step[k])
+    risk = _obs_at(run, "risk", step)
+    f_train = numpy_model.predict(theta, run.X)
+    return FrameAnalysis(
+        tau=float(run.frame_tau[k]), step=step,
+        risk=float(risk) if risk is not None else float(np.mean((f_train - run.y) ** 2)),
+        theta=theta, rays=res, kinks=kinks, f_train=f_train,
+        theorem6=ternary.theorem6([q.pattern for q in res.rays]), ray_kw=kw)
+
+
+def frame_ray_kw(run: Any, k: int, **ray_kw) -> dict:
+    """Keyword arguments of :func:`analysis.rays.find_rays` for frame ``k`` of a run: ``lam``,
+    the frame's ``tau`` (halo tests against ``(d+1)τ/λ``), the stage's time-averaged residuals
+    ``R`` (:func:`analysis.ray_checks.averaged_residuals`; else ``y``: the snapshot's own), and
+    ``ray_kw``."""
+    R = averaged_residuals(run, k)
+    kw = {"lam": float(run.lam), "tau": float(run.frame_tau[k])}
+    kw.update({"R": R} if R is not None else {"y": run.y})
+    kw.update(ray_kw)
+    return kw
+
+
+def _reference_values(reference, X):
+    """The zero-temperature reference predictor on the training inputs, or None."""
+    if reference is None:
+        return None
+    if callable(reference):
+        return np.asarray(reference(X), dtype=float).ravel()
+    ref = np.asarray(reference, dtype=float).ravel()
+    if ref.shape[0] != X.shape[0]:
+        raise ValueError(f"reference has {ref.shape[0]} values, the data {X.shape[0]} points")
+    return ref
+
+
+def ladder(X: ArrayLike, frames: list[FrameAnalysis], reference: ArrayLike | Callable | None = None,
+           w2: bool = True, **w2_kw) -> list[LadderRow]:
+    """One row per temperature of the ladder (the last snapshot at each ``τ``).
+
+    Parameters
+    ----------
+    X : ndarray of shape (n, d)
+        The training inputs.
+    frames : list of FrameAnalysis
+        :func:`analyze_frame` of every frame, in ladder order.
+    reference : ndarray of shape (n,) or callable, optional
+        Zero-temperature reference predictor on the training inputs (or a function of ``X``),
+        e.g. the convex ``τ → 0`` solution (THEORY §4); without it the distance is ``None``.
+    w2 : bool
+        Compute ``W2`` to the previous temperature (exact up to 10⁴ particles, else sliced;
+        :mod:`analysis.transport`).
+    **w2_kw
+        Passed to :func:`analysis.transport.w2_snapshots`.
+
+    Returns
+    -------
+    list of LadderRow
+
+    Raises
+    ------
+    ValueError
+        A reference with another number of values than training points.
+    """
+    ref = _reference_values(reference, np.asarray(X))
+    last = {}
+    for i, f in enumerate(frames):
+        last[f.tau] = i                      # frames are in ladder order; keep the last per τ
+    rows, prev = [], None
+    for i in sorted(last.values()):
+        f = frames[i]
+        row = LadderRow(tau=f.tau, step=f.step, J=len(f.rays.rays), K=len(f.kinks), risk=f.risk,
+                        halo_mass_fraction=f.rays.thresholds_used()["halo_mass_fraction"])
+        if prev is not None and w2:
+            d = transport.w2_snapshots(prev.theta, f.theta, **w2_kw)
+            row.w2_to_previous, row.w2_method = d["w2"], d["method"]
+            ra, rb = prev.rays.rays, f.rays.rays
+            if ra and rb:
+                row.w2_rays_to_previous = transport.w2_rays(
+                    [q.direction for q in ra], [q.weight for q in ra],
+                    [q.direction for q in rb], [q.weight for q in rb])["w2"]
+        if ref is not None:
+            row.dist_to_reference = float(np.sqrt(np.mean((np.asarray(f.f_train) - ref) ** 2)))
+        rows.append(row)
+        prev = f
+    return rows
+
+
+def analyze(run: Any, *, reference: ArrayLike | Callable | None = None, w2: bool = True,
+            references: bool = False, convex: bool | None = None, sensitivity: bool = False,
+            **ray_kw) -> RunAnalysis:
+    """Analyse every snapshot frame of a run and its temperature ladder.
+
+    Parameters
+    ----------
+    run : meanfield.store.Run or alike
+        The run (see the module docstring for the attributes used).
+    reference : ndarray of shape (n,) or callable, optional
+        Zero-temperature reference predictor on the training inputs (see :func:`ladder`).
+    w2 : bool
+        Compute ``W2`` between successive temperatures.
+    references : bool
+        Compare with the exact references (THEORY §4–5): the Gibbs fixed point at each ``τ``
+        (``d ≤ 2``), the convex ``τ → 0`` limit at the coldest ``τ`` (also used as
+        ``reference`` when that is not given, for ``P ≤ 20000``), and the matching of rays to
+        its rays (:func:`analysis.references.report_section`); per ``τ`` of the ladder the
+        convex reference's counts ``J_convex``, ``K_convex`` (rays with weight at least the ray
+        mass floor, :func:`analysis.ray_checks.convex_counts`) and the matching of the
+        measured rays to them.
+    convex : bool, optional
+        The convex counts and matching only, without the Gibbs references (default:
+        ``references``).
+    sensitivity : bool
+        ``J`` and ``K`` of the coldest snapshot over a range of each threshold
+        (:func:`analysis.ray_checks.sensitivity`; about 15 more ray analyses).
+    **ray_kw
+        Passed to :func:`analysis.rays.find_rays`.
+
+    Returns
+    -------
+    RunAnalysis
+
+    Raises
+    ------
+    ValueError
+        A reference with another number of values than training points.
+    """
+    dc = count_dichotomies(run.X)
+    if dc.ambiguous:
+        dc = count_dichotomies(run.X, exact=True)
+    frames = [analyze_frame(run, k, **ray_kw) for k in range(run.n_frames)]
+    if convex is None:
+        convex = references
+    cvx = None
+    if (references or convex) and dc.P <= 20000:
+        try:
+            cvx = convex_reference(run.X, run.y, run.lam)
+        except ConvexSolverError:
+            pass                # data the solver cannot resolve: the references section says so
+        if cvx is not None and reference is None:
+            reference = cvx.f_train
+    tp = None
+    if two_point.detect(run.X, run.y) is not None:
+        per_tau = sorted({f.tau: i for i, f in enumerate(frames)}.values())
+        tp = [{"tau": frames[i].tau,
+               **two_point.compare(run.X, run.y, run.lam, frames[i].kinks,
+                                   [float(v) for v in frames[i].f_train])}
+              for i in per_tau]
+    result = RunAnalysis(run=str(run.path), d=run.d, n=run.n, X=run.X, y=run.y, dichotomies=dc,
+                         complete=run.complete, frames=frames,
+                         ladder=ladder(run.X, frames, reference, w2), two_point=tp)
+    floor = ray_kw.get("min_mass_frac", 1e-2)
+    if cvx is not None:
+        cc = convex_counts(cvx, run.X, floor=floor)
+        per_tau = {f.tau: f for f in frames}
+        for r in result.ladder:
+            m = convex_comparison(per_tau[r.tau].rays.rays, cc)
+            r.J_convex, r.K_convex, r.matched = cc["J"], cc["K"], len(m["pairs"])
+            r.unmatched_measured = m["unmatched_measured"]
+            r.unmatched_reference = m["unmatched_reference"]
+            r.max_match_angle = None if not m["pairs"] else float(m["max_angle"])
+        result.convex_counts = {
+            "J": cc["J"], "K": cc["K"], "floor": cc["floor"],
+            "rays": [{"direction": [float(x) for x in v], "weight": float(w)}
+                     for v, w in zip(cc["directions"], cc["weights"])],
+            "kinks": [kk.as_dict() for kk in cc["kinks"]]}
+    if sensitivity and frames:
+        last = frames[-1]
+        result.sensitivity = {"tau": last.tau, "step": last.step,
+                              **ray_sensitivity(last.theta, run.X, last.ray_kw, conv=cvx,
+                                                floor=floor)}
+    result.verdicts, result.taus = run_verdicts(run), tuple(run.taus)
+    if references:
+        result.references = report_section(run, result.as_dict())
+    return result

@@ -1,0 +1,228 @@
+"""Wall time until the time-averaged predictor is within ε of the exact stationary measure.
+
+    python benchmarks/time_to_accuracy.py --problem plane8 --threads 1
+    python benchmarks/time_to_accuracy.py --problem d12 --budget 120
+    python benchmarks/time_to_accuracy.py --quick                       # smoke run
+
+For every configuration (integrator, η, N, start) one run is made at temperature ``--tau``,
+recording the predictor on the training points every ``--sample-dt`` time units. Whenever the
+record has grown by 10 % the time average over its second half (the first half is burn-in) is
+compared with the reference (the Gibbs measure of THEORY §5, exact for d ≤ 2): the accuracy ε
+counts as reached at the first such check where
+
+    max_j ( |f̄_j − f_ref,j| + 2 MCSE_j ) ≤ ε     and the window holds ≥ 20 τ_int samples,
+
+with the autocorrelation-aware MCSE of ``benchmarks.accuracy`` (so a lucky crossing of a noisy
+average does not count). A run stops early once ``|f̄ − f_ref| − 3 MCSE`` exceeds twice every
+ε not yet reached while the window is stationary (≥ 50 effective samples, its two halves
+within 3 standard errors) after at least ``--min-time`` time units (the slow modes of the
+stationary measure take 10³–10⁴ time units, THEORY §2): its bias is then established. The time is the stepping wall time
+from the start (the convex solve of the warm start included; checks excluded), ``--threads``
+threads.
+
+Starts: ``hot``: i.i.d. ``N(0, 1)`` particles (the default initialisation) straight at ``τ``;
+``convex``: the warm start of ``solvers.warmstart`` (the convex ``τ → 0`` solution's rays plus
+the thermal spread at ``τ``).
+
+The peer is what a researcher would otherwise write: noisy full-batch gradient descent in
+vectorised NumPy (``benchmarks.bench_step.NumpyStep``: Euler–Maruyama, the same update), its η
+tuned over the same range, in the same process and the same time-averaging. Printed: one row
+per configuration, then per ε the best configuration, the best Euler–Maruyama configuration,
+the best peer, and the ratios of their times. A peer that does not reach an ε within its
+budget is estimated as the steps of the best Euler–Maruyama run (the same chain with another
+noise stream) times the peer's measured time per step, and labelled as an estimate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.accuracy import add_problem_arguments, load, time_average  # noqa: E402
+from benchmarks.common import set_threads  # noqa: E402
+
+EPS = (3e-3, 1e-3, 3e-4)
+
+
+def start_particles(kind, X, y, lam, tau, N, seed):
+    """``(theta, seconds)`` of a start: ``"hot"`` or ``"convex"``."""
+    t0 = time.perf_counter()
+    if kind == "hot":
+        from solvers.langevin import initial_particles
+        th = initial_particles(N, X.shape[1], 1.0, seed)
+    elif kind == "convex":
+        from solvers.convex import convex
+        from solvers.warmstart import convex_particles
+        sol = convex(X, y, lam)
+        th = convex_particles(sol.directions, sol.weights, N, tau=tau, lam=lam, seed=seed)
+    else:
+        raise ValueError(f"unknown start {kind!r}")
+    return th, time.perf_counter() - t0
+
+
+def make_impl(who, X, y, theta, lam, eta, seed):
+    from benchmarks.bench_step import NumpyStep, Ours
+    if who == "numpy":
+        return NumpyStep(X, y, theta, seed=seed, lam=lam, eta=eta)
+    return Ours(X, y, theta, seed=seed, lam=lam, eta=eta, integrator=who)
+
+
+def time_to_accuracy(impl, ref, tau, eta, eps, budget_s, t_start=0.0, sample_dt=0.5,
+                     min_time=2e4):
+    """Run ``impl`` until every ``eps`` is reached or ``budget_s`` of stepping wall time
+    (or, after ``min_time`` time units, its bias is established).
+
+    Returns
+    -------
+    dict
+        ``{eps: (wall seconds, steps) or None}``, ``"final"``: the last check's
+        ``(max error, max MCSE, simulated time)``, ``"biased"``: stopped early because
+        the error's lower bound exceeded every remaining ε twice, and ``"wall"``,
+        ``"steps"``: stepping time and steps of the whole run.
+    """
+    every = max(1, int(round(sample_dt / eta)))
+    F = []
+    wall = t_start
+    steps = 0
+    hit = {e: None for e in eps}
+    next_check = 20
+    final = (math.nan, math.nan, 0.0)
+    biased = False
+    while wall < budget_s and any(v is None for v in hit.values()):
+        t0 = time.perf_counter()
+        impl.run(every, tau=tau)
+        f = np.array(impl.predictor(), dtype=float)
+        wall += time.perf_counter() - t0
+        steps += every
+        F.append(f)
+        if len(F) >= next_check:
+            next_check = int(len(F) * 1.1) + 1
+            W = np.asarray(F[len(F) // 2:])
+            m, se, tint = time_average(W)
+            err = np.abs(m - ref)
+            final = (float(err.max()), float(se.max()), steps * eta)
+            ess = len(W) / float(tint.max())
+            if ess < 20:
+                continue
+            ub = float(np.max(err + 2 * se))
+            for e in eps:
+                if hit[e] is None and ub <= e:
+                    hit[e] = (wall, steps)
+            # give up on an ε the bias clearly exceeds (twice, with 3 standard errors to spare)
+            # once the window is stationary (its halves agree within 3 standard errors)
+            lb = float(np.max(err - 3 * se))
+            k = len(W) // 2
+            (m1, s1, _), (m2, s2, _) = time_average(W[:k]), time_average(W[k:])
+            drift = float(np.max(np.abs(m2 - m1) / np.sqrt(s1 ** 2 + s2 ** 2 + 1e-300)))
+            if (steps * eta >= min_time and ess >= 50 and drift < 3
+                    and all(lb > 2 * e for e in eps if hit[e] is None)):
+                biased = True
+                break
+    hit["final"] = final
+    hit["biased"] = biased
+    hit["wall"], hit["steps"] = wall - t_start, steps
+    return hit
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_problem_arguments(ap)
+    ap.add_argument("--Ns", type=int, nargs="+", default=[1000, 4000])
+    ap.add_argument("--starts", nargs="+", default=["hot", "convex"])
+    ap.add_argument("--peer-Ns", type=int, nargs="+", default=None,
+                    help="N of the NumPy peer (default: the smallest of --Ns)")
+    ap.add_argument("--no-peer", action="store_true")
+    ap.add_argument("--peer-budget", type=float, default=None,
+                    help="wall seconds per peer run (default: --budget)")
+    ap.add_argument("--budget", type=float, default=60.0, help="wall seconds per run (60)")
+    ap.add_argument("--sample-dt", type=float, default=0.5, help="time units between samples")
+    ap.add_argument("--min-time", type=float, default=2e4,
+                    help="time units before a run may stop as biased (2e4)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--quick", action="store_true", help="one small configuration each, 5 s")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.etas, args.Ns, args.budget = args.etas[:1], args.Ns[:1], 5.0
+    set_threads(args.threads)
+    X, y, lam = load(args.problem)
+    if X.shape[1] > 2:
+        raise SystemExit("the Gibbs reference needs d <= 2")
+    from solvers.gibbs import gibbs
+    ref = gibbs(X, y, lam, args.tau).f_train
+    print(f"{args.problem}: n={len(y)} d={X.shape[1]} lam={lam} tau={args.tau:g}; budget "
+          f"{args.budget:g} s per run, {args.threads} thread(s); load average at start "
+          f"{os.getloadavg()[0]:.2f}")
+    configs = [(w, e, N, s) for w in args.integrators for e in args.etas for N in args.Ns
+               for s in args.starts]
+    if not args.no_peer:
+        peer_Ns = args.peer_Ns or [min(args.Ns)]
+        configs += [("numpy", e, N, s) for e in args.etas for N in peer_Ns
+                    for s in args.starts]
+    results = []
+    peer_ms = {}
+    head = " | ".join(f"eps={e:g}: s (steps)" for e in EPS)
+    print(f"\n| who | eta | N | start | {head} | last max err / MCSE / time units | load |")
+    print("|---" * (6 + len(EPS)) + "|")
+    for who, eta, N, start in configs:
+        th, t_start = start_particles(start, X, y, lam, args.tau, N, args.seed)
+        impl = make_impl(who, X, y, th, lam, eta, args.seed)
+        impl.run(1, tau=args.tau)     # compile / warm up outside the clock
+        budget = args.peer_budget if who == "numpy" and args.peer_budget else args.budget
+        try:
+            hit = time_to_accuracy(impl, ref, args.tau, eta, EPS, budget, t_start,
+                                   args.sample_dt, args.min_time)
+        except FloatingPointError:
+            print(f"| {who} | {eta:g} | {N} | {start} | diverged |")
+            continue
+        results.append(((who, eta, N, start), hit))
+        if who == "numpy" and hit["steps"]:
+            peer_ms[(eta, N, start)] = hit["wall"] / hit["steps"] * 1e3
+        miss = "biased" if hit["biased"] else "–"
+        cells = " | ".join(miss if hit[e] is None else f"{hit[e][0]:.1f} ({hit[e][1]})"
+                           for e in EPS)
+        fe, fs, ft = hit["final"]
+        print(f"| {who} | {eta:g} | {N} | {start} | {cells} | {fe:.1e} / {fs:.1e} / {ft:.0f} "
+              f"| {os.getloadavg()[0]:.1f} |", flush=True)
+    print("\n('–': not reached within the budget; 'biased': stopped early, the error's lower "
+          "bound |f̄ − f_ref| − 3 MCSE exceeded twice every remaining ε in a stationary window)")
+    def best(e, pred):
+        cand = [(h[e][0], c) for c, h in results if pred(c) and h[e] is not None]
+        return min(cand) if cand else None
+
+    def fmt(b):
+        return ("not reached" if b is None else
+                f"{b[0]:.1f} s ({b[1][0]}, eta={b[1][1]:g}, N={b[1][2]}, {b[1][3]})")
+
+    for e in EPS:
+        b_all = best(e, lambda c: c[0] != "numpy")
+        b_em = best(e, lambda c: c[0] == "em")
+        b_peer = best(e, lambda c: c[0] == "numpy")
+        line = f"eps={e:g}: best {fmt(b_all)}; best EM {fmt(b_em)}; NumPy peer {fmt(b_peer)}"
+        if b_all and b_em:
+            line += f"; EM/best = {b_em[0] / b_all[0]:.1f}x"
+        if b_all and b_peer:
+            line += f"; peer/best = {b_peer[0] / b_all[0]:.1f}x"
+        elif b_em and peer_ms:
+            # the peer is the same Euler–Maruyama chain (another noise stream): its expected
+            # step count is EM's; estimate its time from its measured time per step
+            c = b_em[1]
+            steps = dict(results)[c][e][1]
+            ms = peer_ms.get((c[1], c[2], c[3]))
+            if ms:
+                est = steps * ms / 1e3
+                line += (f"; peer (estimated: EM's {steps} steps x its {ms:.3f} ms/step) "
+                         f"{est:.0f} s, peer/best = {est / b_all[0]:.1f}x")
+        print(line)
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,766 @@
+"""Exact finite-temperature stationary measure in any input dimension, by randomized quasi-Monte
+Carlo over the sphere of directions (THEORY §5; docs/theory.md, "Finite temperature").
+
+The fixed point and its dual are those of :mod:`solvers.gibbs`: given the scaled residuals
+``R`` (n,), ``G(v) = (1/λ) Σ_j R_j (v·x̃_j)_+``, the direction density is
+``π_R(v) ∝ (1 − G(v)²)^{−(d+1)/2}`` on ``S^d`` and ``R`` maximises the concave dual
+``D(R) = −τ log I(R) − R·y − (n/2)|R|²``. Only the sphere integrals change: instead of the
+cell-wise quadrature of :mod:`solvers.spherequad` (``d ≤ 2``) they are importance-sampled.
+
+Proposal (a mixture with exact density)
+---------------------------------------
+As ``τ → 0`` the density concentrates at the maximisers ``v*`` of ``|G|`` (the rays of the
+convex limit, THEORY §4), with ``δ = 1 − G(v*)²`` of order ``τ``. The maximisers of ``±G`` on
+every activation cell are exact (:func:`solvers.convex.cell_maxima`, a cone projection each).
+Around a maximiser use gnomonic coordinates ``t ∈ v*^⊥ ≅ R^d``,
+``v = (v* + t)/√(1 + |t|²)``, with surface element ``dΩ = (1 + |t|²)^{−(d+1)/2} dt``. When
+``v*`` is interior to its cell, ``G = g/√(1 + |t|²)`` there and
+
+    (1 − G²)^{−(d+1)/2} dΩ = (δ + |t|²)^{−(d+1)/2} dt ,
+
+exactly the multivariate Cauchy density of scale ``√δ`` in ``t``: the importance weight of
+``π_R`` is constant on the cell and those of ``f`` (one more factor ``1/(1 − G²)``) and of the
+Hessian have relative variance bounded uniformly in ``δ``. When ``v*`` lies on a kink
+(``c⊥ ≠ 0``, ``c`` the cell's linear coefficient) ``1 − G²`` grows linearly across it, with
+width ``δ/(2g|c⊥|)``: an anisotropic Cauchy component of that width across the kink and
+``√δ`` along it is added. The proposal is the deterministic mixture ``q = Σ_i α_i q_i`` of a
+uniform component on ``S^d`` (defensive: bounds every weight by ``|S^d|/α_0``) and these
+components, ``α_i = M_i/M`` the exact share of points of component ``i``; every point is
+weighted by ``1/(M q(v))`` (balance heuristic), which is unbiased.
+
+Points, fixed point, error bar
+------------------------------
+Each component maps its own scrambled Sobol' points (``scipy.stats.qmc``, ``d + 1``
+coordinates, through the normal quantile: ``N/|N|`` for the uniform component,
+``t = L N_{1..d}/|N_{d+1}|`` for a Cauchy one) to ``S^d``. With one such sample fixed the
+sample-average dual is still concave (a log-sum of exponentials of functions linear in ``R``)
+and smooth; it is maximised by the damped Newton and the hot-to-cold continuation of
+:class:`solvers.gibbs.GibbsReference` (sample average approximation), with the exact barrier
+``max|G_R| < 1``. The proposal is rebuilt at the solution until its peaks stop moving; then
+``K`` independent randomizations (new scrambles, same proposal) give ``K`` fixed points, whose
+mean is the answer and whose standard error ``s_j/√K`` per data point is ``quad_error`` (its
+maximum over ``j``). The bias of the sample average approximation is quadratic in the
+integration error, far below the standard error. The number of points grows (up to
+``max_points`` per randomization) until ``quad_error ≤ rtol · max_j |f_j|``; otherwise
+:class:`GibbsAccuracyError`, naming the coldest temperature at which the accuracy was reached.
+
+Source: THEORY §5 *(derived)*; Owen, *Monte Carlo theory, methods and examples* (2013), §9.13
+(mixture importance sampling) and §17 (randomized QMC).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.special import betaincinv, gammaln, ndtri
+from scipy.stats import qmc
+
+from solvers.activation_regions import TooManyPatterns, activation_patterns
+from solvers.convex import cell_maxima
+from solvers.gibbs import (
+    GibbsConvergenceError,
+    GibbsInputError,
+    GibbsReference,
+    GibbsSolution,
+    check_taus,
+)
+
+_EPS = np.finfo(float).eps
+#: Peaks with ``1 − G²`` above this are left to the uniform component.
+PEAK_DELTA = 0.5
+#: ... and so are peaks with ``δ`` more than this factor above the sharpest one.
+PEAK_RANGE = 1e6
+#: Radial tail exponent of the law across kinks (``1 − G²`` grows linearly there; the
+#: target's exponent is ``(d+1)/2``).
+PARETO = 1.5
+#: Ratio of successive scales of a peak's components, and the largest ``δ`` given them.
+LADDER = 8.0
+LADDER_DELTA = 0.1
+
+
+class GibbsAccuracyError(RuntimeError):
+    """The requested accuracy of ``f`` is out of reach at this temperature with the largest
+    sample allowed.
+
+    Attributes
+    ----------
+    tau : float          the temperature asked for
+    error : float        the standard error reached (units of ``f``)
+    target : float       the standard error asked for
+    coldest : float or None
+        The coldest temperature at which the accuracy was reached (None: none tried).
+    """
+
+    def __init__(self, tau, error, target, coldest, points):
+        self.tau, self.error, self.target, self.coldest = tau, error, target, coldest
+        where = (f"the coldest temperature reached at this accuracy is tau={coldest:.3g}"
+                 if coldest is not None else "no temperature tried reached it")
+        super().__init__(
+            f"at tau={tau:g} the standard error of f is {error:.2e} > {target:.2e} requested, "
+            f"with {points} points per randomization (the most allowed); {where}")
+
+
+# ---------------------------------------------------------------------------------------------
+# the proposal
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class Peak:
+    """A maximiser ``v`` of ``±G``: ``g = |G(v)|``, ``delta = 1 − g²`` and ``normal``
+    (d+1, k), the unit normals of the ``k`` kinks ``{v·x̃_j = 0}`` through ``v``."""
+
+    v: np.ndarray
+    g: float
+    delta: float
+    normal: np.ndarray
+
+
+def _log_cauchy_const(m: int) -> float:
+    """``log Γ((m+1)/2)/π^{(m+1)/2}``: the standard Cauchy density on ``R^m`` at 0."""
+    return float(gammaln(0.5 * (m + 1)) - 0.5 * (m + 1) * math.log(math.pi))
+
+
+@dataclass
+class Cauchy:
+    """A Cauchy law in gnomonic coordinates ``t`` around ``center``: ``t = L z``, ``z``
+    standard multivariate Cauchy in ``R^d``; ``basis`` (d+1, d) spans ``center^⊥``."""
+
+    center: np.ndarray
+    basis: np.ndarray
+    L: np.ndarray
+
+    def __post_init__(self):
+        self.Linv = np.linalg.inv(self.L)
+        self.logdet = float(np.linalg.slogdet(self.L)[1])
+        self.d = self.L.shape[0]
+
+    def sample_t(self, N, U):
+        return (N[:, :self.d] / np.abs(N[:, self.d:self.d + 1])) @ self.L.T
+
+    def logpdf_t(self, t):
+        z = t @ self.Linv.T
+        return _log_cauchy_const(self.d) - self.logdet \
+            - 0.5 * (self.d + 1) * np.log1p(np.einsum("ij,ij->i", z, z))
+
+
+@dataclass
+class Cone:
+    """A peak on ``k ≥ 1`` kinks: ``1 − G² ≈ A + b|t_N|`` with ``A = δ + |t_F|²``, ``t_N`` the
+    part of ``t`` across the kinks (orthonormal ``normal`` (d, k)), ``t_F`` along them
+    (orthonormal ``face`` (d, m), ``m = d − k``). ``t_F`` is Cauchy of scale ``sigma`` on
+    ``R^m``; given ``t_F``, ``t_N = (A/b) ρ ω`` with ``ω`` uniform on ``S^{k−1}`` and ``ρ``
+    beta-prime ``(k, PARETO − 1)`` (density ``∝ ρ^{k−1}(1+ρ)^{−k−PARETO+1}``)."""
+
+    center: np.ndarray
+    basis: np.ndarray
+    normal: np.ndarray
+    face: np.ndarray
+    sigma: float
+    delta: float
+    b: float
+
+    def __post_init__(self):
+        self.d = self.basis.shape[1]
+        self.k = self.normal.shape[1]
+        self.m = self.face.shape[1]
+        beta = PARETO - 1.0
+        self.beta = beta
+        # log of 1/(B(k, β) |S^{k−1}|)
+        self.log_c = float(-(gammaln(self.k) + gammaln(beta) - gammaln(self.k + beta))
+                           - (math.log(2.0) + 0.5 * self.k * math.log(math.pi)
+                              - gammaln(0.5 * self.k)))
+
+    def sample_t(self, N, U):
+        m, k = self.m, self.k
+        if m:
+            tF = self.sigma * N[:, :m] / np.abs(N[:, m:m + 1])
+            A = self.delta + np.einsum("ij,ij->i", tF, tF)
+        else:
+            tF = np.zeros((N.shape[0], 0))
+            A = np.full(N.shape[0], self.delta)
+        om = N[:, m + 1:m + 1 + k]
+        om = om / np.linalg.norm(om, axis=1, keepdims=True)
+        x = betaincinv(k, self.beta, U[:, self.d + 1])
+        rho = x / np.maximum(1.0 - x, 1e-300)
+        return tF @ self.face.T + ((A / self.b) * rho)[:, None] * (om @ self.normal.T)
+
+    def logpdf_t(self, t):
+        m, k = self.m, self.k
+        out = np.zeros(t.shape[0])
+        if m:
+            tF = t @ self.face
+            r2 = np.einsum("ij,ij->i", tF, tF)
+            out += _log_cauchy_const(m) - m * math.log(self.sigma) \
+                - 0.5 * (m + 1) * np.log1p(r2 / self.sigma ** 2)
+            A = self.delta + r2
+        else:
+            A = np.full(t.shape[0], self.delta)
+        tN = t @ self.normal
+        rho = (self.b / A) * np.sqrt(np.einsum("ij,ij->i", tN, tN))
+        return out + self.log_c + k * np.log(self.b / A) - (k + self.beta) * np.log1p(rho)
+
+
+def _tangent_basis(v):
+    Q, _ = np.linalg.qr(np.column_stack([v, np.eye(len(v))]))
+    return Q[:, 1:len(v)]
+
+
+class Proposal:
+    """Mixture of the uniform law on ``S^d`` and gnomonic components (module docstring).
+
+    Parameters
+    ----------
+    d : int
+    components : list of Cauchy or Kink
+    counts : list of int
+        Points per randomization of each component, the uniform one first (powers of two, so
+        every component's Sobol' points are balanced).
+    """
+
+    def __init__(self, d: int, components: list, counts: list):
+        self.d, self.D = d, d + 1
+        self.components = components
+        self.counts = [int(c) for c in counts]
+        self.M = int(sum(self.counts))
+        self.log_alpha = np.log(np.asarray(self.counts, float) / self.M)
+        self.p = 0.5 * (d + 1)
+        self.log_area = math.log(2.0) + self.p * math.log(math.pi) - gammaln(self.p)   # |S^d|
+
+    def logpdf_components(self, V) -> np.ndarray:
+        """``log q_i(v)`` (surface measure) of every component at ``V`` (m, d+1): (m, C+1).
+
+        On the hemisphere ``s = v·v* > 0`` of a gnomonic component ``t = Bᵀv/s`` and
+        ``log q(v) = log q_t(t) − (d+1) log s`` (``dΩ = s^{d+1} dt``); ``−∞`` elsewhere."""
+        V = np.asarray(V, float)
+        out = np.empty((V.shape[0], 1 + len(self.components)))
+        out[:, 0] = -self.log_area
+        # components sharing a centre share s and t
+        cache = {}
+        for i, c in enumerate(self.components):
+            key = id(c.center)
+            if key not in cache:
+                s = V @ c.center
+                pos = np.nonzero(s > 0)[0]
+                sp = s[pos]
+                cache = {key: (pos, (V[pos] @ c.basis) / sp[:, None],
+                               (self.d + 1) * np.log(sp))}
+            pos, t, ls = cache[key]
+            lq = np.full(V.shape[0], -np.inf)
+            lq[pos] = c.logpdf_t(t) - ls
+            out[:, 1 + i] = lq
+        return out
+
+    def logpdf(self, V) -> np.ndarray:
+        """``log q(v)`` of the mixture at ``V`` (m, d+1)."""
+        L = self.logpdf_components(V) + self.log_alpha[None, :]
+        mx = L.max(axis=1)
+        return mx + np.log(np.exp(L - mx[:, None]).sum(axis=1))
+
+    def sample(self, seed):
+        """One randomization: points ``V`` (M, d+1) and weights ``W = 1/(M q(V))`` (M,)."""
+        ss = np.random.SeedSequence(seed).spawn(len(self.counts))
+        parts = []
+        for i, (m, sd) in enumerate(zip(self.counts, ss)):
+            U = qmc.Sobol(self.D + 1, scramble=True, seed=np.random.default_rng(sd)).random(m)
+            U = np.clip(U, 1e-300, 1 - 1e-16)
+            N = ndtri(U)
+            if i == 0:
+                V = N[:, :self.D] / np.linalg.norm(N[:, :self.D], axis=1, keepdims=True)
+            else:
+                c = self.components[i - 1]
+                P = c.center[None, :] + c.sample_t(N, U) @ c.basis.T
+                V = P / np.linalg.norm(P, axis=1, keepdims=True)
+            parts.append(V)
+        V = np.concatenate(parts, axis=0)
+        W = np.exp(-self.logpdf(V)) / self.M
+        return V, W
+
+    def resized(self, M: int) -> Proposal:
+        """The same mixture with about ``M`` points per randomization (``M`` a power of two)."""
+        k = round(math.log2(M / self.M))
+        return Proposal(self.d, self.components, [c * 2 ** k if k >= 0 else max(1, c >> -k)
+                                                  for c in self.counts])
+
+
+def build_proposal(peaks: list, d: int, M: int, one_minus_G2=None,
+                   uniform_fraction: float = 0.125) -> Proposal:
+    """The mixture for the peaks of ``G``.
+
+    Per peak an isotropic Cauchy of scale ``√δ`` in ``t`` (exact for a peak inside its cell).
+    For a peak on ``k ≥ 1`` kinks (``peak.normal`` (d+1, k), the kinks' normals), with ``b``
+    the smallest slope of ``1 − G²`` across them (measured by ``one_minus_G2(V)``): :class:`Cone`
+    components with face scales ``σ = √δ·8^i`` up to 1 (the mass along a kink spreads over all
+    scales), and isotropic Cauchy components of scales ``(δ/b)·8^i`` up to 1 (the cone's
+    tails). Shares of points ``∝ δ^{−1/2}`` per peak, equal among its components;
+    ``uniform_fraction`` uniform. ``M`` (a power of two) is the number of points per
+    randomization (approximately: every component gets a power of two, at least 16).
+    """
+    comps, w = [], []
+    for pk in peaks:
+        sd = math.sqrt(pk.delta)
+        B = _tangent_basis(pk.v)
+        mine = [Cauchy(pk.v, B, sd * np.eye(d))]
+        if pk.normal.shape[1] and one_minus_G2 is not None and pk.delta <= LADDER_DELTA:
+            Nt, _ = np.linalg.qr(B.T @ pk.normal)               # (d, k) in t coordinates
+            k = Nt.shape[1]
+            Fb = _null(Nt.T) if k < d else np.zeros((d, 0))
+            eps = 1e-3 * pk.delta
+            dirs = np.concatenate([Nt.T, -Nt.T], axis=0)
+            P = pk.v[None, :] + eps * dirs @ B.T
+            om = one_minus_G2(P / np.linalg.norm(P, axis=1, keepdims=True))
+            b = float(max(np.min((om - pk.delta) / eps), sd))
+            sig = sd
+            while True:
+                mine.append(Cone(pk.v, B, Nt, Fb, sig, pk.delta, b))
+                if sig >= 0.25 or Fb.shape[1] == 0:
+                    break
+                sig *= LADDER
+            sc = pk.delta / b
+            while sc < 0.25:
+                if not 0.5 * sd < sc < 2 * sd:
+                    mine.append(Cauchy(pk.v, B, sc * np.eye(d)))
+                sc *= LADDER
+        share = pk.delta ** -0.5
+        w.extend([share / len(mine)] * len(mine))
+        comps.extend(mine)
+    counts = [M * uniform_fraction]
+    if w:
+        w = np.asarray(w) / np.sum(w) * (1 - uniform_fraction)
+        counts += list(M * w)
+    else:
+        counts = [M]
+    counts = [2 ** max(4, round(math.log2(c))) for c in counts]
+    return Proposal(d, comps, counts)
+
+
+def _null(A):
+    """Orthonormal basis of the null space of ``A`` (r, d): (d, d − rank)."""
+    _, sv, Vt = np.linalg.svd(A)
+    r = int(np.sum(sv > 1e-12 * max(1.0, sv.max(initial=0.0))))
+    return Vt[r:].T
+
+
+# ---------------------------------------------------------------------------------------------
+# the solver
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class _SampleRule:
+    """The fixed sample, in the shape of :class:`solvers.spherequad.Rule` that
+    :meth:`GibbsReference._evaluate` reads (a sample carries no deterministic error)."""
+
+    V: np.ndarray
+    W: np.ndarray
+    error: np.ndarray
+    Phi: np.ndarray
+
+
+@dataclass
+class QMCGibbsSolution(GibbsSolution):
+    """A :class:`solvers.gibbs.GibbsSolution` by randomized QMC.
+
+    Extra attributes
+    ----------------
+    f_stderr : ndarray (n,)
+        Standard error of ``f_train`` over the randomizations; ``quad_error`` is its maximum.
+    randomizations : int
+    points : int
+        Points per randomization (``n_nodes`` counts all of them).
+    n_peaks : int
+        Peaks of ``|G|`` the proposal is centred on.
+    """
+
+    f_stderr: np.ndarray = None
+    randomizations: int = 0
+    points: int = 0
+    n_peaks: int = 0
+    _proposal: Proposal = field(default=None, repr=False)
+    _seeds: list = field(default=None, repr=False)
+    _Rs: list = field(default=None, repr=False)
+
+    def sample_particles(self, N: int, seed: int = 0) -> np.ndarray:
+        """``N`` particles drawn from the stationary measure, rows ``(a, w_1..w_d, b)``.
+
+        Directions by sampling-importance-resampling from the first randomization's points
+        (``∝ W (1 − G²)^{−(d+1)/2}``), then (THEORY §5) ``r² ~ Gamma((d+1)/2,
+        2τ/(λ(1 − G²)))`` and ``a | r, v ~ N(−r G, τ/λ)``.
+
+        Returns
+        -------
+        ndarray of shape (N, d+2)
+        """
+        rng = np.random.default_rng(seed)
+        ref = self._ref
+        V, W = self._proposal.sample(self._seeds[0])
+        G = ref._G(V, self._Rs[0])
+        om = (1.0 - G) * (1.0 + G)
+        pr = W * ref._h(om)
+        idx = rng.choice(len(pr), size=int(N), p=pr / pr.sum())
+        v, g, o = V[idx], G[idx], om[idx]
+        r = np.sqrt(rng.gamma(ref.p, 2 * self.tau / (self.lam * o)))
+        a = -r * g + math.sqrt(self.tau / self.lam) * rng.standard_normal(int(N))
+        return np.column_stack([a, r[:, None] * v])
+
+    def as_dict(self) -> dict:
+        out = super().as_dict()
+        out.update({"method": "qmc", "f_stderr": [float(v) for v in self.f_stderr],
+                    "randomizations": int(self.randomizations), "points": int(self.points),
+                    "n_peaks": int(self.n_peaks)})
+        return out
+
+
+class QMCGibbsReference(GibbsReference):
+    """Gibbs fixed point of one data set and weight decay, any ``d``, by randomized QMC.
+
+    Parameters
+    ----------
+    X : array-like of shape (n, d), any d ≥ 1
+    y : array-like of shape (n,)
+    lam : float
+        Weight decay ``λ > 0``.
+    rtol : float
+        Requested standard error of ``f`` on the data, relative to ``max_j |f_j|``
+        (default 1e-4).
+    randomizations : int
+        Independent scrambles ``K`` (default 8).
+    points : int
+        Points per randomization to start with (a power of two, default 2**12).
+    max_points : int
+        Most points per randomization (default 2**20).
+    seed : int
+        Seed of the scrambles (results are reproducible given it).
+    max_patterns : int
+        The peak search enumerates the activation cells; more than this many is refused.
+    **kw
+        ``tol``, ``max_newton``, ``max_continuation`` of :class:`GibbsReference`.
+
+    Raises
+    ------
+    GibbsInputError
+        ``lam <= 0``, non-finite data, mismatched shapes, too many activation cells.
+    """
+
+    def __init__(self, X, y, lam: float, *, rtol: float = 1e-4, randomizations: int = 8,
+                 points: int = 2 ** 12, max_points: int = 2 ** 20, seed: int = 0,
+                 max_patterns: int = 20_000, max_adapt: int = 6, **kw):
+        self.max_patterns = int(max_patterns)
+        if not (rtol > 0 and math.isfinite(rtol)):
+            raise GibbsInputError("<gibbs>", "rtol", f"must be a finite number > 0, got {rtol!r}")
+        if int(randomizations) < 2:
+            raise GibbsInputError("<gibbs>", "randomizations",
+                                  f"at least 2 are needed for an error bar, got {randomizations}")
+        super().__init__(X, y, lam, **kw)
+        self.target_rtol = float(rtol)
+        self.K = int(randomizations)
+        self.points = 2 ** max(4, round(math.log2(points)))
+        self.max_points = int(max_points)
+        self.seed = int(seed)
+        self.max_adapt = int(max_adapt)
+        self._sample = None
+        self._sticky = []
+
+    # -- the pieces GibbsReference asks for ------------------------------------------------------
+    def _check_dimension(self, d):
+        if d < 1:
+            raise GibbsInputError("<gibbs>", "X", f"need d >= 1, got d = {d}")
+
+    def _init_integration(self):
+        try:
+            self.patterns, _ = activation_patterns(self.X, max_patterns=self.max_patterns)
+        except TooManyPatterns:
+            raise GibbsInputError("<gibbs>", "X", f"more than {self.max_patterns} activation "
+                                  f"cells: the peak search of the qmc reference would be too "
+                                  f"slow") from None
+
+    def exact_max_abs_G(self, R) -> float:
+        """Exact ``max_v |G_R(v)|`` over ``S^d`` (a cone projection per activation cell)."""
+        vals, _, _ = cell_maxima(R, self.X, self.lam, self.patterns)
+        return float(vals.max())
+
+    def max_abs_G(self, R) -> float:
+        """The barrier of the sample-average dual: ``max|G_R|`` over the sample's points (the
+        exact maximum when no sample is set). A sample's optimum beyond the exact barrier is
+        caught afterwards, see :meth:`_adapt`."""
+        if self._sample is None:
+            return self.exact_max_abs_G(R)
+        return float(np.max(np.abs(self._sample.Phi @ R))) / self.lam
+
+    def _one_minus_G2(self, R):
+        def f(V):
+            G = self._G(V, R)
+            return (1.0 - G) * (1.0 + G)
+        return f
+
+    def _rule(self, R, rtol=None):
+        """The fixed sample; its ``error`` is the round-off of the sums at ``R`` (``G``
+        carries ``eps Σ|R_j|φ_j/λ``, amplified by ``(2p+2)·2|G|/(1 − G²)``), which bounds how
+        far Newton can converge (as for the quadrature)."""
+        S = self._sample
+        G = S.Phi @ R / self.lam
+        om = (1.0 - G) * (1.0 + G)
+        h = self._h(om)
+        noise = _EPS * (4.0 + (4 * self.p + 4) * np.abs(G) * (S.Phi @ np.abs(R) / self.lam) / om)
+        err = np.concatenate([[float(S.W @ (h * noise))],
+                              (S.W * np.abs(G) * h / om * noise) @ S.Phi])
+        return _SampleRule(S.V, S.W, err, S.Phi)
+
+    # -- peaks and samples ---------------------------------------------------------------------
+    def peaks(self, R) -> list:
+        """Maximisers of ``±G_R`` on the activation cells with ``1 − G² ≤ PEAK_DELTA`` and
+        within ``PEAK_RANGE`` of the sharpest, merged where they coincide (sharpest first)."""
+        vals, args, _C = cell_maxima(R, self.X, self.lam, self.patterns)
+        g = vals.ravel()
+        dl = (1 - g) * (1 + g)
+        if g.max() <= 0 or dl.min() > PEAK_DELTA:
+            return []
+        keep = np.nonzero((g > 0) & (dl <= min(PEAK_DELTA, PEAK_RANGE * dl.min())))[0]
+        keep = keep[np.argsort(dl[keep])]
+        out = []
+        V = args.reshape(-1, self.d + 1)
+        nx = np.linalg.norm(self.Xt, axis=1)
+        for k in keep:
+            v = V[k]
+            if any(float(v @ q.v) > 1 - 1e-12 for q in out):
+                continue                                 # the same point from another cell
+            on = np.abs(self.Xt @ v) <= 1e-9 * nx
+            out.append(Peak(v=v, g=float(g[k]), delta=float(dl[k]),
+                            normal=(self.Xt[on] / nx[on, None]).T))
+        for q in self._sticky:
+            if not any(float(q.v @ a.v) > 1 - 1e-12 and a.delta <= q.delta for a in out):
+                out.append(q)
+        return out
+
+    def _remember_escape(self, R):
+        """A sample's optimum went beyond the barrier near ``R``: keep the sharpest peak there
+        in every later proposal at this temperature, with its (small) ``δ``."""
+        pk = self.peaks(R)
+        if pk:
+            self._sticky.append(min(pk, key=lambda q: q.delta))
+
+    def _peaks_match(self, old, new) -> bool:
+        """Every sharp peak (``δ`` within a factor 16 of the sharpest) of either list sits
+        within a quarter of its width of a peak of the other with ``δ`` within a factor 2."""
+        def covered(A, B):
+            if not A:
+                return not B
+            lim = 16 * min(a.delta for a in A)
+            for a in A:
+                if a.delta > lim:
+                    continue
+                if not any(math.acos(max(-1.0, min(1.0, float(a.v @ b.v))))
+                           <= 0.25 * math.sqrt(a.delta) and 0.5 <= a.delta / b.delta <= 2.0
+                           for b in B):
+                    return False
+            return True
+        return covered(new, old) and covered(old, new)
+
+    def _set_sample(self, prop, seed):
+        V, W = prop.sample(seed)
+        self._sample = _SampleRule(V, W, np.zeros(self.n + 1), np.maximum(V @ self.Xt.T, 0.0))
+
+    def _seeds(self, tau):
+        return [[self.seed, round(1e6 * -math.log10(tau)) & 0x7FFFFFFF, k]
+                for k in range(self.K + self.max_adapt)]
+
+    # -- one temperature -----------------------------------------------------------------------
+    def _towards(self, R, R1):
+        """Half the furthest feasible point ``R + 2^{-i}(R1 − R)`` from feasible ``R``
+        (``max|G_R|`` is convex in ``R``, so the segment up to it is feasible)."""
+        s = 1.0
+        while s > 1e-3 and self.exact_max_abs_G(R + s * (R1 - R)) >= 1.0 - 1e-12:
+            s *= 0.5
+        return R + 0.5 * s * (R1 - R)
+
+    def _adapt(self, R, tau_prev, tau, seeds, M, depth=0):
+        """Newton on pilot samples, the proposal rebuilt at each result, until Newton converges
+        and the peaks stay put; else through an intermediate temperature (``√(τ_prev τ)``, or
+        ``10τ`` from the start). Returns ``(R, proposal, peaks, iterations)``."""
+        peaks = self.peaks(R)
+        iters = 0
+        done = None                      # the last pass whose Newton converged
+        for a in range(self.max_adapt):
+            prop = build_proposal(peaks, self.d, M, self._one_minus_G2(R))
+            self._set_sample(prop, seeds[a])
+            R1, ev, it, ok = self._newton(R, tau, self.max_newton)
+            iters += it
+            if not ok or self.exact_max_abs_G(R1) >= 1.0:
+                # the sample's optimum lies beyond the true barrier (the proposal missed a
+                # sharper peak): restart at the furthest feasible point of R + 2^-i (R1 − R)
+                # (max|G_R| is convex in R), with the proposal built there
+                R = self._towards(R, R1)
+                self._remember_escape(R)
+                peaks = self.peaks(R)
+                continue
+            R = R1
+            new = self.peaks(R)
+            done = (R, prop, peaks)
+            if self._peaks_match(peaks, new):
+                return R, prop, peaks, iters
+            peaks = new
+        if done is not None:
+            # converged, though the peaks still move from sample to sample (broad peaks at a
+            # hot temperature): every proposal is unbiased, this one is adapted enough
+            return done + (iters,)
+        if depth >= self.max_continuation:
+            raise GibbsConvergenceError(
+                f"residual {np.max(np.abs(ev['grad'])):.3e} at tau={tau:g} after {iters} Newton "
+                f"steps on {self.max_adapt} adapted samples, {depth} levels of intermediate "
+                f"temperatures")
+        mid = math.sqrt(tau_prev * tau) if tau_prev is not None else 10.0 * tau
+        R, _, _, it1 = self._adapt(R, tau_prev, mid, seeds, M, depth + 1)
+        R, prop, peaks, it2 = self._adapt(R, mid, tau, seeds, M, depth + 1)
+        return R, prop, peaks, iters + it1 + it2
+
+    def _solve_one(self, R, tau_prev, tau):
+        """Adapt the proposal, then ``K`` randomizations, growing the sample to the accuracy.
+
+        Returns (solution, None) or (None, (error, target, points)) when out of reach."""
+        seeds = self._seeds(tau)
+        M = self.points
+        self._sticky = []
+        R, prop, peaks, iters = self._adapt(R, tau_prev, tau, seeds[self.K:], M)
+        retries = 0
+        while True:
+            prop = prop.resized(M)
+            fs, Rs, logI = [], [], []
+            for k in range(self.K):
+                self._set_sample(prop, seeds[k])
+                Rk, ev, it, ok = self._newton(R, tau, self.max_newton)
+                iters += it
+                if not ok or self.exact_max_abs_G(Rk) >= 1.0:
+                    # this scramble's optimum is beyond the true barrier: adapt again from
+                    # the furthest feasible point towards it
+                    if retries >= 6:
+                        raise GibbsConvergenceError(
+                            f"residual {np.max(np.abs(ev['grad'])):.3e}, max|G| = "
+                            f"{self.exact_max_abs_G(Rk):.6f} at tau={tau:g} on randomization "
+                            f"{k} after {it} Newton steps")
+                    retries += 1
+                    R = self._towards(R, Rk)
+                    self._remember_escape(R)
+                    R, prop, peaks, it = self._adapt(R, tau, tau, seeds[self.K:], prop.M)
+                    iters += it
+                    break
+                fs.append(ev["f"])
+                Rs.append(Rk)
+                logI.append(ev["logI"])
+            if len(fs) < self.K:
+                continue
+            F = np.asarray(fs)
+            f = F.mean(axis=0)
+            se = F.std(axis=0, ddof=1) / math.sqrt(self.K)
+            err = float(se.max())
+            target = self.target_rtol * float(np.max(np.abs(f)))
+            if err <= target:
+                break
+            # the standard error falls at least like M^{-1/2}; jump to the size that needs
+            need = M * (err / target) ** 2
+            if M >= self.max_points or need > 4 * self.max_points:
+                return None, (err, target, prop.M)
+            M = min(self.max_points, 2 ** math.ceil(math.log2(need)))
+        Rm = np.mean(Rs, axis=0)
+        sol = QMCGibbsSolution(
+            tau=float(tau), lam=self.lam, X=self.X, y=self.y, R=Rm, f_train=f,
+            residual=float(np.max(np.abs(f - self.y - self.n * Rm))),
+            max_abs_G=self.exact_max_abs_G(Rm), quad_error=err, n_nodes=int(prop.M * self.K),
+            iterations=int(iters), log_I=float(np.mean(logI)), _ref=self, _rule=None,
+            f_stderr=se, randomizations=self.K, points=prop.M, n_peaks=len(peaks),
+            _proposal=prop, _seeds=seeds[:self.K], _Rs=Rs)
+        return sol, None
+
+    # -- public --------------------------------------------------------------------------------
+    def solve(self, taus, R0=None) -> list:
+        """Fixed points at every temperature of ``taus``, hot to cold (see
+        :meth:`GibbsReference.solve`).
+
+        Raises
+        ------
+        GibbsInputError
+            A temperature that is not a finite number > 0.
+        GibbsConvergenceError
+            Newton did not converge on a sample.
+        GibbsAccuracyError
+            The requested accuracy is out of reach at some temperature; two geometric
+            bisections between the last temperature reached and it locate the coldest
+            temperature that can be reached (``coldest``).
+        """
+        taus = check_taus(taus)
+        order = sorted(range(len(taus)), key=lambda i: -taus[i])
+        R = np.zeros(self.n) if R0 is None else np.asarray(R0, dtype=float).copy()
+        if self.exact_max_abs_G(R) >= 1:
+            raise GibbsInputError("<gibbs>", "R0", "starting residuals are infeasible (max|G| >= 1)")
+        out = [None] * len(taus)
+        prev = None
+        for i in order:
+            try:
+                sol, fail = self._solve_one(R, prev, taus[i])
+            except GibbsConvergenceError as exc:
+                raise GibbsConvergenceError(
+                    f"Gibbs fixed point did not converge at tau={taus[i]:g} "
+                    f"(lam={self.lam:g}): {exc}") from None
+            if fail is not None:
+                raise self._out_of_reach(R, prev, taus[i], fail)
+            out[i] = sol
+            R, prev = sol.R, taus[i]
+        return out
+
+    def _out_of_reach(self, R, prev, tau, fail):
+        lo, hi, Rlo = prev, tau, R
+        for _ in range(2):
+            if lo is None:
+                break
+            mid = math.sqrt(lo * hi)
+            try:
+                sol, _bad = self._solve_one(Rlo, lo, mid)
+            except GibbsConvergenceError:
+                sol = None
+            if sol is not None:
+                lo, Rlo = mid, sol.R
+            else:
+                hi = mid
+        return GibbsAccuracyError(tau, fail[0], fail[1], lo, fail[2])
+
+    def predict(self, sol: QMCGibbsSolution, x, rtol=None):
+        """``f_R(x)`` at inputs ``x`` (m, d): the mean over the solution's randomizations of
+        the sample estimate (each with its own fixed point)."""
+        if x.shape[0] == 0:
+            return np.zeros(0)
+        xt = np.hstack([x, np.ones((x.shape[0], 1))])
+        c = 2 * self.p * sol.tau / self.lam
+        acc = np.zeros(x.shape[0])
+        for seed, Rk in zip(sol._seeds, sol._Rs):
+            V, W = sol._proposal.sample(seed)
+            G = self._G(V, Rk)
+            om = (1.0 - G) * (1.0 + G)
+            h = self._h(om)
+            I = float(W @ h)
+            acc += -c * (np.maximum(V @ xt.T, 0.0).T @ (W * G * h / om)) / I
+        return acc / len(sol._seeds)
+
+
+def gibbs_qmc(X, y, lam: float, tau, **kw):
+    """Stationary measure(s) of the mean-field dynamics by randomized QMC (any ``d``).
+
+    Parameters
+    ----------
+    X : array-like of shape (n, d); y : array-like of shape (n,)
+    lam : float
+        Weight decay ``λ > 0``.
+    tau : float or sequence of float
+        Temperature(s) ``τ > 0`` (a sequence: continuation from hot to cold).
+    **kw
+        Options of :class:`QMCGibbsReference` (``rtol``, ``randomizations``, ``points``, ...).
+
+    Returns
+    -------
+    QMCGibbsSolution, or a list of them when ``tau`` is a sequence.
+
+    Raises
+    ------
+    GibbsInputError, GibbsConvergenceError, GibbsAccuracyError
+    """
+    ref = QMCGibbsReference(X, y, lam, **kw)
+    sols = ref.solve(np.atleast_1d(tau))
+    return sols if np.ndim(tau) else sols[0]

@@ -1,0 +1,56 @@
+"""The observation the particle solver reports at a boundary: the columns of a run file."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the solver reports at an observation boundary: one row of a run file.
+
+    The fields after ``step`` and ``time`` are the run file's observables
+    (:meth:`columns`), in this order.
+
+    Attributes
+    ----------
+    step : int
+        Global step count.
+    time : float
+        Mean-field time ``step · η``.
+    tau : float
+        Temperature of the stage.
+    risk : float
+        ``(1/n) Σ_j (f(x_j) − y_j)²`` (THEORY §1).
+    regulariser : float
+        ``(λ/2) (1/N) Σ_i |θ_i|²``.
+    mean_sq_norm : float
+        ``(1/N) Σ_i |θ_i|²``.
+    stationarity : float
+        :func:`solvers.langevin.stationarity` of the stage's residuals so far.
+    residuals : ndarray of shape (n,)
+        Scaled residuals ``(f(x_j) − y_j)/n``.
+    residuals_previous : ndarray of shape (n,)
+        The residuals one step earlier (parity test of the stationarity verdict).
+    eta_lambda_max : float
+        Stability number ``η h`` of the step on the data mode (:mod:`solvers.stability`).
+    """
+
+    step: int
+    time: float
+    tau: float
+    risk: float
+    regulariser: float
+    mean_sq_norm: float
+    stationarity: float
+    residuals: np.ndarray
+    residuals_previous: np.ndarray
+    eta_lambda_max: float
+
+    @classmethod
+    def columns(cls) -> tuple[str, ...]:
+        """Names of the observables (every field but ``step`` and ``time``)."""
+        return tuple(f.name for f in dataclasses.fields(cls) if f.name not in ("step", "time"))

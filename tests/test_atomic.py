@@ -1,0 +1,30 @@
+"""Atomic replacement: a failed write leaves the old file and no scratch file behind."""
+
+import os
+
+import pytest
+
+from meanfield import atomic
+
+
+def test_write_text_replaces_and_keeps_the_umask_mode(tmp_path):
+    p = tmp_path / "a.txt"
+    p.write_text("old")
+    atomic.write_text(p, "new", durable=True)
+    assert p.read_text() == "new"
+    mask = os.umask(0)
+    os.umask(mask)
+    assert p.stat().st_mode & 0o777 == 0o666 & ~mask
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["a.txt"]
+
+
+@pytest.mark.parametrize("scratch", [None, "a.txt.tmp"])
+def test_a_failing_block_leaves_the_old_file(tmp_path, scratch):
+    p = tmp_path / "a.txt"
+    p.write_text("old")
+    with pytest.raises(RuntimeError):
+        with atomic.replacing(p, scratch=scratch and tmp_path / scratch) as tmp:
+            tmp.write_text("half")
+            raise RuntimeError("disk full")
+    assert p.read_text() == "old"
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["a.txt"]

@@ -1,0 +1,145 @@
+"""Warm start from the convex τ → 0 solution (solvers/warmstart.py, THEORY §4).
+
+Oracles: the placed particles' predictor (solvers.numpy_model, independent of the convex
+solver's own predict) equals the convex predictor; the neurons are balanced with the least weight decay
+(λ Σ r² = λ N ‖c‖₁); the spread has the Ornstein–Uhlenbeck variance τ/λ.
+"""
+
+import numpy as np
+import pytest
+
+from solvers import numpy_model as model
+from solvers.convex import convex
+from solvers.warmstart import convex_particles, ray_counts
+
+PLANE8 = np.array([[-1.5, -1.0], [-0.5, 1.2], [0.8, -1.3], [1.6, 0.4],
+                   [-1.1, 0.3], [0.2, 0.1], [1.0, 1.5], [-0.3, -1.8]])
+PLANE8_Y = np.array([1.0, -0.5, 0.5, 1.2, -0.8, 0.3, -1.0, 0.9])
+
+
+@pytest.mark.parametrize("w,N", [([0.5, -0.3, 0.2], 10), ([1e-9, 1.0], 7), ([2.0], 3),
+                                 ([0.1, 0.1, 0.1], 3)])
+def test_ray_counts(w, N):
+    c = ray_counts(w, N)
+    assert c.sum() == N and np.all(c >= 1)
+    share = N * np.abs(w) / np.sum(np.abs(w))
+    assert np.all(np.abs(c - share) < len(w) + 1)
+
+
+def test_placed_particles_reproduce_the_convex_predictor():
+    lam = 0.05
+    sol = convex(PLANE8, PLANE8_Y, lam)
+    theta = convex_particles(sol.directions, sol.weights, 1001, tau=0.0, lam=lam, seed=0)
+    assert theta.shape == (1001, 4)
+    np.testing.assert_allclose(model.predict(theta, PLANE8), sol.f_train, rtol=0, atol=1e-12)
+    # balanced (|a| = |u|) with sign(a) = sign(c) on its ray, weight decay λ N ‖c‖₁
+    np.testing.assert_allclose(np.abs(theta[:, 0]), np.linalg.norm(theta[:, 1:], axis=1),
+                               rtol=1e-14)
+    np.testing.assert_allclose(0.5 * np.sum(theta ** 2), 1001 * np.sum(np.abs(sol.weights)),
+                               rtol=1e-12)
+
+
+def test_thermal_spread_and_seed():
+    V = np.array([[0.6, 0.0, 0.8]])
+    tau, lam = 0.02, 0.5
+    a = convex_particles(V, [1.5], 40000, tau=tau, lam=lam, seed=3)
+    b = convex_particles(V, [1.5], 40000, tau=tau, lam=lam, seed=3)
+    assert np.array_equal(a, b)
+    base = convex_particles(V, [1.5], 40000, tau=0.0, lam=lam, seed=3)
+    dev = a - base
+    np.testing.assert_allclose(dev.var(axis=0), tau / lam, rtol=4 * np.sqrt(2 / 40000))
+    assert not np.array_equal(a, convex_particles(V, [1.5], 40000, tau=tau, lam=lam, seed=4))
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="no ray"):
+        convex_particles(np.zeros((0, 3)), [], 10, tau=0.0, lam=0.1, seed=0)
+    with pytest.raises(ValueError, match="one particle per ray"):
+        convex_particles(np.eye(3), [1.0, 1.0, 1.0], 2, tau=0.0, lam=0.1, seed=0)
+    with pytest.raises(ValueError, match="lam"):
+        convex_particles(np.eye(3), [1.0, 1.0, 1.0], 5, tau=0.0, lam=0.0, seed=0)
+
+
+def test_compare_ladders_matches_temperatures_and_standardises():
+    from analysis.ladders import compare_ladders
+    hot = [(1e-2, [1.0, 2.0], [0.1, 0.1]), (1e-3, [1.0, 2.0], [0.01, 0.03])]
+    cold = [(1e-4, [0.0, 0.0], [1.0, 1.0]), (1e-3 * (1 + 1e-12), [1.04, 1.9], [0.03, 0.04]),
+            (1e-2, [1.0, 2.0], [0.0, 0.0])]
+    rows = compare_ladders(hot, cold)
+    assert [r.tau for r in rows] == [1e-2, 1e-3]
+    assert (rows[0].stage_a, rows[0].stage_b, rows[0].max_abs_diff, rows[0].z) == (0, 2, 0, 0)
+    r = rows[1]
+    assert (r.stage_a, r.stage_b) == (1, 1)
+    assert abs(r.max_abs_diff - 0.1) < 1e-12
+    assert abs(r.z - 0.1 / 0.05) < 1e-12          # point 2: 0.1 / sqrt(0.03² + 0.04²)
+    assert r.to_dict()["mcse_b"] == 0.04
+    with pytest.raises(ValueError, match="same data"):
+        compare_ladders([(1.0, [1.0], [0.1])], [(1.0, [1.0, 2.0], [0.1, 0.1])])
+
+
+def test_convex_init_lm_cold_to_hot_run_resumes_bitwise(tmp_path, monkeypatch):
+    """model.init = "convex" with a ladder run cold to hot under Leimkuhler–Matthews: the
+    first particles are the convex rays (the first observation's predictor is the convex one
+    to within the one step and the tiny spread), and a run stopped at a boundary inside the
+    first stage and resumed (across the temperature change) equals the uninterrupted run."""
+    from conftest import tiny_toml
+    from test_resume import assert_identical, stop_after
+
+    from meanfield import config, runner
+    from meanfield.errors import Interrupted
+    from meanfield.store import open_run
+    path = tmp_path / "cold.toml"
+    path.write_text(tiny_toml({"model.init": "convex", "dynamics.integrator": "lm",
+                               "dynamics.taus": [1e-6, 1e-3], "dynamics.eta": 0.01,
+                               "output.observe_every": 1, "output.checkpoint_every": 7}))
+    cfg = config.load(path)
+    ref = runner.run(cfg, tmp_path / "ref.h5", progress=False, threads=1)
+    run = open_run(ref)
+    sol = convex(run.X, run.y, 0.05)
+    f1 = run.observables["residuals"]["value"][0] * run.n + run.y
+    assert np.max(np.abs(f1 - sol.f_train)) < 0.05 * np.max(np.abs(sol.f_train))
+    out = tmp_path / "run.h5"
+    with monkeypatch.context() as m:
+        stop_after(m, 290)
+        with pytest.raises(Interrupted):
+            runner.run(config.load(path), out, progress=False, threads=1)
+    runner.run(config.load(path), out, resume=True, progress=False, threads=1)
+    assert assert_identical(ref, out) > 0
+
+
+def test_config_rejects_unknown_integrator_and_init(tmp_path):
+    from conftest import tiny_toml
+
+    from meanfield import config
+    from meanfield.errors import ConfigError
+    for key, bad in (("dynamics.integrator", "rk4"), ("model.init", "zeros")):
+        with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+            config.loads(tiny_toml({key: bad}), "t.toml", tmp_path)
+
+
+def test_analyze_against_compares_hot_and_cold_ladders(tmp_path, capsys):
+    import json
+
+    from conftest import tiny_toml
+
+    from meanfield import cli, runner
+    hot, cold = tmp_path / "hot.toml", tmp_path / "cold.toml"
+    hot.write_text(tiny_toml())
+    cold.write_text(tiny_toml({"model.init": "convex", "dynamics.taus": [1e-3, 1e-2]}))
+    a = runner.run(str(hot), tmp_path / "hot.h5", progress=False, threads=1)
+    b = runner.run(str(cold), tmp_path / "cold.h5", progress=False, threads=1)
+    capsys.readouterr()
+    assert cli.main(["analyze", str(a), "--against", str(b), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    rows = {r["tau"]: r for r in doc["taus"]}
+    assert set(rows) == {1e-2, 1e-3}
+    assert (rows[1e-2]["stage_a"], rows[1e-2]["stage_b"]) == (0, 1)
+    assert all(r["max_abs_diff"] >= 0 and r["mcse_a"] > 0 for r in rows.values())
+    # against itself: no difference at all
+    assert cli.main(["analyze", str(a), "--against", str(a), "--json"]) == 0
+    assert all(r["max_abs_diff"] == 0 and r["z"] == 0
+               for r in json.loads(capsys.readouterr().out)["taus"])
+    other = tmp_path / "other.toml"
+    other.write_text(tiny_toml({"data.seed": 9}))
+    c = runner.run(str(other), tmp_path / "other.h5", progress=False, threads=1)
+    assert cli.main(["analyze", str(a), "--against", str(c)]) == 2
