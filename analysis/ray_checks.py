@@ -36,16 +36,17 @@ def averaged_residuals(run, k: int, window: float = 0.5) -> np.ndarray:
     -------
     ndarray of shape (n,), or None when the run has no residual observations in that window.
     """
-    T = int(run.config["dynamics"]["steps_per_tau"])
+    sch = run.schedule
     step = int(run.frame_step[k])
-    stage = (step - 1) // T
-    lo = max(stage * T, stage * T + math.floor((1 - window) * T))
+    stage = sch.stage_of_step(step)
+    start, T = sch.stage_bounds(stage)[0], sch.stage_length(stage)
+    lo = max(start, start + math.floor((1 - window) * T))
     obs = run.observables.get("residuals")
     if obs is None or len(obs["step"]) == 0:
         return None
     sel = (obs["step"] > lo) & (obs["step"] <= step)
     if not np.any(sel):
-        sel = (obs["step"] > stage * T) & (obs["step"] <= step)
+        sel = (obs["step"] > start) & (obs["step"] <= step)
     if not np.any(sel):
         return None
     return np.asarray(obs["value"][sel], dtype=float).mean(axis=0)

@@ -25,6 +25,7 @@ from analysis.ray_checks import averaged_residuals, convex_comparison, convex_co
 from analysis.ray_checks import sensitivity as ray_sensitivity
 from analysis.rays import RayResult, find_rays
 from analysis.references import convex_reference, report_section
+from analysis.stationarity import annotate_report, run_verdicts
 from solvers import numpy_model
 from solvers.convex import ConvexSolverError
 from solvers.geometry import Kink
@@ -154,6 +155,11 @@ class RunAnalysis:
         The [LJM26] Proposition 7 comparison per temperature (symmetric two-point data only).
     references : dict or None
         :func:`analysis.references.report_section` (when asked for).
+    verdicts : list of analysis.stationarity.Verdict or None
+        The stationarity verdict of every ladder stage (:func:`analysis.stationarity
+        .run_verdicts`), one per temperature of ``taus``.
+    taus : tuple of float
+        The run's ladder.
     """
 
     run: str
@@ -169,6 +175,8 @@ class RunAnalysis:
     references: dict | None = None
     convex_counts: dict | None = None
     sensitivity: dict | None = None
+    verdicts: list | None = None
+    taus: tuple = ()
 
     @property
     def theorem6(self) -> dict | None:
@@ -209,6 +217,8 @@ class RunAnalysis:
             rep["convex_counts"] = self.convex_counts
         if self.sensitivity is not None:
             rep["sensitivity"] = self.sensitivity
+        if self.verdicts is not None:
+            annotate_report(rep, self.verdicts, self.taus)
         return rep
 
 
@@ -431,6 +441,7 @@ def analyze(run: Any, *, reference: ArrayLike | Callable | None = None, w2: bool
         result.sensitivity = {"tau": last.tau, "step": last.step,
                               **ray_sensitivity(last.theta, run.X, last.ray_kw, conv=cvx,
                                                 floor=floor)}
+    result.verdicts, result.taus = run_verdicts(run), tuple(run.taus)
     tell("exact references (Gibbs at each tau, convex limit)" if references else None, 1)
     if references:
         result.references = report_section(run, result.as_dict())

@@ -7,11 +7,15 @@ import math
 import numpy as np
 
 
-def integrated_time(x) -> float:
+def integrated_time(x):
     """Integrated autocorrelation time, in samples (``>= 1``), of a 1-D series: Sokal's
-    automatic window ``c = 5`` (``emcee.autocorr.integrated_time``). A constant series gives 1."""
+    automatic window ``c = 5`` (``emcee.autocorr.integrated_time``). A constant series, or one
+    of fewer than 8 samples, gives 1; never below 1 (antithetic series are not credited with
+    more samples than they have). A 2-D ``x`` (M, n) gives the times of its columns, (n,)."""
     from emcee.autocorr import integrated_time as _it
     x = np.asarray(x, dtype=float)
+    if x.ndim == 2:
+        return np.array([integrated_time(x[:, j]) for j in range(x.shape[1])])
     if x.size < 8 or not np.ptp(x) > 0:
         return 1.0
     with np.errstate(all="ignore"):
@@ -24,7 +28,7 @@ def mean_and_mcse(F):
     ``sqrt(var · τ_int / M)`` and the integrated autocorrelation times ``τ_int`` (n,)."""
     F = np.asarray(F, dtype=float)
     M = F.shape[0]
-    tau = np.array([integrated_time(F[:, j]) for j in range(F.shape[1])])
+    tau = integrated_time(F)
     var = F.var(axis=0, ddof=1) if M > 1 else np.zeros(F.shape[1])
     return F.mean(axis=0), np.sqrt(var * tau / max(M, 1)), tau
 
@@ -48,23 +52,32 @@ def time_average_predictor(run, stage: int, window: float = 0.5):
     Returns
     -------
     mean : ndarray (n,)
-    stderr : ndarray (n,)   naive standard error (ignores autocorrelation)
+    stderr : ndarray (n,)
+        Monte Carlo standard error from the integrated autocorrelation time
+        (:func:`mean_and_mcse`, docs/theory.md §2.5).
+
+    Raises
+    ------
+    ValueError
+        No observations of the stage in the window.
     """
     F = predictor_series(run, stage, window)
-    return F.mean(axis=0), F.std(axis=0, ddof=1) / np.sqrt(max(1, F.shape[0] - 1))
+    m, se, _ = mean_and_mcse(F)
+    return m, se
 
 
 def time_average_observable(run, name: str, stage: int, window: float = 0.5):
     """Time average of the observable ``name`` (e.g. ``"risk"``) over the last ``window``
-    fraction of stage ``stage``, and its naive standard error (ignores autocorrelation).
+    fraction of stage ``stage``, and its Monte Carlo standard error (:func:`mean_and_mcse`).
 
     Raises
     ------
     ValueError
         No observation in the window.
     """
-    v = _window(run, name, stage, window)
-    return float(v.mean()), float(v.std(ddof=1) / np.sqrt(max(1, v.shape[0] - 1)))
+    v = np.asarray(_window(run, name, stage, window), dtype=float).reshape(-1, 1)
+    m, se, _ = mean_and_mcse(v)
+    return float(m[0]), float(se[0])
 
 
 def _window(run, name, stage, window):

@@ -5,7 +5,7 @@ dataclass of :mod:`meanfield.tables` whose field defaults are the defaults of th
 
     [data]      kind = "file" | "two_point" | "gaussian" | "grid" | "inline"   (DATA_KINDS)
     [model]     ModelConfig:    activation, n_particles, init_scale, sharpness, cap
-    [dynamics]  DynamicsConfig: lam, eta, taus, steps_per_tau, batch_size, seed
+    [dynamics]  DynamicsConfig: lam, eta, taus, steps_per_tau, max_steps_per_tau, batch_size, seed
     [output]    OutputConfig:   observe_every, snapshots_per_tau, checkpoint_every
 
 Every problem is reported as :class:`meanfield.errors.ConfigError` naming the file, the field
@@ -103,7 +103,8 @@ class RunConfig:
     def schedule(self) -> Schedule:
         """The temperature ladder of the run (:class:`solvers.schedule.Schedule`)."""
         return Schedule(self.dynamics.taus, self.dynamics.steps_per_tau,
-                        self.output.observe_every, self.output.snapshots_per_tau)
+                        self.output.observe_every, self.output.snapshots_per_tau,
+                        self.dynamics.max_steps_per_tau)
 
 
 def validate(raw: dict, source: str = "<config>", base_dir: str | os.PathLike = ".") -> RunConfig:

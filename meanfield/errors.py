@@ -8,10 +8,11 @@ them); this module adds the errors of the run files, configs, checkpoints and st
 
 from __future__ import annotations
 
-from solvers.errors import DataError, DivergenceError, InputError
+from solvers.errors import DataError, DivergenceError, InputError, UnstableStepError
 
 __all__ = ["InputError", "ConfigError", "DataError", "RunFileError", "CheckpointError",
-           "Interrupted", "DivergenceError", "StudyError", "MissingDependencyError"]
+           "Interrupted", "DivergenceError", "UnstableStepError", "StudyError",
+           "MissingDependencyError"]
 
 
 class ConfigError(InputError):

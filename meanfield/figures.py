@@ -502,10 +502,15 @@ def plot_ladder(rep, run, *, axes=None):
         a, b, c = axes[:3]
         d = axes[3] if len(axes) > 3 else None
         # (a) J, K and the bounds
-        J = [r["J"] for r in rows]
-        K = [r["K"] for r in rows]
+        # a stage judged not stationary keeps its counts under J_measured / K_measured
+        J = np.array([r.get("J_measured", r["J"]) for r in rows], float)
+        K = np.array([r.get("K_measured", r["K"]) for r in rows], float)
         a.plot(taus, J, "o-", color="C0", ms=4, label="rays J")
         a.plot(taus, K, "s--", color="C1", ms=3.5, mfc="none", label="kinks K")
+        bad = np.array([r.get("stationary") is False for r in rows])
+        if bad.any():
+            a.plot(taus[bad], J[bad], "x", color="red", ms=8, mew=1.5,
+                   label="not stationary")
         P = rep.get("P")
         if P is not None:
             a.axhline(2 * P - 1, color="0.3", lw=0.8, ls="-")
@@ -625,8 +630,8 @@ def plot_trajectory(run, rep=None, *, axes=None):
     if not len(obs["risk"]["step"]):
         return None
     eta = float(run.config["dynamics"]["eta"])
-    T = int(run.config["dynamics"]["steps_per_tau"])
-    taus = run.config["dynamics"]["taus"]
+    taus = run.taus
+    bounds = [run.schedule.stage_bounds(s) for s in range(len(taus))]   # steps (lo, hi]
     t = np.asarray(obs["risk"]["time"], float)
     with _rc():
         if axes is None:
@@ -643,18 +648,18 @@ def plot_trajectory(run, rep=None, *, axes=None):
             ax.set_ylabel(label)
             if logy and np.any(v > 0):
                 ax.set_yscale("log")
-            for s in range(len(taus)):
+            for s, (lo, hi) in enumerate(bounds):
                 if s % 2:
-                    ax.axvspan(s * T * eta, (s + 1) * T * eta, color="0.92", lw=0)
+                    ax.axvspan(lo * eta, hi * eta, color="0.92", lw=0)
             for fs in run.frame_time:
                 ax.axvline(fs, color="C3", lw=0.6, ls=":")
             ax.grid(True, alpha=0.3, lw=0.5)
         top = axes[0]
-        for s, tau in enumerate(taus):
-            top.text((s + 0.5) * T * eta, 1.02, f"τ = {tau:.0e}", transform=top.get_xaxis_transform(),
-                     ha="center", va="bottom", fontsize=6)
+        for tau, (lo, hi) in zip(taus, bounds):
+            top.text((lo + hi) / 2 * eta, 1.02, f"τ = {tau:.0e}",
+                     transform=top.get_xaxis_transform(), ha="center", va="bottom", fontsize=6)
         axes[-1].set_xlabel("time t = step · η   (dotted: snapshot frames)")
-        axes[-1].set_xlim(0, len(taus) * T * eta)
+        axes[-1].set_xlim(0, bounds[-1][1] * eta)
         if not run.complete:
             fig.suptitle(f"run in progress: {len(t)} observations so far", fontsize=7)
     return fig

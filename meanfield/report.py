@@ -181,16 +181,18 @@ def markdown(rep, figs=()) -> str:
              f"P−1 = {rep['bound_P_minus_1']}")
     L.append(f"- run complete: {rep['complete']}")
     L += ["", "## Low-temperature limit", "",
-          "| τ | step | rays J | hyperplanes K | J convex | K convex | matched | risk | "
+          "| τ | step | stationary | rays J | hyperplanes K | J convex | K convex | matched | risk | "
           "halo mass | W2 to previous τ | W2 of rays to previous τ | RMS \\|f − f_τ→0\\| on the data, last snapshot |",
-          "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rep["ladder"]:
         w2 = "—" if r["w2_to_previous"] is None else f"{r['w2_to_previous']:.3e} ({r['w2_method']})"
-        L.append(f"| {r['tau']:.2e} | {r['step']} | {r['J']} | {r['K']} | "
+        st = {True: "yes", False: "**NO**", None: "—"}[r.get("stationary")]
+        L.append(f"| {r['tau']:.2e} | {r['step']} | {st} | {r['J']} | {r['K']} | "
                  f"{r.get('J_convex', '—')} | {r.get('K_convex', '—')} | "
                  f"{r.get('matched', '—')} | {r['risk']:.4e} | "
                  f"{r['halo_mass_fraction']:.3f} | {w2} | {_fmt(r['w2_rays_to_previous'])} | "
                  f"{_fmt(r['dist_to_reference'])} |")
+    L += _stationarity_markdown(rep["ladder"])
     if rep.get("convex_counts"):
         c = rep["convex_counts"]
         L += ["", f"J convex, K convex: rays of the convex τ → 0 reference with weight "
@@ -243,22 +245,28 @@ def markdown(rep, figs=()) -> str:
             L += _sensitivity_markdown(rep["sensitivity"])
         th = rep["theorem6"]
         L += ["", "## [LJM26] Theorem 6 on the ternary patterns", ""]
-        if not th.get("decided", True):
-            L += [f"**Not decided:** {th['undecided_reason']}; the checks below describe the "
-                  f"clusters found, not a verdict.", ""]
-        L += [
-              f"- J = {th['J']} rays; J ≤ 2P−1 = {th['bound_2P_minus_1']}: "
-              f"{th['within_2P_minus_1']}; J ≤ P−1 = {th['bound_P_minus_1']}: "
-              f"{th['within_P_minus_1']}",
-              f"- patterns distinct: {th['distinct']}"
-              + ("" if th["distinct"] else f" (equal: {th['duplicates']})"),
-              f"- antichain under degeneration: {th['antichain']}"
-              + ("" if th["antichain"] else f" (t_k ⪯ t_l for [k, l] in {th['comparable']})"),
-              f"- at most two per binary pattern: {th['at_most_two_per_binary']} (max "
-              f"{th['max_per_binary']}"
-              + ("" if th["at_most_two_per_binary"] else
-                 f", rays {th['max_per_binary_rays']} below "
-                 f"{_pattern_str(th['binary_witness'])}") + ")"]
+        if th.get("status", "checked") != "checked":
+            why = ("the coldest stage is not stationary (see above); measured: "
+                   f"{th.get('measured')}" if th["status"] == "not stationary"
+                   else "no rays (J = 0): nothing to check")
+            L.append(f"- {th['status']}: {why}")
+        else:
+            if not th.get("decided", True):
+                L += [f"**Not decided:** {th['undecided_reason']}; the checks below describe the "
+                      f"clusters found, not a verdict.", ""]
+            L += [
+                  f"- J = {th['J']} rays; J ≤ 2P−1 = {th['bound_2P_minus_1']}: "
+                  f"{th['within_2P_minus_1']}; J ≤ P−1 = {th['bound_P_minus_1']}: "
+                  f"{th['within_P_minus_1']}",
+                  f"- patterns distinct: {th['distinct']}"
+                  + ("" if th["distinct"] else f" (equal: {th['duplicates']})"),
+                  f"- antichain under degeneration: {th['antichain']}"
+                  + ("" if th["antichain"] else f" (t_k ⪯ t_l for [k, l] in {th['comparable']})"),
+                  f"- at most two per binary pattern: {th['at_most_two_per_binary']} (max "
+                  f"{th['max_per_binary']}"
+                  + ("" if th["at_most_two_per_binary"] else
+                     f", rays {th['max_per_binary_rays']} below "
+                     f"{_pattern_str(th['binary_witness'])}") + ")"]
     if rep.get("two_point"):
         L += ["", "## [LJM26] Proposition 7 (symmetric two-point data)", "",
               "| τ | labels | s | predicted kinks ⟨x̄,x⟩=c | measured | off-axis | "
@@ -283,6 +291,27 @@ def markdown(rep, figs=()) -> str:
           "split the training inputs alike and their hyperplanes coincide within a fraction of "
           "the data's spread (analysis/kinks.py; docs/theory.md)."]
     return "\n".join(L) + "\n"
+
+
+def _stationarity_markdown(rows) -> list:
+    """Verdict lines under the ladder table (docs/theory.md §2.5)."""
+    L = ["", "Stationarity of each stage (second half: autocorrelation-aware standard error of "
+         "the time-averaged predictor, early/late drift, step parity, stability number η h, "
+         "ray-weight drift between snapshots):", ""]
+    for r in rows:
+        v = r.get("stationarity")
+        if v is None:
+            L.append(f"- τ = {r['tau']:.2e}: no observations to judge")
+            continue
+        nums = (f"MCSE {_fmt(v['mcse'], '.1e')}, drift z {_fmt(v['drift_z'], '.2f')}, "
+                f"parity z {_fmt(v['parity_z'], '.2f')} (threshold {v['z_crit']:.2f}), "
+                f"η h {_fmt(v['eta_lambda_max'], '.3f')}, ESS {v['ess']:.0f}")
+        if v["stationary"]:
+            L.append(f"- τ = {r['tau']:.2e}: stationary ({nums})")
+        else:
+            L.append(f"- τ = {r['tau']:.2e}: **not stationary**: {'; '.join(v['reasons'])} "
+                     f"({nums}); J, K and Theorem 6 of this stage are not results")
+    return L
 
 
 def _sensitivity_markdown(sens) -> list:

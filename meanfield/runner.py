@@ -216,6 +216,55 @@ def _finalize(paths: RunPaths) -> None:
         atomic.fsync_path(paths.final.absolute().parent)
 
 
+#: The guard skips data sets with more points than this (the convex reference enumerates
+#: the dichotomies).
+GUARD_MAX_N = 64
+_GUARD_CACHE: dict = {}
+
+
+def _stability_guard(cfg, dataset, log) -> None:
+    """One-line warning when ``eta`` is above the stability limit of the data mode predicted
+    by the exact references (``solvers.stability.reference_limits``; relu, ``n ≤
+    GUARD_MAX_N``). The run itself stops at the first observation with ``η h ≥ 2``."""
+    if cfg.model.activation != "relu" or dataset.n > GUARD_MAX_N:
+        return
+    from solvers.stability import STABILITY_LIMIT, reference_limits
+    eta = float(cfg.dynamics.eta)
+    key = (dataset.X.tobytes(), dataset.y.tobytes(), dataset.X.shape, cfg.dynamics.lam,
+           tuple(cfg.taus), eta)
+    if key not in _GUARD_CACHE:
+        try:
+            _GUARD_CACHE[key] = reference_limits(dataset.X, dataset.y,
+                                                 float(cfg.dynamics.lam), cfg.taus, eta=eta)
+        except Exception:      # noqa: BLE001 - a failed estimate must not stop the run
+            _GUARD_CACHE[key] = []
+    limits = _GUARD_CACHE[key]
+    if not limits:
+        return
+    name, tau, mode = max(limits, key=lambda t: t[2].curvature)
+    if mode.eta_lambda_max(eta) >= STABILITY_LIMIT:
+        at = "the tau -> 0 convex reference" if name == "convex" else \
+            f"the Gibbs reference at tau={tau:g}"
+        log(f"warning: eta={eta:g} is above the stability limit of the data mode (eta*h = "
+            f"{mode.eta_lambda_max(eta):.3g} >= {STABILITY_LIMIT:g} at {at}); the largest "
+            f"stable eta is {mode.largest_stable_eta():.3g}: the run will stop when its step "
+            "becomes unstable")
+
+
+def _stage_stationary(n):
+    """``stage_done`` of ``steps_per_tau = "auto"``: the stationarity verdict of the stage so
+    far from the solver state's observations (``analysis.stationarity.verdict``)."""
+    import numpy as np
+
+    from analysis.stationarity import verdict
+
+    def done(state) -> bool:
+        return verdict(np.asarray(state.stage_steps, dtype=np.int64),
+                       np.asarray(state.stage_residuals) * n, np.asarray(state.stage_eta_h),
+                       F_previous=np.asarray(state.stage_previous) * n).stationary
+    return done
+
+
 def make_stepper(cfg: _config.RunConfig, dataset: _data.Dataset) -> Stepper:
     """The particle stepper of ``cfg`` on ``dataset`` (:class:`solvers.stepper.Stepper`)."""
     mod, dyn = cfg.model, cfg.dynamics
@@ -227,7 +276,8 @@ def make_stepper(cfg: _config.RunConfig, dataset: _data.Dataset) -> Stepper:
 def integrate(cfg: _config.RunConfig, dataset: _data.Dataset, writer: RunWriter | None = None,
               state: SolverState | None = None, progress: bool | None = None,
               on_checkpoint: Callable[[SolverState], None] | None = None,
-              should_stop: Callable[[], bool] | None = None) -> SolverState:
+              should_stop: Callable[[], bool] | None = None,
+              stage_done: Callable[[SolverState], bool] | None = None) -> SolverState:
     """Drive the solver loop (:func:`solvers.langevin.simulate`) over the ladder of ``cfg``.
 
     The loop yields at every observation boundary; here its observations and snapshot frames
@@ -252,6 +302,9 @@ def integrate(cfg: _config.RunConfig, dataset: _data.Dataset, writer: RunWriter 
     should_stop : callable() -> bool, optional
         Polled at observation boundaries; when it returns true, ``on_checkpoint`` is called and
         the function returns the current state.
+    stage_done : callable(SolverState) -> bool, optional
+        ``steps_per_tau = "auto"``: whether a stage may end at a chunk end
+        (:func:`solvers.langevin.simulate`); by default its stationarity verdict.
 
     Returns
     -------
@@ -261,7 +314,8 @@ def integrate(cfg: _config.RunConfig, dataset: _data.Dataset, writer: RunWriter 
     Raises
     ------
     DivergenceError
-        From the solver: NaN/Inf or runaway particles.
+        From the solver: NaN/Inf or runaway particles; :class:`solvers.errors.UnstableStepError` when the
+        step is unstable on the data mode (after that observation is written).
     """
     schedule = cfg.schedule
     if state is None and cfg.model.init == "convex":
@@ -273,7 +327,10 @@ def integrate(cfg: _config.RunConfig, dataset: _data.Dataset, writer: RunWriter 
                               cfg.dynamics.seed)
     ckpt_every = cfg.output.checkpoint_every
     last_ckpt = prev = state.step
-    loop = simulate(make_stepper(cfg, dataset), schedule, state, init_scale=cfg.model.init_scale)
+    if stage_done is None and schedule.auto:
+        stage_done = _stage_stationary(dataset.n)
+    loop = simulate(make_stepper(cfg, dataset), schedule, state, init_scale=cfg.model.init_scale,
+                    stage_done=stage_done)
     with progress_bar(schedule.total_steps, "run", "step", enabled=progress,
                       initial=state.step) as bar:
         for state, obs, snapshot in loop:
@@ -389,6 +446,7 @@ def _run_owned(cfg, dataset, out, *, overwrite, resume, progress, threads, log, 
         _finalize(paths)
         return out
 
+    _stability_guard(cfg, dataset, log)
     state = None
     if plan == "resume":
         state, meta = _ckpt.load(paths.ckpt, SolverState)
@@ -446,7 +504,7 @@ def _run_owned(cfg, dataset, out, *, overwrite, resume, progress, threads, log, 
     except DivergenceError as exc:
         kept = f"frames so far kept in {paths.part}" + (
             f", last good checkpoint {paths.ckpt}" if paths.ckpt.exists() else "")
-        raise DivergenceError(exc.step, exc.tau, f"{exc} ({kept})") from None
+        raise type(exc)(exc.step, exc.tau, f"{exc} ({kept})") from None
     except InputError:
         if not paths.ckpt.exists() and paths.part.exists():
             paths.part.unlink()      # nothing resumable was written

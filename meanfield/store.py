@@ -10,7 +10,8 @@ Layout (documented in ``docs/format.md``)::
     /particles/neurons/position/{step (F,), time (F,), value (F, N, d+2)}   rows (a, w_1..w_d, b)
     /particles/neurons/temperature/{step, time, value (F,)}                 tau of each frame
     /observables/<name>/{step (M,), time (M,), value (M, ...)}
-        tau, risk, regulariser, mean_sq_norm, residuals (M, n), stationarity
+        tau, risk, regulariser, mean_sq_norm, residuals (M, n), stationarity,
+        residuals_previous (M, n), eta_lambda_max
     root attrs  n_frames, n_observations (commit counters, written last), complete (bool)
 
 Readers trust only the first ``n_frames`` / ``n_observations`` rows, so a killed writer leaves a
@@ -50,6 +51,10 @@ SCHEMA_VERSION = 1
 CREATOR = "meanfield"
 #: The observables of a run file: the columns of :class:`solvers.observation.Observation`.
 OBSERVABLES = Observation.columns()
+#: Observables added after the first files of schema 1 were written; absent from those files.
+LATER_OBSERVABLES = ("residuals_previous", "eta_lambda_max")
+#: Observables with one value per training point.
+PER_POINT = ("residuals", "residuals_previous")
 
 
 def provenance() -> dict:
@@ -79,7 +84,7 @@ def _elements(N, d, n):
     """The time-dependent elements of a run file: ``(path, value_shape, counter, chunk_rows)``."""
     return ([("particles/neurons/position", (N, d + 2), "n_frames", 1),
              ("particles/neurons/temperature", (), "n_frames", 64)]
-            + [(f"observables/{name}", (n,) if name == "residuals" else (), "n_observations", 64)
+            + [(f"observables/{name}", (n,) if name in PER_POINT else (), "n_observations", 64)
                for name in OBSERVABLES])
 
 
@@ -579,8 +584,25 @@ class Run:
     def schedule(self) -> Schedule:
         """The temperature ladder the run was written with."""
         dyn, out = self.config["dynamics"], self.config["output"]
-        return Schedule(tuple(self.taus), int(dyn["steps_per_tau"]), int(out["observe_every"]),
-                        int(out["snapshots_per_tau"]))
+        spt = dyn["steps_per_tau"]
+        sch = Schedule(tuple(self.taus), spt if spt == "auto" else int(spt),
+                       int(out["observe_every"]), int(out["snapshots_per_tau"]),
+                       int(dyn.get("max_steps_per_tau", 0) or 0))
+        if not sch.auto:
+            return sch
+        # stage lengths as run: each stage ends at its last observation (stages identified by
+        # temperature, in ladder order)
+        steps = np.asarray(self.observables["tau"]["step"])
+        tau = np.asarray(self.observables["tau"]["value"], dtype=float)
+        lengths, lo = [], 0
+        for t in self.taus:
+            sel = (tau == float(t)) & (steps > lo)
+            if not np.any(sel):
+                break
+            hi = int(steps[sel][-1])
+            lengths.append(hi - lo)
+            lo = hi
+        return sch.with_lengths(lengths)
 
     def frame(self, k):
         """Particles of frame ``k``: ndarray of shape (N, d+2), rows (a, w, b).
@@ -657,15 +679,17 @@ def open_run(path: str | os.PathLike) -> Run:
             no = int(f.attrs.get("n_observations", 0))
             pos = f["particles/neurons/position"]
             temp = f["particles/neurons/temperature"]
+            names = [name for name in OBSERVABLES
+                     if name not in LATER_OBSERVABLES or name in f["observables"]]
             for g, rows, counter in ((pos, nf, "n_frames"), (temp, nf, "n_frames")) + tuple(
-                    (f["observables"][name], no, "n_observations") for name in OBSERVABLES):
+                    (f["observables"][name], no, "n_observations") for name in names):
                 for k in ("step", "time", "value"):
                     if not 0 <= rows <= g[k].shape[0]:
                         raise RunFileError(src, counter,
                                            f"damaged run file: {counter}={rows} but "
                                            f"{g.name}/{k} holds {g[k].shape[0]} rows")
             obs = {}
-            for name in OBSERVABLES:
+            for name in names:
                 g = f["observables"][name]
                 obs[name] = {k: np.asarray(g[k][:no]) for k in ("step", "time", "value")}
             return Run(path=src, config=json.loads(cfg_json), config_json=cfg_json,

@@ -365,8 +365,12 @@ class DynamicsConfig(_Table):
     taus : tuple of float
         Temperatures ``τ >= 0`` in the order run (hot to cold; cold to hot from
         ``init = "convex"``).
-    steps_per_tau : int
-        Steps per temperature, ``>= 1``.
+    steps_per_tau : int or "auto"
+        Steps per temperature, ``>= 1``; ``"auto"``: each temperature runs in chunks until its
+        stationarity verdict holds, at most ``max_steps_per_tau`` steps (docs/cli.md).
+    max_steps_per_tau : int
+        With ``steps_per_tau = "auto"`` only: the most steps at one temperature (``>= 16``);
+        ``0`` otherwise.
     batch_size : int
         ``0`` for full batch, else the minibatch size.
     seed : int
@@ -377,7 +381,8 @@ class DynamicsConfig(_Table):
     eta: float = 0.05
     integrator: str = "em"
     taus: tuple[float, ...] = (1e-2, 1e-3, 1e-4)
-    steps_per_tau: int = 40000
+    steps_per_tau: int | str = 40000
+    max_steps_per_tau: int = 0
     batch_size: int = 0
     seed: int = 0
 
@@ -405,9 +410,19 @@ class DynamicsConfig(_Table):
                    src, f"dynamics.taus[{i}]", f"2*eta*tau and tau/lam must be finite floats "
                    f"(below {sys.float_info.max:.3g}), got tau={t!r}")
         dyn["taus"] = tuple(float(t) for t in taus)
-        _num(dyn, "steps_per_tau", src, "dynamics", integer=True, minimum=1,
-             maximum=MAX_STEPS // len(taus), why=f"steps_per_tau * {len(taus)} temperatures "
-             f"must not exceed the noise counter's {MAX_STEPS} steps")
+        if dyn["steps_per_tau"] == "auto":
+            _num(dyn, "max_steps_per_tau", src, "dynamics", integer=True, minimum=16,
+                 maximum=MAX_STEPS // len(taus), why=f"max_steps_per_tau * {len(taus)} "
+                 f"temperatures must not exceed the noise counter's {MAX_STEPS} steps")
+        else:
+            _check(_is_int(dyn["steps_per_tau"]), src, "dynamics.steps_per_tau",
+                   f"must be an integer or \"auto\", got {_type_name(dyn['steps_per_tau'])} "
+                   f"{dyn['steps_per_tau']!r}")
+            _num(dyn, "steps_per_tau", src, "dynamics", integer=True, minimum=1,
+                 maximum=MAX_STEPS // len(taus), why=f"steps_per_tau * {len(taus)} "
+                 f"temperatures must not exceed the noise counter's {MAX_STEPS} steps")
+            _check(dyn["max_steps_per_tau"] == 0, src, "dynamics.max_steps_per_tau",
+                   "only with steps_per_tau = \"auto\"")
         _num(dyn, "batch_size", src, "dynamics", integer=True, nonneg=True)
         _num(dyn, "seed", src, "dynamics", integer=True, nonneg=True, maximum=2**63 - 1,
              why="a 64-bit seed")
@@ -443,9 +458,10 @@ class OutputConfig(_Table):
         _num(out, "observe_every", src, "output", integer=True, minimum=1)
         _num(out, "snapshots_per_tau", src, "output", integer=True, minimum=1)
         _num(out, "checkpoint_every", src, "output", integer=True, minimum=1)
-        _check(out["snapshots_per_tau"] <= dynamics.steps_per_tau, src,
-               "output.snapshots_per_tau",
-               f"must be <= dynamics.steps_per_tau ({dynamics.steps_per_tau})")
+        if dynamics.steps_per_tau != "auto":
+            _check(out["snapshots_per_tau"] <= dynamics.steps_per_tau, src,
+                   "output.snapshots_per_tau",
+                   f"must be <= dynamics.steps_per_tau ({dynamics.steps_per_tau})")
         n_taus = len(dynamics.taus)
         _check(n_taus * out["snapshots_per_tau"] <= MAX_FRAMES, src, "output.snapshots_per_tau",
                f"{n_taus} temperatures * {out['snapshots_per_tau']} snapshots exceed "

@@ -62,3 +62,9 @@ class DivergenceError(RuntimeError):
         self.step = step
         self.tau = tau
         super().__init__(message)
+
+
+class UnstableStepError(DivergenceError):
+    """The Euler step became linearly unstable on the data mode (``η h ≥ 2``, docs/theory.md
+    §2): the predictor would oscillate with period 2. CLI exit code 1, one line naming ``η``,
+    the limit, ``τ`` and the step."""

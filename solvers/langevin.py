@@ -18,14 +18,15 @@ to the next and yields the state and an :class:`Observation` there. What happens
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from solvers.errors import DivergenceError
+from solvers.errors import DivergenceError, UnstableStepError
 from solvers.observation import Observation
 from solvers.schedule import Schedule
+from solvers.stability import STABILITY_LIMIT, data_mode
 from solvers.stepper import Stepper
 
 
@@ -45,6 +46,15 @@ class SolverState:
         Steps already done at the current temperature.
     stage_residuals : list of ndarray (n,)
         Residuals observed so far in this stage (for the stationarity statistic).
+    stage_previous : list of ndarray (n,)
+        Residuals one step before each of those observations (parity test).
+    stage_eta_h : list of float
+        ``η h`` at each of those observations.
+    stage_steps : list of float
+        Their global steps (``steps_per_tau = "auto"`` decides from these four).
+    stage_lengths : list of int
+        ``steps_per_tau = "auto"``: the lengths of the stages finished so far
+        (:meth:`solvers.schedule.Schedule.with_lengths`).
     n_frames, n_observations : int
         Rows committed to the run file when this state was taken.
     """
@@ -54,6 +64,10 @@ class SolverState:
     stage: int = 0
     step_in_stage: int = 0
     stage_residuals: list = field(default_factory=list)
+    stage_previous: list = field(default_factory=list)
+    stage_eta_h: list = field(default_factory=list)
+    stage_steps: list = field(default_factory=list)
+    stage_lengths: list = field(default_factory=list)
     n_frames: int = 0
     n_observations: int = 0
 
@@ -116,7 +130,9 @@ def stationarity(resid_history: list) -> float:
 
 
 def simulate(stepper: Stepper, schedule: Schedule, state: SolverState, *,
-             init_scale: float) -> Iterator[tuple[SolverState, Observation, bool]]:
+             init_scale: float,
+             stage_done: Callable[[SolverState], bool] | None = None,
+             ) -> Iterator[tuple[SolverState, Observation, bool]]:
     """Integrate the ladder of ``schedule`` from ``state``, boundary by boundary.
 
     Parameters
@@ -131,6 +147,12 @@ def simulate(stepper: Stepper, schedule: Schedule, state: SolverState, *,
     init_scale : float
         Scale of the initial particles (enters the divergence bound of
         :func:`second_moment_scale`).
+    stage_done : callable(SolverState) -> bool, optional
+        ``steps_per_tau = "auto"`` only: asked where :meth:`Schedule.may_end` allows whether
+        the stage may end (e.g. its stationarity verdict from ``stage_steps``,
+        ``stage_residuals``, ``stage_previous``, ``stage_eta_h``); a pure function of the
+        state, so a resumed run decides the same. The lengths decided go to
+        ``state.stage_lengths``.
 
     Returns
     -------
@@ -154,16 +176,26 @@ def simulate(stepper: Stepper, schedule: Schedule, state: SolverState, *,
         NaN/Inf in the residuals or particles, or a mean squared norm beyond
         ``RUNAWAY_FACTOR`` times :func:`second_moment_scale` (names the step, ``τ`` and a
         likely cause).
+    UnstableStepError
+        Full batch and ``η h ≥ 2`` at an observation (``solvers.stability``): the step is
+        linearly unstable on the data mode. Raised after that observation is yielded.
     """
     theta = np.ascontiguousarray(state.theta, dtype=np.float64)
     state.theta = theta
     n, d, eta, lam = stepper.n, stepper.d, stepper.eta, stepper.lam
     runaway = RUNAWAY_FACTOR * second_moment_scale(lam, init_scale, schedule.taus, stepper.y, d)
+    full_batch = stepper.batch_size == 0
+    if schedule.auto:
+        schedule = schedule.with_lengths(state.stage_lengths)
     while state.stage < schedule.n_stages:
         tau = schedule.taus[state.stage]
         target = schedule.next_boundary(state.stage, state.step_in_stage)
         nsteps = target - state.step_in_stage
-        code = stepper.advance(theta, tau, state.step, nsteps)
+        # the last step separately: the residuals of both parities are observed
+        code = stepper.advance(theta, tau, state.step, nsteps - 1)
+        R_prev = stepper.R.copy()
+        if code == 0:
+            code = stepper.advance(theta, tau, state.step + nsteps - 1, 1)
         state.step += nsteps
         state.step_in_stage = target
         msq = float(np.mean(np.einsum("ij,ij->i", theta, theta))) if code == 0 else math.nan
@@ -181,14 +213,37 @@ def simulate(stepper: Stepper, schedule: Schedule, state: SolverState, *,
                 f"{msq:.3g} is over {RUNAWAY_FACTOR:.0e} times its expected scale; the step "
                 f"size eta={eta:g} is likely too large for this data scale (try eta/2)")
         R = stepper.R.copy()
+        mode = data_mode(theta, stepper.X, R, lam, stepper.activation, stepper.sharpness,
+                         stepper.cap)
+        eta_h = mode.eta_lambda_max(eta)
         state.stage_residuals.append(R)
+        state.stage_previous.append(R_prev)
+        state.stage_eta_h.append(eta_h)
+        state.stage_steps.append(float(state.step))
         obs = Observation(step=state.step, time=state.step * eta, tau=tau,
                           risk=float(np.sum((n * R) ** 2) / n), regulariser=0.5 * lam * msq,
                           mean_sq_norm=msq, stationarity=stationarity(state.stage_residuals),
-                          residuals=R)
+                          residuals=R, residuals_previous=R_prev, eta_lambda_max=eta_h)
         snapshot = target in schedule.snapshots(state.stage)
-        if state.step_in_stage >= schedule.stage_length(state.stage):
+        done = state.step_in_stage >= schedule.stage_length(state.stage)
+        if not done and stage_done is not None and \
+                schedule.may_end(state.stage, state.step_in_stage):
+            done = bool(stage_done(state))
+        if done:
+            if schedule.auto:
+                schedule = schedule.with_length(state.stage, state.step_in_stage)
+                state.stage_lengths.append(state.step_in_stage)
             state.stage += 1
             state.step_in_stage = 0
             state.stage_residuals = []
+            state.stage_previous = []
+            state.stage_eta_h = []
+            state.stage_steps = []
         yield state, obs, snapshot
+        if eta_h >= STABILITY_LIMIT and full_batch:
+            raise UnstableStepError(
+                obs.step, tau,
+                f"unstable step: eta={eta:g} is above the stability limit "
+                f"{mode.largest_stable_eta():.4g} of the data mode (eta*h = {eta_h:.3g} >= "
+                f"{STABILITY_LIMIT:g}) at tau={tau:g}, step {obs.step}; the predictor "
+                "oscillates with period 2")

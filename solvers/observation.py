@@ -33,6 +33,10 @@ class Observation:
         :func:`solvers.langevin.stationarity` of the stage's residuals so far.
     residuals : ndarray of shape (n,)
         Scaled residuals ``(f(x_j) − y_j)/n``.
+    residuals_previous : ndarray of shape (n,)
+        The residuals one step earlier (parity test of the stationarity verdict).
+    eta_lambda_max : float
+        Stability number ``η h`` of the step on the data mode (:mod:`solvers.stability`).
     """
 
     step: int
@@ -43,6 +47,8 @@ class Observation:
     mean_sq_norm: float
     stationarity: float
     residuals: np.ndarray
+    residuals_previous: np.ndarray
+    eta_lambda_max: float
 
     @classmethod
     def columns(cls) -> tuple[str, ...]:

@@ -8,17 +8,19 @@ previous one (THEORY §2). Steps are counted globally from 1: the steps of stage
 of the stage; a run file holds one observation per boundary and one frame per snapshot step.
 
 Everything else (the solver loop, the run-file writer and reader, the time averages of the
-analysis) asks this object instead of computing ``stage * steps_per_tau``. A ladder whose stage
-lengths are decided while it runs (a stage continuing in chunks until it is stationary, up to a
-maximum) changes :meth:`Schedule.stage_length` and :meth:`Schedule.row_counts` (then an upper
-bound) and nothing outside this module.
+analysis) asks this object instead of computing ``stage * steps_per_tau``. With
+``steps_per_tau = "auto"`` the stage lengths are decided while the ladder runs: a stage runs in
+:data:`AUTO_CHUNKS` chunks of ``max_steps_per_tau`` steps, a snapshot at every chunk end, and
+may end at any chunk end from the second on (:meth:`Schedule.may_end`); the lengths decided so
+far are the schedule's ``lengths`` (:meth:`Schedule.with_length`), a stage not yet decided
+counts ``max_steps_per_tau`` steps and :meth:`Schedule.row_counts` is then an upper bound.
 """
 
 from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 
@@ -48,6 +50,11 @@ def snapshot_steps(steps: int, snapshots: int) -> list[int]:
                    for s in range(snapshots)})
 
 
+#: ``steps_per_tau = "auto"``: a stage is cut into this many chunks of
+#: ``max_steps_per_tau // AUTO_CHUNKS`` steps (the last takes the remainder).
+AUTO_CHUNKS = 8
+
+
 @dataclass(frozen=True)
 class Schedule:
     """A temperature ladder and where its observations and snapshots fall.
@@ -56,18 +63,56 @@ class Schedule:
     ----------
     taus : tuple of float
         Temperatures ``τ >= 0``, one per stage (hot to cold, by convention).
-    steps_per_tau : int
-        Steps per stage, ``>= 1``.
+    steps_per_tau : int or "auto"
+        Steps per stage, ``>= 1``, or ``"auto"`` (stage lengths decided while running).
     observe_every : int
         An observation every this many steps of a stage, ``>= 1``.
     snapshots_per_tau : int
-        Snapshot frames per stage, ``1 <= snapshots_per_tau <= steps_per_tau``.
+        Snapshot frames per stage, ``1 <= snapshots_per_tau <= steps_per_tau`` (ignored with
+        ``"auto"``: a frame at every chunk end).
+    max_steps_per_tau : int
+        ``"auto"`` only: the most steps of a stage, ``>= 16``.
+    lengths : tuple of int
+        ``"auto"`` only: the lengths of the first ``len(lengths)`` stages, decided.
     """
 
     taus: tuple[float, ...]
-    steps_per_tau: int
+    steps_per_tau: int | str
     observe_every: int
     snapshots_per_tau: int = 1
+    max_steps_per_tau: int = 0
+    lengths: tuple[int, ...] = ()
+
+    @property
+    def auto(self) -> bool:
+        """Whether stage lengths are decided while running (``steps_per_tau = "auto"``)."""
+        return self.steps_per_tau == "auto"
+
+    def chunk_ends(self) -> list[int]:
+        """``"auto"``: steps within a stage (1-based) at which a chunk ends, the last at
+        ``max_steps_per_tau``."""
+        T = int(self.max_steps_per_tau)
+        c = T // AUTO_CHUNKS
+        return [c * k for k in range(1, AUTO_CHUNKS)] + [T]
+
+    def may_end(self, stage: int, step_in_stage: int) -> bool:
+        """``"auto"``: whether stage ``stage`` may end early after ``step_in_stage`` steps (a
+        chunk end from the second on, before the budget is spent)."""
+        if not self.auto or stage < len(self.lengths):
+            return False
+        ends = self.chunk_ends()
+        return step_in_stage in ends[1:-1]
+
+    def with_length(self, stage: int, length: int) -> Schedule:
+        """A copy with stage ``stage``'s length decided (``"auto"``; the stages before
+        it must be decided already)."""
+        if len(self.lengths) != stage:
+            raise ValueError(f"stage {stage} decided out of order ({len(self.lengths)} known)")
+        return replace(self, lengths=self.lengths + (int(length),))
+
+    def with_lengths(self, lengths) -> Schedule:
+        """A copy with the first ``len(lengths)`` stage lengths decided."""
+        return replace(self, lengths=tuple(int(x) for x in lengths))
 
     @property
     def n_stages(self) -> int:
@@ -75,8 +120,10 @@ class Schedule:
         return len(self.taus)
 
     def stage_length(self, stage: int) -> int:
-        """Steps of stage ``stage``."""
-        return int(self.steps_per_tau)
+        """Steps of stage ``stage`` (``"auto"``: as decided, else ``max_steps_per_tau``)."""
+        if stage < len(self.lengths):
+            return int(self.lengths[stage])
+        return int(self.max_steps_per_tau) if self.auto else int(self.steps_per_tau)
 
     @cached_property
     def _ends(self) -> list[int]:
@@ -107,7 +154,11 @@ class Schedule:
         return lo + int(math.floor((1 - fraction) * (hi - lo))), hi
 
     def snapshots(self, stage: int) -> list[int]:
-        """Steps within stage ``stage`` (1-based) after which a frame is written."""
+        """Steps within stage ``stage`` (1-based) after which a frame is written (``"auto"``:
+        the chunk ends within the stage and its end)."""
+        if self.auto:
+            T = self.stage_length(stage)
+            return [e for e in self.chunk_ends() if e < T] + [T]
         return snapshot_steps(self.stage_length(stage), int(self.snapshots_per_tau))
 
     def boundaries(self, stage: int) -> list[int]:
@@ -123,6 +174,7 @@ class Schedule:
         return min((step_in_stage // every + 1) * every, nxt_snap, T)
 
     def row_counts(self) -> tuple[int, int]:
-        """Rows of a complete run file: ``(n_frames, n_observations)``."""
+        """Rows of a complete run file: ``(n_frames, n_observations)`` (``"auto"``: at most,
+        the stages not yet decided counted at ``max_steps_per_tau``)."""
         return (sum(len(self.snapshots(s)) for s in range(self.n_stages)),
                 sum(len(self.boundaries(s)) for s in range(self.n_stages)))

@@ -101,6 +101,7 @@ class Stepper:
             raise ValueError(f"seed must be in [0, 2**63), got {seed}")
         self.n_particles, self.n, self.d = N, n, d
         self.lam, self.eta = float(lam), float(eta)
+        self.activation, self.sharpness, self.cap = activation, float(sharpness), float(cap)
         self.kind = ACT_CODES[activation]
         self.params = kernels.activation_params(self.kind, sharpness, cap)
         self.batch_size = B

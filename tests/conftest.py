@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 import json
 
+import pytest
+
 #: A tiny run: five Gaussian points in the plane, 64 particles, two temperatures of 300 steps.
 TINY = {
     "data": {"kind": "gaussian", "n": 5, "d": 2, "seed": 1},
@@ -76,3 +78,14 @@ def run_one_thread(text: str, directory, name: str = "tiny"):
         return runner.run(config.load(cfg), directory / f"{name}.h5", progress=False)
     finally:
         numba.set_num_threads(old)
+
+
+@pytest.fixture
+def one_thread():
+    """Run numba kernels on one thread for the test (results do not depend on it; timing on a
+    shared machine does)."""
+    import numba
+    old = numba.get_num_threads()
+    numba.set_num_threads(1)
+    yield
+    numba.set_num_threads(old)

@@ -110,20 +110,28 @@ def test_two_point_even_kinks_at_plus_minus_one():
 def test_runaway_particles_stop_as_divergence():
     """A step size past the stability limit can grow |θ| for many steps before anything
     overflows; the run must stop as soon as the mean squared norm leaves its scale, not only on
-    NaN/Inf (eta = 3 on this set: the NaN check alone lets it run on)."""
+    NaN/Inf (eta = 3 on this set: the NaN check alone lets it run on). A full-batch run stops
+    earlier still, at the first observation whose step is unstable on the data mode; the
+    runaway bound is what stops a minibatch run (here B = n, the same drift)."""
     from meanfield.errors import DivergenceError
+    from solvers.errors import UnstableStepError
     from solvers.langevin import RUNAWAY_FACTOR, second_moment_scale
     cfg = config.from_dict({
         "data": {"kind": "two_point", "d": 1, "norm": 1.0},
         "model": {"n_particles": 64},
-        "dynamics": {"lam": 0.05, "eta": 1.0, "taus": [1e-3], "steps_per_tau": 4000},
+        "dynamics": {"lam": 0.05, "eta": 0.25, "taus": [1e-3], "steps_per_tau": 16000},
         "output": {"observe_every": 10}})
     ds = data.from_config(cfg)
     cfg_bad = config.from_dict({**cfg.as_dict(),
                                 "dynamics": {**cfg.as_dict()["dynamics"], "eta": 3.0}})
+    with pytest.raises(UnstableStepError, match="unstable step"):
+        integrate(cfg_bad, ds, progress=False)
+    cfg_bad = config.from_dict({**cfg.as_dict(), "dynamics": {
+        **cfg.as_dict()["dynamics"], "eta": 3.0, "batch_size": ds.n}})
     with pytest.raises(DivergenceError, match="ran away"):
         integrate(cfg_bad, ds, progress=False)
-    # a healthy run stays far below the bound
+    # a healthy run (same time span, eta below the data mode's limit 2/h) stays far below
+    # the bound
     st = integrate(cfg, ds, progress=False)
     msq = float(np.mean(np.sum(st.theta ** 2, axis=1)))
     assert msq < 1e-3 * RUNAWAY_FACTOR * second_moment_scale(cfg.dynamics.lam, cfg.model.init_scale, cfg.taus, ds.y,

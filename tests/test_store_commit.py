@@ -32,7 +32,8 @@ def _cfg(N=6, n=3, d=2, T=40, every=10, snaps=2, taus=(0.1, 0.01)):
 
 def _obs(k, n):
     return Observation(step=k, time=0.5 * k, tau=0.1, risk=float(k), regulariser=2.0 * k,
-                       mean_sq_norm=3.0 * k, stationarity=np.nan, residuals=np.full(n, k / 7))
+                       mean_sq_norm=3.0 * k, stationarity=np.nan, residuals=np.full(n, k / 7),
+                       residuals_previous=np.full(n, k / 9), eta_lambda_max=0.1 * k)
 
 
 def _frame(k, N, d):
@@ -179,7 +180,9 @@ while True:
     k += 1
     w.append_observations([Observation(step=k, time=k / 2, tau=0.1, risk=k * 1.0,
                                        regulariser=1.0, mean_sq_norm=1.0, stationarity=0.0,
-                                       residuals=np.full(5, k * 1.0))])
+                                       residuals=np.full(5, k * 1.0),
+                                       residuals_previous=np.full(5, k * 1.0),
+                                       eta_lambda_max=0.0)])
     if k % 10 == 0:
         w.append_frame(np.full((300, 4), k * 1.0), k, k / 2, 0.1)
 """

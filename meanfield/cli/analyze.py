@@ -190,10 +190,14 @@ def main(args) -> int:
                 f" W2 to previous tau={r['w2_to_previous']:.3e} ({r['w2_method']})"
             ref = ("" if r.get("J_convex") is None else
                    f" (convex: J={r['J_convex']} K={r['K_convex']})")
+            st = "" if r.get("stationary") is not False else \
+                f"  NOT STATIONARY: {'; '.join(r['stationarity']['reasons'])}"
             print(f"tau={r['tau']:.2e} step={r['step']:>8d} risk={r['risk']:.4e} "
-                  f"rays J={r['J']:>3d} hyperplanes K={r['K']:>3d}{ref}{w2}")
+                  f"rays J={r['J']!s:>3} hyperplanes K={r['K']!s:>3}{ref}{w2}{st}")
         th = rep["theorem6"]
-        if th is not None and not th.get("decided", True):
+        if th is not None and th.get("status", "checked") != "checked":
+            print(f"Theorem 6 (lowest tau): {th['status']}")
+        elif th is not None and not th.get("decided", True):
             print(f"Theorem 6 (lowest tau): not decided, {th['undecided_reason']}")
         elif th is not None:
             print(f"Theorem 6 (lowest tau): distinct={th['distinct']} antichain={th['antichain']} "

@@ -20,7 +20,8 @@ def register(sub):
     p.add_argument("run", help="run file (.h5, or RUN.h5.part of a run in progress)")
     p.add_argument("--json", action="store_true",
                    help='print {"schema_version", "n_particles", "d", "n", "complete", '
-                        '"frames": [{"step", "time", "tau"}], "config"}')
+                        '"frames": [{"step", "time", "tau"}], "stages": [{"tau", "steps", '
+                        '"stationary", "stationarity"}], "config"}')
     p.add_argument("--follow", action="store_true",
                    help="print the progress of a run in progress (read live, committed rows "
                         "only) until it ends; exit 0 when it completes, 1 when its writer "
@@ -30,27 +31,40 @@ def register(sub):
     p.set_defaults(func=main)
 
 
+def stages(run) -> list:
+    """Per ladder stage: ``tau``, ``steps`` (run so far), ``stationary`` (null without
+    observations) and ``stationarity`` (docs/theory.md §2.5)."""
+    from analysis.stationarity import run_verdicts, stage_bounds
+    out = []
+    for s, (tau, v) in enumerate(zip(run.config["dynamics"]["taus"], run_verdicts(run))):
+        lo, hi = stage_bounds(run, s)
+        judged = v.reasons != ["stage not reached"]
+        out.append({"tau": float(tau), "steps": int(hi - lo),
+                    "stationary": bool(v.stationary) if judged else None,
+                    "stationarity": v.to_dict() if judged else None})
+    return out
+
+
 def summary(run) -> dict:
     """The ``inspect --json`` document of a :class:`meanfield.store.Run`."""
     return {"schema_version": run.schema_version, "n_particles": run.n_particles, "d": run.d,
             "n": run.n, "complete": run.complete,
             "frames": [{"step": int(s), "time": float(t), "tau": float(u)}
                        for s, t, u in zip(run.frame_step, run.frame_time, run.frame_tau)],
-            "config": run.config}
+            "stages": stages(run), "config": run.config}
 
 
 def _progress_line(run) -> str:
     """One line on how far a run has come: step of total, temperature, risk, stationarity."""
-    dyn = run.config["dynamics"]
-    taus = dyn["taus"]
-    total = int(dyn["steps_per_tau"]) * len(taus)
+    taus = run.taus
+    total = run.schedule.total_steps        # "auto" stages: their budget until decided
     obs = run.observables
     if not len(obs["risk"]["step"]):
         return f"step 0/{total}  waiting for the first observation"
     k = -1                              # the latest committed observation
     step = int(obs["risk"]["step"][k])
     tau = float(obs["tau"]["value"][k])
-    stage = min(step - 1, total - 1) // int(dyn["steps_per_tau"]) + 1
+    stage = run.schedule.stage_of_step(min(step, total)) + 1
     return (f"step {step}/{total} ({100 * step / total:.0f}%)  tau={tau:.2e} "
             f"(temperature {stage}/{len(taus)})  risk={float(obs['risk']['value'][k]):.4e}  "
             f"stationarity={float(obs['stationarity']['value'][k]):.3g}  "
@@ -138,4 +152,10 @@ def main(args) -> int:
         risk = obs["risk"]["value"][sel]
         r = f"  risk={risk[0]:.4e}" if risk.size else ""
         print(f"  step={int(s):>9d}  time={t:10.2f}  tau={u:.2e}{r}")
+    print("stages")
+    for st in doc["stages"]:
+        v = st["stationarity"]
+        verdict = ("no observations" if v is None else "stationary" if st["stationary"]
+                   else "NOT stationary: " + "; ".join(v["reasons"]))
+        print(f"  tau={st['tau']:.2e}  steps={st['steps']:>9d}  {verdict}")
     return 0

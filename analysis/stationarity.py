@@ -1,0 +1,384 @@
+"""Stationarity verdict of one temperature stage, from its observations (docs/theory.md §2.5).
+
+Pure functions on arrays: the observed predictor ``F`` (M, n) on the training points at steps
+``steps`` (M,) of one stage, optionally the stability number ``η h`` at the same steps and the
+rays of the stage's snapshots. Only the second half of the stage enters the statistics (the
+first half is burn-in after the temperature change).
+
+- **Monte Carlo standard error** of the time-averaged predictor, per training point:
+  ``MCSE_j = sqrt(var_j · τ_j / M)`` with ``τ_j`` the integrated autocorrelation time (in
+  observations) from Sokal's automatic window (``emcee.autocorr.integrated_time``, ``c = 5``);
+  ``M/τ_j`` is the effective sample size.
+- **Drift**: the second half split into an early and a late window (equal halves);
+  ``drift_z = max_j |mean_late − mean_early| / sqrt(MCSE_early² + MCSE_late²)``.
+- **Parity** (the period-2 oscillation of an unstable step): with the predictor ``F'`` observed
+  one step before each observation, ``P_t = (−1)^t (F_t − F'_t)`` has mean 0 at stationarity
+  and ``2δ`` under an oscillation ``±δ``; ``parity_z = max_j |mean P_j| / MCSE(P_j)``. Without
+  ``F'``, observations at even against odd steps, as the drift test (``nan`` when one parity
+  is missing).
+- **Stability**: the largest ``η h`` observed in the stage (``solvers.stability``); the step is
+  unstable at ``η h ≥ 2``.
+- **Ray weights**: the weight of the particles in each activation cell and sign (the rays of a
+  cell summed, no clustering threshold) at consecutive snapshots of the second half; the
+  largest change relative to the total ``Σ|c|``.
+
+A stage is *stationary* when none of the tests fails; each failure adds one line to
+``reasons``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+from scipy.stats import norm
+from scipy.stats import t as student_t
+
+from analysis import time_average as _time_average
+
+#: Family-wise false-alarm level of the drift and parity tests (Bonferroni over the ``n``
+#: training points and the two tests).
+ALPHA = 0.01
+#: Fewest effective samples per window for the standard errors to be trusted.
+MIN_ESS = 20.0
+#: Largest admissible relative change of a ray weight between snapshots.
+RAY_DRIFT_MAX = 0.1
+#: Stability limit of ``η h`` (``solvers.stability.STABILITY_LIMIT``).
+ETA_H_LIMIT = 2.0
+
+
+@dataclass
+class Verdict:
+    """The stationarity verdict of one stage (JSON: :meth:`to_dict`).
+
+    Attributes
+    ----------
+    stationary : bool
+    mcse : float
+        Largest Monte Carlo standard error of the time-averaged predictor ``f(x_j)`` over the
+        second half (units of ``y``).
+    drift_z, parity_z : float
+        Largest standardised early/late and even/odd differences (``nan``: not testable).
+    eta_lambda_max : float
+        Largest ``η h`` observed in the stage (``nan``: not recorded).
+    ray_drift : float
+        Largest relative ray-weight change between snapshots (``nan``: fewer than two
+        snapshots with rays).
+    ess : float
+        Smallest effective sample size over the training points (second half).
+    z_crit : float
+        Threshold of the drift and parity tests.
+    reasons : list of str
+        Why the stage is not stationary (empty when it is).
+    """
+
+    stationary: bool
+    mcse: float
+    drift_z: float
+    parity_z: float
+    eta_lambda_max: float
+    ray_drift: float
+    ess: float
+    z_crit: float
+    reasons: list = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        """Plain JSON types; ``nan`` becomes ``None``."""
+        out = {}
+        for k, v in asdict(self).items():
+            out[k] = None if isinstance(v, float) and not math.isfinite(v) else v
+        return out
+
+
+def integrated_time(F) -> np.ndarray:
+    """Integrated autocorrelation time, in observations, of each column of ``F`` (M, n) or of
+    a series (M,): :func:`analysis.time_average.integrated_time` per column, shape (n,)."""
+    F = np.asarray(F, dtype=float)
+    return _time_average.integrated_time(F[:, None] if F.ndim == 1 else F)
+
+
+def mcse(F) -> tuple[np.ndarray, np.ndarray]:
+    """Monte Carlo standard error of the column means of ``F`` (M, n) and the effective
+    sample sizes: ``(sqrt(var · τ / M), M / τ)``, each of shape (n,)
+    (:func:`analysis.time_average.mean_and_mcse`; ``nan`` standard errors from one sample)."""
+    F = np.asarray(F, dtype=float)
+    M = F.shape[0]
+    _, se, tau = _time_average.mean_and_mcse(F)
+    return (se if M > 1 else np.full(F.shape[1], np.nan)), M / tau
+
+
+def _z(A, B) -> tuple[float, float]:
+    """Largest standardised difference of column means of ``B`` and ``A``, and the smallest
+    effective sample size of the two."""
+    if len(A) < 2 or len(B) < 2:
+        return math.nan, 0.0
+    sa, ea = mcse(A)
+    sb, eb = mcse(B)
+    den = np.sqrt(sa ** 2 + sb ** 2)
+    diff = np.abs(B.mean(axis=0) - A.mean(axis=0))
+    z = np.where(den > 0, diff / np.where(den > 0, den, 1.0), np.where(diff > 0, np.inf, 0.0))
+    return float(np.max(z)), float(min(np.min(ea), np.min(eb)))
+
+
+def z_critical(n: int, alpha: float = ALPHA, ess: float = math.inf) -> float:
+    """Two-sided threshold of the drift and parity tests: Bonferroni over ``n`` points and
+    both tests at family-wise level ``alpha``; Student's ``t`` with ``ess − 1`` degrees of
+    freedom when the standard errors rest on ``ess`` effective samples (normal for
+    ``ess = inf``)."""
+    q = alpha / (4 * max(1, n))
+    if not math.isfinite(ess):
+        return float(norm.isf(q))
+    return float(student_t.isf(q, max(1.0, ess - 1.0)))
+
+
+def cell_weights(theta, X) -> dict:
+    """Signed weight ``Σ_{i∈cell} a_i|u_i| / N`` of the particles ``theta`` (N, d+2) in each
+    activation cell and sign of ``a``: ``{(pattern bytes, sign): weight}``.
+
+    A ray lies inside one cell of one sign (``G`` is linear there, THEORY §4), so these are
+    the ray weights summed per cell, without any clustering threshold.
+    """
+    theta = np.asarray(theta, dtype=float)
+    X = np.asarray(X, dtype=float)
+    Xl = np.hstack([X, np.ones((len(X), 1))])
+    a, u = theta[:, 0], theta[:, 1:]
+    mass = a * np.linalg.norm(u, axis=1) / len(theta)
+    keys = np.packbits(u @ Xl.T > 0, axis=1)
+    out: dict = {}
+    for k, sg, w in zip(map(bytes, keys), np.sign(a), mass):
+        out[(k, sg)] = out.get((k, sg), 0.0) + float(w)
+    return out
+
+
+def ray_drift(snapshots, X) -> float:
+    """Largest relative change of a ray weight between consecutive snapshots, with the rays
+    summed per activation cell (:func:`cell_weights`).
+
+    Parameters
+    ----------
+    snapshots : list of ndarray (N, d+2)
+        Particles of the stage's snapshots in time order.
+    X : ndarray (n, d)
+
+    Returns
+    -------
+    float
+        ``max_cell |Δc| / Σ|c|`` over consecutive pairs; ``nan`` with fewer than two.
+    """
+    worst = math.nan
+    ws = [cell_weights(t, X) for t in snapshots]
+    for c0, c1 in itertools.pairwise(ws):
+        total = max(sum(map(abs, c0.values())), sum(map(abs, c1.values())))
+        if total <= 0:
+            continue
+        rel = max(abs(c0.get(k, 0.0) - c1.get(k, 0.0)) for k in set(c0) | set(c1)) / total
+        worst = rel if not worst >= rel else worst
+    return worst
+
+
+def verdict(steps, F, eta_h=None, snapshots=None, X=None, F_previous=None, *, alpha: float = ALPHA,
+            min_ess: float = MIN_ESS, ray_drift_max: float = RAY_DRIFT_MAX) -> Verdict:
+    """Stationarity verdict of one stage.
+
+    Parameters
+    ----------
+    steps : array-like of int, shape (M,)
+        Global steps of the stage's observations, increasing.
+    F : array-like, shape (M, n)
+        Predictor on the training points at those steps.
+    eta_h : array-like, shape (M,), optional
+        Stability number ``η h`` at those steps (``solvers.stability``).
+    snapshots : list of ndarray (N, d+2), optional
+        Particles of the stage's snapshots in its second half (:func:`ray_drift`).
+    X : ndarray (n, d), optional
+        Training inputs (needed with ``snapshots``).
+    F_previous : array-like, shape (M, n), optional
+        Predictor one step before each observation (the parity test).
+    alpha, min_ess, ray_drift_max : float
+        Thresholds (module constants by default).
+
+    Returns
+    -------
+    Verdict
+    """
+    steps = np.asarray(steps, dtype=np.int64)
+    F = np.asarray(F, dtype=float)
+    if F.ndim == 1:
+        F = F[:, None]
+    M, n = F.shape
+    zc = z_critical(n, alpha)
+    reasons = []
+    eh = math.nan
+    if eta_h is not None and len(eta_h):
+        eh_arr = np.asarray(eta_h, dtype=float)
+        eh = float(np.nanmax(eh_arr)) if np.any(np.isfinite(eh_arr)) else math.nan
+        if eh >= ETA_H_LIMIT:
+            reasons.append(f"unstable step: eta*h = {eh:.3g} >= {ETA_H_LIMIT:g} (period-2 "
+                           "oscillation)")
+    H = F[M // 2:]
+    hs = steps[M // 2:]
+    if len(H) < 8:
+        reasons.append(f"too few observations ({M}) for a verdict")
+        return Verdict(False, math.nan, math.nan, math.nan, eh, math.nan, 0.0, zc, reasons)
+    se, ess = mcse(H)
+    k = len(H) // 2
+    dz, dess = _z(H[:k], H[k:])
+    zc = z_critical(n, alpha, max(dess, 2.0))
+    if F_previous is not None:
+        Fp = np.asarray(F_previous, dtype=float).reshape(F.shape)[M // 2:]
+        P = np.where(hs % 2 == 0, 1.0, -1.0)[:, None] * (H - Fp)
+        pse, _ = mcse(P)
+        pm = np.abs(P.mean(axis=0))
+        pz = float(np.max(np.where(pse > 0, pm / np.where(pse > 0, pse, 1.0),
+                                   np.where(pm > 0, np.inf, 0.0))))
+    else:
+        even, odd = hs % 2 == 0, hs % 2 == 1
+        pz = _z(H[even], H[odd])[0] if even.sum() >= 2 and odd.sum() >= 2 else math.nan
+    if dess < min_ess:
+        reasons.append(f"too few effective samples ({dess:.3g} < {min_ess:g} per window; "
+                       "autocorrelation time too long for the stage)")
+    if dz > zc:
+        reasons.append(f"drift: late and early windows differ by {dz:.3g} standard errors "
+                       f"(> {zc:.3g})")
+    if pz > zc:
+        reasons.append(f"parity: even and odd steps differ by {pz:.3g} standard errors "
+                       f"(> {zc:.3g}; period-2 oscillation)")
+    rd = ray_drift(snapshots, X) if snapshots is not None and len(snapshots) > 1 else math.nan
+    if rd > ray_drift_max:
+        reasons.append(f"ray weights drift by {rd:.3g} of the total between snapshots "
+                       f"(> {ray_drift_max:g})")
+    return Verdict(not reasons, float(np.max(se)), dz, pz, eh, rd, float(np.min(ess)), zc,
+                   reasons)
+
+
+def stage_bounds(run, stage: int) -> tuple[int, int]:
+    """Global steps ``(lo, hi]`` of ladder stage ``stage`` of a run file, from its observations
+    (the end of every stage is observed): ``(stage T, (stage+1) T)`` for a fixed
+    ``steps_per_tau``, the steps actually run with ``"auto"``. A stage not reached yet is empty,
+    ``lo == hi``; one under way ends at its last observation."""
+    steps = np.asarray(run.observables["tau"]["step"])
+    ends = [int(steps[m][-1]) if np.any(m) else None
+            for m in (stage_observations(run, s) for s in range(stage + 1))]
+    lo = max((e for e in ends[:-1] if e is not None), default=0)
+    return lo, ends[-1] if ends[-1] is not None else lo
+
+
+def stage_observations(run, stage: int) -> np.ndarray:
+    """Boolean mask (M,) of the observations of ladder stage ``stage`` of a run file
+    (:class:`meanfield.store.Run` or anything with its ``observables`` and ``config``): those
+    recorded at the stage's temperature, so it holds for fixed and for ``"auto"`` stage
+    lengths."""
+    taus = [float(t) for t in run.config["dynamics"]["taus"]]
+    return np.asarray(run.observables["tau"]["value"], dtype=float) == taus[stage]
+
+
+def run_verdicts(run, **kw) -> list:
+    """:func:`verdict` of every stage of a run file.
+
+    Uses the predictor ``y + n R`` from the ``residuals`` observable, ``residuals_previous``
+    and ``eta_lambda_max`` when the file has them, and the snapshot frames of the stage's
+    second half. ``kw`` go to :func:`verdict`.
+
+    Returns
+    -------
+    list of Verdict
+        One per ladder stage (a stage without observations: not stationary, "not reached").
+    """
+    obs = run.observables
+    n, y = run.n, np.asarray(run.y, dtype=float)
+    steps_all = np.asarray(obs["residuals"]["step"])
+    F_all = np.asarray(obs["residuals"]["value"]) * n + y
+    Fp_all = (np.asarray(obs["residuals_previous"]["value"]) * n + y
+              if "residuals_previous" in obs else None)
+    eh_all = np.asarray(obs["eta_lambda_max"]["value"]) if "eta_lambda_max" in obs else None
+    frame_tau = np.asarray(run.frame_tau, dtype=float)
+    frame_step = np.asarray(run.frame_step)
+    dyn = run.config["dynamics"]
+    auto = dyn.get("steps_per_tau") == "auto"
+    budget = int(dyn.get("max_steps_per_tau", 0) or 0)
+    out = []
+    for s, tau in enumerate(float(t) for t in run.config["dynamics"]["taus"]):
+        sel = stage_observations(run, s)
+        if not np.any(sel):
+            out.append(Verdict(False, math.nan, math.nan, math.nan, math.nan, math.nan, 0.0,
+                               z_critical(n), ["stage not reached"]))
+            continue
+        steps = steps_all[sel]
+        mid = steps[len(steps) // 2]
+        frames = [k for k in np.nonzero(frame_tau == tau)[0] if frame_step[k] >= mid]
+        v = verdict(steps, F_all[sel], None if eh_all is None else eh_all[sel],
+                    [run.frame(int(k)) for k in frames] if len(frames) > 1 else None,
+                    run.X, None if Fp_all is None else Fp_all[sel], **kw)
+        lo, hi = stage_bounds(run, s)
+        if auto and not v.stationary and hi - lo >= budget:
+            v.reasons.append(f"budget spent: max_steps_per_tau = {budget} steps run")
+        out.append(v)
+    return out
+
+
+#: What a report shows instead of a result measured at a stage that is not stationary.
+NOT_STATIONARY = "not stationary"
+#: Theorem 6 on no rays at all: nothing is checked.
+VACUOUS = "vacuous"
+_THEOREM6_CLAIMS = ("distinct", "antichain", "at_most_two_per_binary")
+
+
+def theorem6_status(checks: dict | None, n_rays: int, stationary) -> dict | None:
+    """The [LJM26] Theorem 6 block of a report for one stage.
+
+    ``status`` is ``"not stationary"`` (stage judged not stationary: the claims are replaced by
+    that string, the measured checks kept under ``measured``), ``"vacuous"`` (no rays: every
+    claim is ``"vacuous"``, never true) or ``"checked"`` (the checks as measured).
+    """
+    if checks is None:
+        return None
+    out = dict(checks)
+    if stationary is False:
+        out = {k: v for k, v in checks.items() if k not in _THEOREM6_CLAIMS}
+        out.update({k: NOT_STATIONARY for k in _THEOREM6_CLAIMS if k in checks})
+        out["measured"] = {k: checks[k] for k in _THEOREM6_CLAIMS if k in checks}
+        out["status"] = NOT_STATIONARY
+    elif n_rays == 0:
+        out.update({k: VACUOUS for k in _THEOREM6_CLAIMS if k in checks})
+        out["status"] = VACUOUS
+    else:
+        out["status"] = "checked"
+    return out
+
+
+def annotate_report(rep: dict, verdicts: list, taus) -> dict:
+    """Put the stage verdicts into a report document (``meanfield analyze --json``), in place.
+
+    Every ``ladder`` row gains ``stationary`` (true, false, or null when the run file has no
+    observations of the stage) and ``stationarity`` (:meth:`Verdict.to_dict`); in a row judged
+    not stationary ``J`` and ``K`` read ``"not stationary"`` and the counts move to
+    ``J_measured`` / ``K_measured``. The ``theorem6`` block of the coldest snapshot and of every
+    snapshot goes through :func:`theorem6_status`.
+    """
+    taus = [float(t) for t in taus]
+    by_tau = dict(zip(taus, verdicts))
+
+    def flag(tau):
+        v = by_tau.get(float(tau))
+        if v is None or v.reasons == ["stage not reached"]:
+            return None, None
+        return bool(v.stationary), v.to_dict()
+
+    for row in rep.get("ladder", []):
+        st, doc = flag(row["tau"])
+        row["stationary"], row["stationarity"] = st, doc
+        row["J_measured"], row["K_measured"] = row["J"], row["K"]
+        if st is False:
+            row["J"] = row["K"] = NOT_STATIONARY
+    for snap in rep.get("snapshots", []):
+        st, _ = flag(snap["tau"])
+        snap["stationary"] = st
+        snap["theorem6"] = theorem6_status(snap.get("theorem6"), snap.get("n_rays", 0), st)
+    snaps = rep.get("snapshots", [])
+    if rep.get("theorem6") is not None and snaps:
+        last = snaps[-1]
+        rep["theorem6"] = theorem6_status(rep["theorem6"], last.get("n_rays", 0),
+                                          last["stationary"])
+    return rep

@@ -1,0 +1,206 @@
+"""Linear stability of the Euler–Maruyama step on the data mode (docs/theory.md §2.4).
+
+The drift of the particle system is ``−∇_Θ (N F)`` with ``F = ½R + (λ/2N) Σ_i |θ_i|²``, so one
+Euler step is the map ``Θ ↦ Θ − η ∇(NF)(Θ) + noise`` whose Jacobian is ``I − η H``, ``H`` the
+Hessian of ``NF`` over all ``N (d+2)`` particle coordinates. It splits into
+
+- the Gauss–Newton part ``(1/(nN)) Σ_j g_j g_jᵀ`` with ``g_j = (∇_θ[a σ(u·x̃_j)])_{i=1..N}``,
+  whose non-zero eigenvalues are those of ``K/n``, ``K`` the Gauss–Newton kernel of the
+  particle measure
+  ``K_jk = (1/N) Σ_i [σ(u_i·x̃_j) σ(u_i·x̃_k) + a_i² σ'(u_i·x̃_j) σ'(u_i·x̃_k) x̃_j·x̃_k]``;
+- weight decay ``λ I``;
+- the residual curvature, block diagonal: ``Σ_j R_j ∇²_θ[a σ(u·x̃_j)]`` for each particle.
+
+The step is stable on a mode of ``H`` with eigenvalue ``h`` iff ``|1 − ηh| < 1``, i.e.
+``η h < 2``; the data mode is the top one, ``h ≈ λmax(K)/n + c`` where ``c`` is the Rayleigh
+quotient of the last two parts on the top Gauss–Newton eigenvector (first-order perturbation,
+exact to ``O(λ² n/λmax(K))``). At a ``τ → 0`` stationary point (balanced rays,
+``a g = −λ u``) ``0 ≤ c ≤ λ``. Beyond ``η h = 2`` the predictor alternates between two mirror
+states every step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+#: Euler is stable on a linear mode of curvature ``h`` iff ``η h`` is below this.
+STABILITY_LIMIT = 2.0
+
+
+@dataclass(frozen=True)
+class DataMode:
+    """Top curvature of the particle system's drift (see the module docstring).
+
+    Attributes
+    ----------
+    lambda_max_K : float
+        Largest eigenvalue of the Gauss–Newton kernel ``K`` (n, n).
+    curvature : float
+        ``h = λmax(K)/n + c``: the Rayleigh quotient of the full Hessian ``H`` on the top
+        Gauss–Newton eigenvector (inverse time).
+    correction : float
+        ``c`` (weight decay plus residual curvature), of order ``λ``.
+    """
+
+    lambda_max_K: float
+    curvature: float
+    correction: float
+
+    def eta_lambda_max(self, eta: float) -> float:
+        """The dimensionless stability number ``η h``; the step is unstable above 2."""
+        return float(eta) * self.curvature
+
+    def largest_stable_eta(self) -> float:
+        """``2 / h``: the largest step for which this mode is stable."""
+        return STABILITY_LIMIT / self.curvature if self.curvature > 0 else float("inf")
+
+
+def data_mode(theta, X, R, lam, activation="relu", sharpness=10.0, cap=3.0) -> DataMode:
+    """Top curvature of the Euler step's drift at particles ``theta``.
+
+    Parameters
+    ----------
+    theta : ndarray of shape (N, d+2)
+        Particles, rows ``(a, w_1..w_d, b)``.
+    X : ndarray of shape (n, d)
+    R : ndarray of shape (n,)
+        Scaled residuals ``(f_N(x_j) − y_j)/n`` of these particles (e.g. ``Stepper.R``).
+    lam : float
+        Weight decay ``λ``.
+    activation, sharpness, cap
+        As in :class:`solvers.stepper.Stepper`. The residual curvature includes only the
+        ``σ'`` cross term of ``∇²[a σ(u·x̃)]`` (exact for relu; the ``a σ''`` term of smooth
+        activations is left out).
+
+    Returns
+    -------
+    DataMode
+
+    Notes
+    -----
+    Cost ``O(N n (d + n) + n³)``: the factors of ``K`` (numba, ``solvers._kernels``) and their
+    products (BLAS), one symmetric eigendecomposition of size ``n``, one more pass over the
+    particles for the correction.
+    """
+    from solvers import _kernels
+    from solvers.stepper import ACT_CODES
+    kind = ACT_CODES[activation]
+    p = _kernels.activation_params(kind, sharpness, cap)
+    theta = np.ascontiguousarray(theta, dtype=np.float64)
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    R = np.ascontiguousarray(R, dtype=np.float64)
+    N, n = theta.shape[0], X.shape[0]
+    T = np.ascontiguousarray(theta.T)
+    S, P, Q = np.empty((n, N)), np.empty((n, N)), np.empty((n, N))
+    _kernels.gauss_newton_factors(T, X, kind, p, S, P, Q)
+    K = (S @ S.T + (Q @ Q.T) * (X @ X.T + 1.0)) / N
+    vals, vecs = np.linalg.eigh(K)
+    kappa, e = float(vals[-1]), np.ascontiguousarray(vecs[:, -1])
+    if not kappa > 0:
+        return DataMode(max(kappa, 0.0), float(lam), float(lam))
+    # v = (α_i, a_i β_i) has |v|² = N κ (see the module docstring)
+    corr = float(lam) + _kernels.residual_curvature(T, X, e, R, S, P) / (N * kappa)
+    return DataMode(kappa, kappa / n + corr, corr)
+
+
+def _kernel_of_directions(V, X, w_value, w_slope) -> np.ndarray:
+    """``K = Σ_k [w_value_k s_k s_kᵀ + w_slope_k (s'_k s'_kᵀ) ∘ (X̃X̃ᵀ)]`` with
+    ``s_k = (v_k·x̃_j)_+``, ``s'_k = 1[v_k·x̃_j > 0]``, for unit directions ``V`` (m, d+1)."""
+    Xl = np.hstack([np.asarray(X, float), np.ones((len(X), 1))])
+    Z = np.asarray(V, float) @ Xl.T
+    S = np.maximum(Z, 0.0)
+    P = (Z > 0).astype(float)
+    return (S.T * w_value) @ S + ((P.T * w_slope) @ P) * (Xl @ Xl.T)
+
+
+def _top(K, n, lam) -> DataMode:
+    kappa = float(np.linalg.eigvalsh(K)[-1])
+    return DataMode(kappa, kappa / n + float(lam), float(lam))
+
+
+def convex_data_mode(solution, X, lam) -> DataMode:
+    """Data mode of the ``τ → 0`` convex reference (relu): balanced rays ``|a| = |u|`` carry
+    ``r² = |c_k|``, so ``K = Σ_k |c_k| [s_k s_kᵀ + (s'_k s'_kᵀ) ∘ X̃X̃ᵀ]``. The correction is
+    taken at its bound ``λ`` (``0 ≤ c ≤ λ`` at a stationary point).
+
+    Parameters
+    ----------
+    solution : solvers.convex.ConvexSolution
+    X : ndarray (n, d)
+    lam : float
+    """
+    w = np.abs(np.asarray(solution.weights, float))
+    if not len(w):
+        return DataMode(0.0, float(lam), float(lam))
+    K = _kernel_of_directions(solution.directions, X, w, w)
+    return _top(K, len(X), lam)
+
+
+def gibbs_data_mode(solution, X, lam, tau, m=None) -> DataMode:
+    """Data mode of the Gibbs reference at temperature ``τ`` (relu, ``d ≤ 2``), by a midpoint
+    rule on ``S^d``: ``K = ∫ π(v) (E[r²|v] s sᵀ + E[a²|v] (s' s'ᵀ) ∘ X̃X̃ᵀ) dv`` with
+    ``E[a²|v] = E[r²|v] G(v)² + τ/λ`` (docs/theory.md, Gibbs reference). The correction is taken
+    at its bound ``λ``.
+
+    Parameters
+    ----------
+    solution : solvers.gibbs.GibbsSolution
+    X : ndarray (n, d)
+    lam, tau : float
+    m : int, optional
+        Grid size: ``m`` angles on ``S¹`` (default 20000) or ``m × 2m`` on ``S²`` (default 300).
+    """
+    d = np.asarray(X).shape[1]
+    if d == 1:
+        m = m or 20000
+        th = (np.arange(m) + 0.5) * 2 * np.pi / m
+        V = np.stack([np.cos(th), np.sin(th)], axis=1)
+        dA = np.full(m, 2 * np.pi / m)
+    elif d == 2:
+        m = m or 300
+        th = (np.arange(m) + 0.5) * np.pi / m
+        ph = (np.arange(2 * m) + 0.5) * np.pi / m
+        T, P = np.meshgrid(th, ph, indexing="ij")
+        V = np.stack([np.sin(T) * np.cos(P), np.sin(T) * np.sin(P), np.cos(T)],
+                     axis=-1).reshape(-1, 3)
+        dA = (np.sin(T) * (np.pi / m) ** 2).ravel()
+    else:
+        raise ValueError(f"the Gibbs data mode needs d <= 2, got d = {d}")
+    mass = solution.density(V) * dA
+    r2 = solution.second_moment(V)
+    G = solution.G(V)
+    K = _kernel_of_directions(V, X, mass * r2, mass * (r2 * G ** 2 + float(tau) / float(lam)))
+    return _top(K, len(X), lam)
+
+
+def reference_limits(X, y, lam, taus, eta=None, gibbs_max_d=2, gibbs_from=0.1) -> list:
+    """Predicted data modes from the exact references, for a guard before a run (relu).
+
+    The ``τ → 0`` convex reference always; for ``d ≤ gibbs_max_d`` also the Gibbs reference
+    at the hottest positive temperature of ``taus`` (where, on the shipped data, the thermal
+    spread makes ``h`` largest: up to 9× the convex value on D2), unless ``eta`` is given and
+    ``η h`` of the convex reference is below ``gibbs_from`` (the Gibbs solve costs seconds).
+
+    Returns
+    -------
+    list of (str, float, DataMode)
+        ``(reference name, τ, data mode)``; the Gibbs entry is left out when its fixed point
+        does not converge.
+    """
+    from solvers.convex import convex
+    X = np.asarray(X, dtype=float)
+    y = np.asarray(y, dtype=float)
+    out = [("convex", 0.0, convex_data_mode(convex(X, y, lam), X, lam))]
+    hot = max((float(t) for t in taus if float(t) > 0), default=None)
+    if eta is not None and out[0][2].eta_lambda_max(eta) < gibbs_from:
+        return out
+    if hot is not None and X.shape[1] <= gibbs_max_d:
+        from solvers.gibbs import GibbsConvergenceError, gibbs
+        try:
+            out.append(("Gibbs", hot, gibbs_data_mode(gibbs(X, y, lam, hot), X, lam, hot,
+                                                      m=None if X.shape[1] == 1 else 100)))
+        except GibbsConvergenceError:
+            pass
+    return out
