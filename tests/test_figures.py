@@ -128,7 +128,7 @@ def test_report_writes_the_figures_in_the_chosen_format(analysed):
     md = (outdir / "report.md").read_text()
     assert "![trajectory.svg](trajectory.svg)" in md and "thermal halo" in md
     assert not list(outdir.glob("*.png"))
-    assert rep.to_dataframe("rays").shape[0] == sum(r["J"] for r in rep["ladder"])
+    assert rep.to_dataframe("rays").shape[0] == sum(r.get("J_measured", r["J"]) for r in rep["ladder"])
     with pytest.raises(ValueError, match="unknown table"):
         rep.to_dataframe("nope")
 

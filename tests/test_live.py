@@ -40,7 +40,9 @@ WRITER = textwrap.dedent("""\
             w.append_observations([Observation(step=10 * k, time=0.5 * k, tau=0.1,
                                                risk=float(k), regulariser=0.0,
                                                mean_sq_norm=0.0, stationarity=0.0,
-                                               residuals=np.full(3, k / 7))])
+                                               residuals=np.full(3, k / 7),
+                                               residuals_previous=np.full(3, k / 7),
+                                               eta_lambda_max=0.0)])
             if k % 10 == 0:
                 w.append_frame(np.arange(24.0).reshape(6, 4) + 1000 * (k // 10), 10 * k,
                                0.5 * k, 0.1)
