@@ -38,6 +38,7 @@ def one(d, tau, rtol, n=10, lam=0.05, seed=0, limit=600):
     """Solve one case; returns a dict (``seconds``, ``quad_error_rel``, ``points`` ...) or
     ``{"timeout": limit}``."""
     from meanfield.data import gaussian
+    from solvers.gibbs import GibbsConvergenceError
     from solvers.gibbsqmc import GibbsAccuracyError, QMCGibbsReference
     ds = gaussian(n, d, seed)
     signal.signal(signal.SIGALRM, _alarm)
@@ -51,6 +52,8 @@ def one(d, tau, rtol, n=10, lam=0.05, seed=0, limit=600):
         return {"d": d, "tau": tau, "rtol": rtol, "timeout": limit}
     except GibbsAccuracyError as exc:
         return {"d": d, "tau": tau, "rtol": rtol, "out_of_reach": str(exc)}
+    except GibbsConvergenceError:
+        return {"d": d, "tau": tau, "rtol": rtol, "diverged": time.time() - w0}
     finally:
         signal.alarm(0)
     return {"d": d, "tau": tau, "rtol": rtol, "cpu_seconds": time.process_time() - t0,
@@ -72,6 +75,9 @@ def quadrature(d, tau, n=10, lam=0.05, seed=0):
 def _row(r):
     if "timeout" in r:
         return f"| {r['d']} | {r['tau']:.0e} | {r['rtol']:.0e} | over {r['timeout']} s | | | | |"
+    if "diverged" in r:
+        return (f"| {r['d']} | {r['tau']:.0e} | {r['rtol']:.0e} | no convergence after "
+                f"{r['diverged']:.0f} s | | | | |")
     if "out_of_reach" in r:
         return f"| {r['d']} | {r['tau']:.0e} | {r['rtol']:.0e} | out of reach | | | | |"
     return (f"| {r['d']} | {r['tau']:.0e} | {r['rtol']:.0e} | {r['cpu_seconds']:.1f} "
@@ -86,7 +92,8 @@ def main(argv=None):
     ap.add_argument("--tau", type=float, default=1e-3)
     ap.add_argument("--rtol", type=float, default=1e-4)
     ap.add_argument("--grid", action="store_true",
-                    help="d = 3..6 at tau = 1e-2 and tau = 1e-2..1e-4 at d = 3 (rtol 1e-3)")
+                    help="d = 3..6 at tau = 1e-2, d = 4 at 1e-3, tau = 1e-3 and 1e-4 at d = 3 "
+                         "(rtol 1e-3), and d = 3 at tau = 1e-2 with rtol 1e-4")
     ap.add_argument("--limit", type=float, default=600, help="seconds per case")
     ap.add_argument("--log", action="store_true", help="log the growth of the sample")
     a = ap.parse_args(argv)
@@ -98,8 +105,8 @@ def main(argv=None):
     print("|---|---|---|---|---|---|---|---|")
     cases = [(a.d, a.tau, a.rtol)]
     if a.grid:
-        cases = [(d, 1e-2, 1e-3) for d in (3, 4, 5, 6)] + \
-                [(3, t, 1e-3) for t in (1e-3, 1e-4)]
+        cases = [(d, 1e-2, 1e-3) for d in (3, 4, 5, 6)] + [(4, 1e-3, 1e-3)] + \
+                [(3, t, 1e-3) for t in (1e-3, 1e-4)] + [(3, 1e-2, 1e-4)]
     for d, tau, rtol in cases:
         print(_row(one(d, tau, rtol, limit=a.limit)), flush=True)
         if d <= 2:
