@@ -77,6 +77,10 @@ PEAK_RANGE = 1e6
 #: Radial tail exponent of the law across kinks (``1 − G²`` grows linearly there; the
 #: target's exponent is ``(d+1)/2``).
 PARETO = 1.5
+#: Below this ``δ = 1 − G²`` at a peak on ``≥ 3`` kinks the fixed point is taken to press
+#: against the barrier (:class:`GibbsBarrierError`): ``G`` itself carries a round-off of
+#: ``~1e-15·Σ|R_j|φ_j/λ``, and Newton's steps then shrink ``δ`` without converging.
+BARRIER_DELTA = 1e-8
 #: Ratio of successive scales of a peak's components, and the largest ``δ`` given them.
 LADDER = 8.0
 LADDER_DELTA = 0.1
@@ -102,6 +106,32 @@ class GibbsAccuracyError(RuntimeError):
         super().__init__(
             f"at tau={tau:g} the standard error of f is {error:.2e} > {target:.2e} requested, "
             f"with {points} points per randomization (the most allowed); {where}")
+
+
+class GibbsBarrierError(GibbsAccuracyError):
+    """The fixed point presses against the barrier ``max|G| = 1``: at its sharpest peak
+    ``δ = 1 − G² < BARRIER_DELTA``, below what a sampled reference resolves in double
+    precision. Near a peak on ``k`` kinks the dual's gradient grows only like ``δ^{(k−3)/2}``
+    (``log(1/δ)`` for ``k = 3``, bounded for ``k ≥ 4``) as ``δ → 0``, so the fixed point's
+    ``δ`` falls fast with ``τ`` there (THEORY §5, "Where the reference stops").
+
+    Attributes
+    ----------
+    tau, coldest : as :class:`GibbsAccuracyError` (``coldest``: the coldest temperature at
+        which the fixed point was found, None if none was).
+    delta : float        ``1 − G²`` at the sharpest peak when the solver gave up
+    kinks : int          the number of kinks through that peak
+    """
+
+    def __init__(self, tau, delta, kinks, coldest=None):
+        self.tau, self.delta, self.kinks, self.coldest = tau, delta, kinks, coldest
+        self.error = self.target = math.nan
+        where = (f"the coldest temperature solved is tau={coldest:.3g}"
+                 if coldest is not None else "no temperature tried was solved")
+        RuntimeError.__init__(
+            self, f"at tau={tau:g} the fixed point presses against the barrier max|G| = 1, "
+            f"closer than the sampled reference resolves (1 - G^2 = {delta:.1e} at a peak on "
+            f"{kinks} kinks; THEORY §5); {where}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -585,6 +615,15 @@ class QMCGibbsReference(GibbsReference):
         if pk:
             self._sticky.append(min(pk, key=lambda q: q.delta))
 
+    def _check_barrier(self, peaks, tau, early=True):
+        """Raise :class:`GibbsBarrierError` when the sharpest peak has ``δ < BARRIER_DELTA``:
+        on the way (``early``) only for a peak on three kinks or more, whose barrier is
+        logarithmic or absent; when the solver is about to give up, for any peak."""
+        if peaks:
+            pk = min(peaks, key=lambda q: q.delta)
+            if pk.delta < BARRIER_DELTA and (pk.normal.shape[1] >= 3 or not early):
+                raise GibbsBarrierError(tau, pk.delta, pk.normal.shape[1])
+
     def _peaks_match(self, old, new) -> bool:
         """Every sharp peak (``δ`` within a factor 16 of the sharpest) of either list sits
         within a quarter of its width of a peak of the other with ``δ`` within a factor 2."""
@@ -642,6 +681,11 @@ class QMCGibbsReference(GibbsReference):
                 R = self._towards(R, R1)
                 self._remember_escape(R)
                 peaks = self.peaks(R)
+                if peaks:
+                    pk = min(peaks, key=lambda q: q.delta)
+                    _log.debug("tau=%g: back to a feasible point; sharpest peak delta %.2e on "
+                               "%d kinks", tau, pk.delta, pk.normal.shape[1])
+                self._check_barrier(peaks, tau)
                 continue
             R = R1
             new = self.peaks(R)
@@ -654,6 +698,7 @@ class QMCGibbsReference(GibbsReference):
             # hot temperature): every proposal is unbiased, this one is adapted enough
             return done + (iters,)
         if depth >= self.max_continuation:
+            self._check_barrier(self.peaks(R), tau, early=False)
             raise GibbsConvergenceError(
                 f"residual {np.max(np.abs(ev['grad'])):.3e} at tau={tau:g} after {iters} Newton "
                 f"steps on {self.max_adapt} adapted samples, {depth} levels of intermediate "
@@ -684,6 +729,8 @@ class QMCGibbsReference(GibbsReference):
                     # this scramble's optimum is beyond the true barrier: adapt again from
                     # the furthest feasible point towards it
                     if retries >= 6:
+                        near = Rk if self.exact_max_abs_G(Rk) < 1.0 else self._towards(R, Rk)
+                        self._check_barrier(self.peaks(near), tau, early=False)
                         raise GibbsConvergenceError(
                             f"residual {np.max(np.abs(ev['grad'])):.3e}, max|G| = "
                             f"{self.exact_max_abs_G(Rk):.6f} at tau={tau:g} on randomization "
@@ -737,8 +784,12 @@ class QMCGibbsReference(GibbsReference):
             Newton did not converge on a sample.
         GibbsAccuracyError
             The requested accuracy is out of reach at some temperature; two geometric
-            bisections between the last temperature reached and it locate the coldest
-            temperature that can be reached (``coldest``).
+            bisections between the last temperature reached (or, with none, the first of
+            ``τ·10^{i/2}`` that is) and it locate the coldest temperature that can be reached
+            (``coldest``).
+        GibbsBarrierError
+            (a GibbsAccuracyError) The fixed point presses against ``max|G| = 1`` at a peak
+            on three kinks or more, below what the sample resolves; ``coldest`` as above.
         """
         taus = check_taus(taus)
         order = sorted(range(len(taus)), key=lambda i: -taus[i])
@@ -750,6 +801,8 @@ class QMCGibbsReference(GibbsReference):
         for i in order:
             try:
                 sol, fail = self._solve_one(R, prev, taus[i])
+            except GibbsBarrierError as exc:
+                raise self._out_of_reach(R, prev, taus[i], exc) from None
             except GibbsConvergenceError as exc:
                 raise GibbsConvergenceError(
                     f"Gibbs fixed point did not converge at tau={taus[i]:g} "
@@ -760,20 +813,41 @@ class QMCGibbsReference(GibbsReference):
             R, prev = sol.R, taus[i]
         return out
 
+    def _attempt(self, R, prev, tau):
+        """``R`` of the fixed point at ``tau`` (continued from ``prev``), or None if out of
+        reach (accuracy, barrier or convergence)."""
+        try:
+            sol, bad = self._solve_one(R, prev, tau)
+        except (GibbsConvergenceError, GibbsAccuracyError):
+            return None
+        return None if bad is not None else sol.R
+
     def _out_of_reach(self, R, prev, tau, fail):
+        """The error for ``tau``, with the coldest temperature that can be solved: two
+        geometric bisections between the last temperature solved (``prev``) and ``tau``.
+        With none solved yet, hotter temperatures ``tau·10^{i/2}`` (``i = 1..4``) are tried
+        first, from ``R``. ``fail``: a :class:`GibbsBarrierError`, or the ``(error, target,
+        points)`` of an accuracy failure."""
         lo, hi, Rlo = prev, tau, R
+        if lo is None:
+            for i in range(1, 5):
+                t = tau * 10 ** (0.5 * i)
+                Rt = self._attempt(R, None, t)
+                if Rt is not None:
+                    lo, Rlo = t, Rt
+                    break
+                hi = t
         for _ in range(2):
             if lo is None:
                 break
             mid = math.sqrt(lo * hi)
-            try:
-                sol, _bad = self._solve_one(Rlo, lo, mid)
-            except GibbsConvergenceError:
-                sol = None
-            if sol is not None:
-                lo, Rlo = mid, sol.R
+            Rm = self._attempt(Rlo, lo, mid)
+            if Rm is not None:
+                lo, Rlo = mid, Rm
             else:
                 hi = mid
+        if isinstance(fail, GibbsBarrierError):
+            return GibbsBarrierError(tau, fail.delta, fail.kinks, lo)
         return GibbsAccuracyError(tau, fail[0], fail[1], lo, fail[2])
 
     def predict(self, sol: QMCGibbsSolution, x, rtol=None):

@@ -16,6 +16,7 @@ from solvers.gibbs import gibbs
 from solvers.gibbsqmc import (
     Cone,
     GibbsAccuracyError,
+    GibbsBarrierError,
     Peak,
     QMCGibbsReference,
     build_proposal,
@@ -152,8 +153,13 @@ def test_accuracy_out_of_reach_is_an_error_not_an_answer():
     with pytest.raises(GibbsAccuracyError) as ei:
         ref.solve([1e-1, 1e-3])
     e = ei.value
-    assert e.tau == 1e-1 and e.error > e.target and e.coldest is None
-    assert "no temperature tried reached it" in str(e)
+    assert e.tau == 1e-1 and e.error > e.target
+    # with no temperature solved before it, hotter ones are searched: the one named is
+    # hotter and really reaches the accuracy with the same settings
+    assert e.coldest is not None and e.coldest > 1e-1 and f"tau={e.coldest:.3g}" in str(e)
+    sol = QMCGibbsReference(X, y, 0.05, rtol=1e-4, points=2 ** 12,
+                            max_points=2 ** 13).solve([e.coldest])[0]
+    assert sol.quad_error <= 1e-4 * np.max(np.abs(sol.f_train))
 
 
 def test_out_of_reach_search_names_the_coldest_reachable_tau():
@@ -176,6 +182,61 @@ def test_out_of_reach_search_names_the_coldest_reachable_tau():
     # two geometric bisections of [1e-4, 1e-2]: 1e-3 fails, then sqrt(1e-2·1e-3) reached
     assert e.coldest == pytest.approx(math.sqrt(1e-2 * 1e-3))
     assert f"tau={e.coldest:.3g}" in str(e)
+
+
+class _ReachesFrom(QMCGibbsReference):
+    """A solver that finds the fixed point exactly for tau >= 2e-3 and fails below with
+    ``failure`` (an exception to raise, or the tuple of an accuracy failure)."""
+
+    failure = (1.0, 0.1, 64)
+
+    def _solve_one(self, R, tau_prev, tau):
+        if tau >= 2e-3:
+            return type("S", (), {"R": R, "tau": tau})(), None
+        if isinstance(self.failure, Exception):
+            raise self.failure
+        return None, self.failure
+
+
+def test_out_of_reach_alone_searches_hotter_temperatures():
+    X = np.array([[-1.0], [0.5], [2.0]])
+    y = np.array([0.3, -0.2, 0.5])
+    with pytest.raises(GibbsAccuracyError) as ei:
+        _ReachesFrom(X, y, 0.05).solve([1e-4])
+    # 10^{1/2}·1e-4 and 1e-3 fail, 10^{3/2}·1e-4 is reached; bisections: sqrt(1e-3·3.16e-3)
+    # fails, then the geometric mean of it and 3.16e-3 is reached
+    hi = 10 ** 1.5 * 1e-4
+    assert ei.value.coldest == pytest.approx(math.sqrt(math.sqrt(1e-3 * hi) * hi))
+
+
+def test_barrier_error_names_the_coldest_solvable_tau():
+    X = np.array([[-1.0], [0.5], [2.0]])
+    y = np.array([0.3, -0.2, 0.5])
+
+    class Barrier(_ReachesFrom):
+        failure = GibbsBarrierError(0.0, 1e-12, 3)
+
+    with pytest.raises(GibbsBarrierError) as ei:
+        Barrier(X, y, 0.05).solve([1e-2, 1e-4])
+    e = ei.value
+    assert e.tau == 1e-4 and e.kinks == 3 and e.delta == 1e-12
+    assert e.coldest == pytest.approx(math.sqrt(1e-2 * 1e-3))
+    assert "presses against the barrier" in str(e) and f"tau={e.coldest:.3g}" in str(e)
+
+
+@pytest.mark.slow
+def test_barrier_in_d4_is_refused_with_a_solvable_temperature():
+    """d = 4, tau = 1e-3 (Gaussian data, n = 10, lam = 0.05): the fixed point presses
+    against max|G| = 1 at a peak on three kinks (THEORY §5); the refusal names a hotter
+    temperature, and that one is solved."""
+    from meanfield.data import gaussian
+    ds = gaussian(10, 4, 0)
+    with pytest.raises(GibbsBarrierError) as ei:
+        QMCGibbsReference(ds.X, ds.y, 0.05, rtol=1e-3).solve([1e-3])
+    e = ei.value
+    assert e.delta < 1e-8 and e.coldest is not None and e.coldest > 1e-3
+    sol = QMCGibbsReference(ds.X, ds.y, 0.05, rtol=1e-3).solve([e.coldest])[0]
+    assert sol.max_abs_G < 1 and sol.quad_error <= 1e-3 * np.max(np.abs(sol.f_train))
 
 
 def _config(tmp_path, X, y, lam, taus):
@@ -209,6 +270,21 @@ def test_cli_gibbs_any_d(tmp_path, capsys):
     g = json.loads(capsys.readouterr().out)
     assert q["method"] == "qmc" and g["method"] == "quadrature"
     assert np.max(np.abs(np.subtract(q["f_train"], g["f_train"]))) <= 3 * q["quad_error"]
+
+
+def test_cli_barrier_refusal_is_one_line_exit_2(tmp_path, capsys, monkeypatch):
+    from meanfield.cli import main
+
+    def refuse(self, taus, R0=None):
+        raise GibbsBarrierError(1e-3, 4.5e-9, 3, 7.5e-3)
+
+    monkeypatch.setattr(QMCGibbsReference, "solve", refuse)
+    rng = np.random.default_rng(5)
+    cfg = _config(tmp_path, rng.standard_normal((6, 3)), rng.standard_normal(6), 0.1, [1e-3])
+    assert main(["reference", "gibbs", cfg, "--tau", "1e-3"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "c.toml: --tau:" in err
+    assert "tau=0.0075" in err and "hotter" in err and "--rtol" not in err
 
 
 def test_input_errors():

@@ -102,8 +102,10 @@ def main_gibbs(args) -> int:
     except GibbsInputError as exc:
         _reraise(exc, cfg)
     except GibbsAccuracyError as exc:
+        hint = "a larger --rtol or that temperature" if exc.error == exc.error else \
+            "that temperature or a hotter one"           # the barrier: no rtol helps
         raise InputError(cfg.source, "dynamics.taus" if args.tau is None else "--tau",
-                         f"{exc} (ask for a larger --rtol or that temperature)") from None
+                         f"{exc} (ask for {hint})") from None
     except GibbsConvergenceError as exc:
         sys.stderr.write(f"meanfield: error: {cfg.source}: {exc}\n")
         return 1
