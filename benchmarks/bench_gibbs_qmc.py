@@ -51,7 +51,9 @@ def one(d, tau, rtol, n=10, lam=0.05, seed=0, limit=600):
     except _Timeout:
         return {"d": d, "tau": tau, "rtol": rtol, "timeout": limit}
     except GibbsAccuracyError as exc:
-        return {"d": d, "tau": tau, "rtol": rtol, "out_of_reach": str(exc)}
+        return {"d": d, "tau": tau, "rtol": rtol, "out_of_reach": str(exc),
+                "barrier": exc.error != exc.error, "coldest": exc.coldest,
+                "wall_seconds": time.time() - w0}
     except GibbsConvergenceError:
         return {"d": d, "tau": tau, "rtol": rtol, "diverged": time.time() - w0}
     finally:
@@ -79,7 +81,10 @@ def _row(r):
         return (f"| {r['d']} | {r['tau']:.0e} | {r['rtol']:.0e} | no convergence after "
                 f"{r['diverged']:.0f} s | | | | |")
     if "out_of_reach" in r:
-        return f"| {r['d']} | {r['tau']:.0e} | {r['rtol']:.0e} | out of reach | | | | |"
+        why = "barrier" if r["barrier"] else "accuracy"
+        cold = f"{r['coldest']:.2g}" if r["coldest"] is not None else "none"
+        return (f"| {r['d']} | {r['tau']:.0e} | {r['rtol']:.0e} | refused ({why}; coldest "
+                f"solvable tau {cold}) after {r['wall_seconds']:.0f} s wall | | | | |")
     return (f"| {r['d']} | {r['tau']:.0e} | {r['rtol']:.0e} | {r['cpu_seconds']:.1f} "
             f"({r['wall_seconds']:.0f} wall) | {r['quad_error_rel']:.1e} | "
             f"{r['randomizations']} x {r['points']} | {r['n_peaks']} | "
