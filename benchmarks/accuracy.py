@@ -23,7 +23,7 @@ def load(name):
     """``X`` (n, d), ``y`` (n,), ``λ`` of a shipped data set."""
     from meanfield.data import load_file
     path, lam = PROBLEMS[name]
-    ds = load_file(os.path.join(ROOT, path))
+    ds = load_file(os.path.join(ROOT, path), target="y")
     return np.ascontiguousarray(ds.X, float), np.ascontiguousarray(ds.y, float), lam
 
 

@@ -14,8 +14,8 @@ counts as reached at the first such check where
 
 with the autocorrelation-aware MCSE of ``benchmarks.accuracy`` (so a lucky crossing of a noisy
 average does not count). A run stops early once ``|f̄ − f_ref| − 3 MCSE`` exceeds twice every
-ε not yet reached while the window is stationary (≥ 50 effective samples, its two halves
-within 3 standard errors) after at least ``--min-time`` time units (the slow modes of the
+ε not yet reached while the record is judged stationary by the analysis's verdict
+(``analysis.stationarity.verdict``, as ``meanfield analyze`` prints it) after at least ``--min-time`` time units (the slow modes of the
 stationary measure take 10³–10⁴ time units, THEORY §2): its bias is then established. The time is the stepping wall time
 from the start (the convex solve of the warm start included; checks excluded), ``--threads``
 threads.
@@ -87,6 +87,7 @@ def time_to_accuracy(impl, ref, tau, eta, eps, budget_s, t_start=0.0, sample_dt=
         the error's lower bound exceeded every remaining ε twice, and ``"wall"``,
         ``"steps"``: stepping time and steps of the whole run.
     """
+    from analysis.stationarity import verdict
     every = max(1, int(round(sample_dt / eta)))
     F = []
     wall = t_start
@@ -116,13 +117,10 @@ def time_to_accuracy(impl, ref, tau, eta, eps, budget_s, t_start=0.0, sample_dt=
                 if hit[e] is None and ub <= e:
                     hit[e] = (wall, steps)
             # give up on an ε the bias clearly exceeds (twice, with 3 standard errors to spare)
-            # once the window is stationary (its halves agree within 3 standard errors)
+            # once the record is judged stationary by the analysis's verdict
             lb = float(np.max(err - 3 * se))
-            k = len(W) // 2
-            (m1, s1, _), (m2, s2, _) = time_average(W[:k]), time_average(W[k:])
-            drift = float(np.max(np.abs(m2 - m1) / np.sqrt(s1 ** 2 + s2 ** 2 + 1e-300)))
-            if (steps * eta >= min_time and ess >= 50 and drift < 3
-                    and all(lb > 2 * e for e in eps if hit[e] is None)):
+            if (steps * eta >= min_time and all(lb > 2 * e for e in eps if hit[e] is None)
+                    and verdict(np.arange(1, len(F) + 1) * every, F).stationary):
                 biased = True
                 break
     hit["final"] = final

@@ -30,3 +30,18 @@ def test_peers_add_noise_of_the_right_scale(cls):
     m = xi.size
     assert abs(xi.mean()) < 5 / math.sqrt(m)
     assert abs(xi.var() - 1) < 5 * math.sqrt(2 / m)
+
+
+def test_accuracy_benchmarks_load_every_shipped_problem():
+    """The accuracy benchmarks (time_to_accuracy, warm_start, step_and_particle_bias) read the
+    shipped CSVs, whose header names the target: each loads with its config's lambda."""
+    import numpy as np
+
+    from benchmarks.accuracy import PROBLEMS, load
+    from meanfield import config, data
+    for name, (path, _lam) in PROBLEMS.items():
+        X, y, lam = load(name)
+        cfg = config.load(path.replace(".csv", ".toml"))
+        ds = data.from_config(cfg)
+        assert np.array_equal(X, ds.X) and np.array_equal(y, ds.y), name
+        assert lam == cfg.dynamics.lam, name
