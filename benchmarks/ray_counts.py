@@ -108,37 +108,6 @@ def ensure_run(workdir: Path, name: str, N: int, seed: int, threads: int,
     return out
 
 
-def stage_drift(run, stage: int, n_batches: int = 10) -> dict:
-    """Interim stationarity verdict of one stage from its stored residuals.
-
-    The last half of the stage is cut into ``n_batches`` batches of observations; the drift
-    is the largest change over the data points of the batch-mean predictor between the first
-    and the second half of that window, the noise the batch-means standard error of that
-    difference (batch means absorb the autocorrelation of the observations). The stage counts
-    as stationary when ``drift ≤ 3·noise + 1e-3·max|y|``. (An interim criterion, until the
-    analysis has a per-stage stationarity verdict.)
-
-    Returns ``{"drift", "noise", "stationary"}``.
-    """
-    import numpy as np
-    T = int(run.config["dynamics"]["steps_per_tau"])
-    obs = run.observables["residuals"]
-    lo, hi = stage * T + T // 2, (stage + 1) * T
-    sel = (obs["step"] > lo) & (obs["step"] <= hi)
-    F = np.asarray(obs["value"][sel]) * run.n + run.y[None, :]
-    if F.shape[0] < 2 * n_batches:
-        return {"drift": float("nan"), "noise": float("nan"), "stationary": False}
-    B = np.array([b.mean(axis=0) for b in np.array_split(F, n_batches)])
-    h = n_batches // 2
-    a, b = B[:h], B[h:]
-    diff = b.mean(axis=0) - a.mean(axis=0)
-    se = np.sqrt(a.var(axis=0, ddof=1) / h + b.var(axis=0, ddof=1) / (n_batches - h))
-    j = int(np.argmax(np.abs(diff) - 3 * se))
-    drift, noise = float(abs(diff[j])), float(se[j])
-    tol = 3 * noise + 1e-3 * float(np.max(np.abs(run.y)))
-    return {"drift": drift, "noise": noise, "stationary": bool(drift <= tol)}
-
-
 #: Interim certificate test of a stage: max|G| ≤ 1 + G_TOL over the particles and
 #: |−sign(a) G − 1| ≤ G_TOL on every ray (THEORY §4: exactly 1 at the optimum).
 G_TOL = 0.1
@@ -149,8 +118,9 @@ def _stage_rays(run, stage):
     from analysis.kinks import data_kinks
     from analysis.rays import find_rays
     from analysis.run_analysis import frame_ray_kw
-    T = int(run.config["dynamics"]["steps_per_tau"])
-    k = [k for k in range(run.n_frames) if (int(run.frame_step[k]) - 1) // T == stage][-1]
+    from analysis.stationarity import stage_bounds
+    lo, hi = stage_bounds(run, stage)
+    k = [k for k in range(run.n_frames) if lo < int(run.frame_step[k]) <= hi][-1]
     theta = run.frame(k)
     res = find_rays(theta, run.X, **frame_ray_kw(run, k))
     K = len(data_kinks([q.direction for q in res.rays], run.X,
@@ -167,26 +137,28 @@ def analyse_cell(path: Path, name: str, N: int, seed: int, with_sensitivity: boo
     """``J``, ``K`` at the coldest stationary stage of a run against the convex counts, with
     the quantities that explain a disagreement.
 
-    A stage counts as stationary (interim criterion, until a per-stage stationarity verdict
-    exists in the analysis) when its predictor does not drift (:func:`stage_drift`) and its
+    A stage counts as stationary when the analysis judges it so
+    (``analysis.stationarity.run_verdicts``, the verdict ``meanfield analyze`` prints) and its
     certificate is that of a stationary state (:data:`G_TOL`)."""
     import numpy as np
 
     from analysis.ray_checks import convex_comparison, convex_counts
     from analysis.rays import directions
     from analysis.references import convex_reference
+    from analysis.stationarity import run_verdicts, stage_bounds
     from meanfield.store import open_run
     run = open_run(path)
     dyn = run.config["dynamics"]
     taus = [float(t) for t in dyn["taus"]]
     lam = float(dyn["lam"])
-    span = float(dyn["steps_per_tau"]) * float(dyn["eta"])
-    drift = [stage_drift(run, s) for s in range(len(taus))]
+    verdicts = run_verdicts(run)
     stage_rays = [_stage_rays(run, s) for s in range(len(taus))]
-    stat = [s for s in range(len(taus)) if drift[s]["stationary"] and
+    stat = [s for s in range(len(taus)) if verdicts[s].stationary and
             _certified(stage_rays[s][1])]
     stage = max(stat, key=lambda s: -taus[s]) if stat else int(np.argmin(taus))
     theta, res, K = stage_rays[stage]
+    lo, hi = stage_bounds(run, stage)
+    span = (hi - lo) * float(dyn["eta"])
     conv = convex_reference(run.X, run.y, lam)
     cc = convex_counts(conv, run.X)
     m = convex_comparison(res.rays, cc)
@@ -228,14 +200,14 @@ def analyse_cell(path: Path, name: str, N: int, seed: int, with_sensitivity: boo
                      + ", ".join(f"{w:.4f}" for w in below) + " of sum|c|")
     cold = int(np.argmin(taus))
     if stage in stat and stage != cold:
-        d, rc = drift[cold], stage_rays[cold][1]
-        notes.append(f"coldest stage tau={taus[cold]:g} not stationary: drift {d['drift']:.2e} "
-                     f"(3 x noise {3 * d['noise']:.1e}), max|G| {rc.G_max:.3f}, rays' "
-                     f"-sign(a)G " + ", ".join(f"{-q.sign * q.G:.3f}" for q in rc.rays))
+        rc = stage_rays[cold][1]
+        notes.append(f"coldest stage tau={taus[cold]:g} not stationary: "
+                     f"{'; '.join(verdicts[cold].reasons) or 'certificate'}, max|G| "
+                     f"{rc.G_max:.3f}, rays' -sign(a)G "
+                     + ", ".join(f"{-q.sign * q.G:.3f}" for q in rc.rays))
     if stage not in stat:
-        d = drift[stage]
-        notes.append(f"no stage stationary; coldest tau={taus[stage]:g}: drift "
-                     f"{d['drift']:.2e} (3 x noise {3 * d['noise']:.1e}), max|G| "
+        notes.append(f"no stage stationary; coldest tau={taus[stage]:g}: "
+                     f"{'; '.join(verdicts[stage].reasons) or 'certificate'}, max|G| "
                      f"{res.G_max:.3f}, rays' -sign(a)G "
                      + ", ".join(f"{-q.sign * q.G:.3f}" for q in res.rays))
     if not res.resolved:
