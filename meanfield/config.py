@@ -260,8 +260,9 @@ def embedded_default() -> RunConfig:
     Returns
     -------
     RunConfig
-        ``N = 4000``, ``λ = 0.05``, ``η = 0.05``, ``τ = 10⁻², 10⁻³, 10⁻⁴``, 40 000 steps per ``τ``
-        (what ``meanfield run`` runs without a config).
+        ``N = 4000``, ``λ = 0.05``, ``η = 0.05``, ``τ = 10⁻², 10⁻³, 10⁻⁴``, each ``τ`` until
+        its stationarity verdict in chunks of 40 000 steps, at most 320 000 (what
+        ``meanfield run`` runs without a config).
 
     Raises
     ------
