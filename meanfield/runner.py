@@ -273,6 +273,33 @@ def make_stepper(cfg: _config.RunConfig, dataset: _data.Dataset) -> Stepper:
                    batch_size=dyn.batch_size, seed=dyn.seed, integrator=dyn.integrator)
 
 
+#: Seconds of kernel preparation after which ``run`` says it is compiling.
+COMPILE_NOTE_AFTER = 3.0
+
+
+def _warm_up(stepper: Stepper, state: SolverState, progress) -> None:
+    """Compile the kernels (or load them from numba's cache) before the progress clock starts,
+    so that the first progress line's rate is the stepping rate (it read "about 100 h left" on
+    a first run). A zero-step advance on a copy of the particles leaves the run unchanged. When
+    preparation takes longer than :data:`COMPILE_NOTE_AFTER` seconds and progress is shown,
+    one line on stderr says why nothing moves yet."""
+    import sys
+    note = None
+    if progress is not False:
+        def say():
+            sys.stderr.write("run: compiling the numba kernels (first run only, about a "
+                             "minute)\n")
+            sys.stderr.flush()
+        note = threading.Timer(COMPILE_NOTE_AFTER, say)
+        note.daemon = True
+        note.start()
+    try:
+        stepper.advance(state.theta.copy(), 0.0, int(state.step), 0)
+    finally:
+        if note is not None:
+            note.cancel()
+
+
 def integrate(cfg: _config.RunConfig, dataset: _data.Dataset, writer: RunWriter | None = None,
               state: SolverState | None = None, progress: bool | None = None,
               on_checkpoint: Callable[[SolverState], None] | None = None,
@@ -329,7 +356,9 @@ def integrate(cfg: _config.RunConfig, dataset: _data.Dataset, writer: RunWriter 
     last_ckpt = prev = state.step
     if stage_done is None and schedule.auto:
         stage_done = _stage_stationary(dataset.n)
-    loop = simulate(make_stepper(cfg, dataset), schedule, state, init_scale=cfg.model.init_scale,
+    stepper = make_stepper(cfg, dataset)
+    _warm_up(stepper, state, progress)
+    loop = simulate(stepper, schedule, state, init_scale=cfg.model.init_scale,
                     stage_done=stage_done)
     with progress_bar(schedule.total_steps, "run", "step", enabled=progress,
                       initial=state.step) as bar:

@@ -122,3 +122,35 @@ def test_run_and_highdim_report_plain_lines_in_a_log(tmp_path, capsys, monkeypat
     lines = [ln for ln in err.splitlines() if ln.startswith("highdim: ")]
     assert "\r" not in err
     assert (not lines) if quiet else lines[-1].startswith("highdim: 4/4 trials (100%)")
+
+
+def test_run_says_it_compiles_when_preparing_the_kernels_is_slow(capsys, monkeypatch):
+    """The kernels are prepared before the progress clock starts; a slow preparation (a first
+    run compiling) is announced in one line, a fast one (numba's cache) or --quiet says
+    nothing, and the particles are left as they were."""
+    import time
+
+    import numpy as np
+
+    from meanfield import runner
+    from solvers.langevin import SolverState
+
+    class Slow:
+        def __init__(self, seconds):
+            self.seconds = seconds
+
+        def advance(self, theta, tau, step0, nsteps):
+            assert nsteps == 0
+            theta[:] = np.nan                     # must be a copy
+            time.sleep(self.seconds)
+
+    monkeypatch.setattr(runner, "COMPILE_NOTE_AFTER", 0.05)
+    state = SolverState(theta=np.ones((3, 4)))
+    runner._warm_up(Slow(0.5), state, None)
+    assert capsys.readouterr().err == ("run: compiling the numba kernels (first run only, "
+                                       "about a minute)\n")
+    assert np.all(state.theta == 1.0)
+    runner._warm_up(Slow(0.5), state, False)
+    runner._warm_up(Slow(0.0), state, None)
+    time.sleep(0.1)
+    assert capsys.readouterr().err == ""
