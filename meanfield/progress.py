@@ -51,7 +51,7 @@ class PlainProgress:
         self._t0 = self._last = clock()
         self._postfix = ""
         self._closed = False
-        self._printed_n = None
+        self._printed_n = self._printed_total = None
 
     def _line(self) -> str:
         el = self._clock() - self._t0
@@ -66,6 +66,7 @@ class PlainProgress:
         self.stream.write(self._line() + "\n")
         self.stream.flush()
         self._printed_n = self.n
+        self._printed_total = self.total
 
     def update(self, n=1):
         self.n += int(n)
@@ -86,7 +87,8 @@ class PlainProgress:
         stays silent, so a quick command that fails prints its one error line alone)."""
         if not self._closed:
             self._closed = True
-            if self._printed_n is not None and self._printed_n != self.n:
+            if self._printed_n is not None and (self._printed_n != self.n
+                                                or self._printed_total != self.total):
                 self._emit()
 
     def __enter__(self):

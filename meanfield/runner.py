@@ -362,7 +362,14 @@ def integrate(cfg: _config.RunConfig, dataset: _data.Dataset, writer: RunWriter 
                     stage_done=stage_done)
     with progress_bar(schedule.total_steps, "run", "step", enabled=progress,
                       initial=state.step) as bar:
+        stage_tau = None
         for state, obs, snapshot in loop:
+            if schedule.auto and obs.tau != stage_tau and obs.tau in schedule.taus:
+                # a stage began: the earlier ones are done, this and the later ones may use
+                # their whole budget (the total counted the budget of every stage)
+                stage_tau = obs.tau
+                left = schedule.n_stages - schedule.taus.index(obs.tau)
+                _retotal(bar, prev + left * int(schedule.max_steps_per_tau))
             if writer is not None:
                 writer.append_observations([obs])
                 state.n_observations += 1
@@ -378,7 +385,18 @@ def integrate(cfg: _config.RunConfig, dataset: _data.Dataset, writer: RunWriter 
                 last_ckpt = state.step
             if stop:
                 break
+        else:
+            if schedule.auto:
+                _retotal(bar, bar.n)     # the last stage ended on its verdict: 100 %
     return state
+
+
+def _retotal(bar, total: int) -> None:
+    """Set the progress bar's total (auto stage lengths end early) and redraw it."""
+    bar.total = int(total)
+    refresh = getattr(bar, "refresh", None)
+    if refresh is not None:
+        refresh()
 
 
 def _resume_command(cfg, out: Path) -> str:

@@ -154,3 +154,23 @@ def test_auto_stages_end_on_their_verdict_and_resume_bitwise(tmp_path):
         if L < 48000:          # ended early: its verdict (observables only) held
             assert v.stationary or v.reasons == [v.reasons[0]] and "ray" in v.reasons[0]
     assert full.step == sum(lengths)
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_auto_stage_progress_ends_at_100_percent(tmp_path, capsys, monkeypatch):
+    """Progress counts the budget of every stage; when a stage ends on its verdict the total
+    shrinks, so the last line reads the steps run, at 100 %, not a fraction of the budget."""
+    from conftest import plane8_toml
+
+    from meanfield import data as _data
+    from meanfield import progress as _progress
+    monkeypatch.setattr(_progress, "PLAIN_EVERY", 0.0)
+    p = tmp_path / "p8.toml"
+    p.write_text(plane8_toml({"dynamics.steps_per_tau": "auto", "dynamics.taus": [1e-2, 1e-3],
+                              "dynamics.max_steps_per_tau": 320000}))
+    cfg = config.load(p)
+    end = runner.integrate(cfg, _data.from_config(cfg), progress=True)
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("run: ")]
+    assert end.step < 2 * 320000                      # a stage ended on its verdict
+    assert lines[0].split()[1].endswith(f"/{2 * 320000}")
+    assert lines[-1].startswith(f"run: {end.step}/{end.step} steps (100%)")
