@@ -11,12 +11,13 @@ keeps the kink: one-dimensional overdamped Langevin dynamics
     EM:  θ_{k+1} = θ_k − η U'(θ_k) + sqrt(2ητ) ξ_{k+1}
     LM:  θ_{k+1} = θ_k − η U'(θ_k) + sqrt(2ητ) (ξ_k + ξ_{k+1})/2
 
-on four potentials of the same scale (``λ = 1``, ``τ = 0.1``, ``κ = 1``, ``c = 0``: the kink sits
-in the bulk of the measure, at its mode):
+on potentials of one scale (``λ = 1``, ``τ = 0.1``, ``c = 0``: the kink sits in the bulk of the
+measure, at its mode):
 
-- ``kinked``: ``U = λθ²/2 + κ max(θ − c, 0)``, drift jumps by ``κ`` at ``θ = c`` (one ReLU unit);
-- ``smooth s``: ``U = λθ²/2 + κ s softplus((θ − c)/s)``, the same potential with the kink rounded
-  over a width ``s``; ``s = sqrt(τ/λ)`` (the thermal width) and ``s = 0.1 sqrt(τ/λ)``;
+- ``kinked κ``: ``U = λθ²/2 + κ max(θ − c, 0)``, the drift jumps by ``κ`` at ``θ = c`` (one ReLU
+  unit); ``κ = 1`` and a strong kink ``κ = 10`` (``--strong-kappa``);
+- ``smooth s``: ``U = λθ²/2 + κ s softplus((θ − c)/s)``, ``κ = 1``, the same potential with the
+  kink rounded over a width ``s``; ``s = sqrt(τ/λ)`` (the thermal width) and ``0.1 sqrt(τ/λ)``;
 - ``OU``: ``κ = 0``, where LM is exact (THEORY §2.1), a sanity row.
 
 Observables: ``E[θ]`` and ``E[max(θ − c, 0)]`` (a ReLU feature); exact values by
@@ -30,27 +31,35 @@ independently:
    ``y`` is discretised on a grid of spacing ``σ/per_sigma`` (Gauss–Legendre in ``ξ`` on both
    sides of the kink's ``ξ* = (c − y)/a``, cubic Lagrange deposit onto the nodes, exact for
    cubics) and its stationary vector solved for; ``E[f(θ)]`` then follows from Gaussian closed
-   forms in ``ξ``. Its error, estimated from a run at half the resolution, is ≤ 1e-9 and printed.
-   With it the ``O(η²)`` bias of LM on the smooth potentials (down to 1e-9) is resolved, which no
-   affordable Monte Carlo run resolves.
+   forms in ``ξ``. Its error is estimated as the change from a run at half the resolution (a
+   bound: doubling the resolution again changes the result about 15 times less) and printed per
+   row. With it the ``O(η²)`` bias of LM on the smooth potentials (down to 1e-9) is resolved,
+   which no affordable Monte Carlo run resolves.
 2. *Monte Carlo*: many independent chains, vectorised, started from the exact Gibbs law (inverse
    CDF), ``--burn`` time units of burn-in, then time-averaged over ``--time`` time units. All
-   potentials and both schemes share the random numbers. The standard error is that of the mean
-   of independent chain averages. It checks the grid's biases (``z = (MC − grid)/s.e.``).
+   potentials and both schemes share the random numbers, and the Ornstein–Uhlenbeck chain's time
+   average of θ (exact mean 0 by symmetry, either scheme) is a control variate for the others.
+   The standard error is that of the mean of independent chain averages. It checks the grid's
+   biases (``z = (MC − grid)/s.e.``).
 
 Orders: ``p`` from the least-squares fit of ``log|bias| = p log η + const`` over the ``η`` whose
 bias is resolved (grid: above 10 times its error estimate; MC: above 3 s.e.) and of one sign;
 ``p_last`` is the slope between the two smallest such ``η``.
 
-    python benchmarks/lm_kink_control.py               # about 2-3 min single-threaded
+    python benchmarks/lm_kink_control.py               # about 2.5 min single-threaded
     python benchmarks/lm_kink_control.py --quick       # < 30 s
-    python benchmarks/lm_kink_control.py --chains 50000 --time 200
+    python benchmarks/lm_kink_control.py --chains 32768 --time 40 --strong-kappa 3
 
-Reading for the ReLU network: if LM is second order on the smooth potentials and exact on OU but
-clearly below second order on the kinked one, a drift discontinuity alone costs LM its order and
-the network's ``η^1.10`` is what its kinks allow; how large the kinked potential's LM bias is next
-to EM's tells whether one kink in the bulk accounts for LM being no better than EM there, or
-whether the network's many kink hyperplanes (one per particle and data point) are needed.
+Reading. Second order on the smooth potentials and exactness on OU check the schemes; the
+kinked rows then isolate the kink. One number sets the kinked rows' regime: the drift jump per
+step ``ηκ`` against the width ``τ/κ`` of the Gibbs density's boundary layer on the kink's steep
+side, i.e. ``ηκ²/τ``. Where it is small (``κ = 1``: 0.03–2) LM's bias approaches ``η^{3/2}``
+and stays well below EM's; where it is large (``κ = 10``: 3–200) LM is about first order and
+barely better than EM, as measured on the ReLU network (THEORY §2.1). For the network this
+suggests that its drift jumps alone can explain LM's lost order, and that LM ≈ EM there places it
+in the large-``ηκ²/τ`` regime, with ``κ = |a R_j x̃_j|`` the jump across the kink hyperplane of
+data point ``j`` (THEORY §2.1): at ``τ = 10⁻³``, ``η = 0.05`` any ``κ`` above about 0.15. Even
+a much smaller ``η`` would, by this control, bring LM no closer to second order than ``η^{3/2}``.
 """
 
 from __future__ import annotations
@@ -102,13 +111,16 @@ class Potential:
         return self.lam * t + self.kappa * expit((t - self.c) / self.width)
 
 
-def potentials(lam=LAM, tau=TAU, kappa=KAPPA, c=C):
-    """The four potentials of the control: kinked, two roundings, Ornstein–Uhlenbeck."""
+def potentials(lam=LAM, tau=TAU, kappa=KAPPA, c=C, strong_kappa=10.0):
+    """Kinked (``κ`` and, unless 0, ``strong_kappa``), two roundings of the ``κ`` kink, and
+    Ornstein–Uhlenbeck."""
     s = np.sqrt(tau / lam)
-    return [Potential("kinked", lam, kappa, c, 0.0),
-            Potential(f"smooth s={0.1 * s:.3g}", lam, kappa, c, 0.1 * s),
-            Potential(f"smooth s={s:.3g}", lam, kappa, c, s),
-            Potential("OU", lam, 0.0, c, 0.0)]
+    pots = [Potential(f"kinked κ={kappa:g}", lam, kappa, c, 0.0)]
+    if strong_kappa:
+        pots.append(Potential(f"kinked κ={strong_kappa:g}", lam, strong_kappa, c, 0.0))
+    return pots + [Potential(f"smooth s={0.1 * s:.3g}", lam, kappa, c, 0.1 * s),
+                   Potential(f"smooth s={s:.3g}", lam, kappa, c, s),
+                   Potential("OU", lam, 0.0, c, 0.0)]
 
 
 def support(pot, tau, level):
@@ -261,26 +273,46 @@ def monte_carlo(pots, tau, eta, chains, burn, horizon, seed, block=16384):
         for k in keys:
             for o, s in zip(OBSERVABLES, acc[k]):
                 sums[(k, o)][start:start + m] = s / n_avg
+    ou = next((p for p, pot in enumerate(pots) if pot.kappa == 0), None)
     out = {}
-    for (p, i), o in sums:
-        v = sums[((p, i), o)]
-        out[(pots[p].name, i, o)] = (v.mean(), v.std(ddof=1) / np.sqrt(chains))
+    for ((p, i), o), v in sums.items():
+        trivial = ou is None or (p == ou and o == OBSERVABLES[0])
+        x = None if trivial else sums[((ou, i), OBSERVABLES[0])]
+        out[(pots[p].name, i, o)] = control_variate_mean(v, x)
     return out
 
 
+def control_variate_mean(v, x=None):
+    """``(mean, standard error)`` of ``E[v]`` from independent samples ``v`` (chains,), less
+    ``β x`` with ``β`` the regression coefficient of ``v`` on a control ``x`` whose exact mean
+    is 0 (here the Ornstein–Uhlenbeck chain's time average of θ, driven by the same numbers)."""
+    if x is not None:
+        xc = x - x.mean()
+        v = v - (xc @ (v - v.mean())) / (xc @ xc) * x
+    return v.mean(), v.std(ddof=1) / np.sqrt(len(v))
+
+
 def fit_order(etas, bias, err, factor):
-    """``(p, p_last)``: least-squares slope of ``log|bias|`` on ``log η`` over the ``η`` with
-    ``|bias| > factor·err``, and the slope between the two smallest of them; ``None`` where
-    fewer than two such ``η`` exist or their biases differ in sign."""
+    """Order of the bias in ``η``.
+
+    Of the ``η`` with ``|bias| > factor·err``, take the smallest and every larger one up to the
+    first change of sign (a pre-asymptotic bias may cross zero). Returns ``(p, p_last)``: the
+    least-squares slope of ``log|bias|`` on ``log η`` over them, and the slope between the two
+    smallest; ``None`` where fewer than two remain.
+    """
     etas, bias, err = map(np.asarray, (etas, bias, err))
-    ok = np.abs(bias) > factor * err
-    if ok.sum() < 2 or len(set(np.sign(bias[ok]))) > 1:
+    order = np.argsort(etas)
+    e, b = etas[order], bias[order]
+    ok = np.abs(b) > factor * err[order]
+    e, b = e[ok], b[ok]
+    if len(b) < 2:
         return None, None
-    x, yv = np.log(etas[ok]), np.log(np.abs(bias[ok]))
-    p = np.polyfit(x, yv, 1)[0]
-    order = np.argsort(x)
-    p_last = (yv[order[1]] - yv[order[0]]) / (x[order[1]] - x[order[0]])
-    return p, p_last
+    keep = np.cumprod(np.sign(b) == np.sign(b[0])).astype(bool)
+    e, b = e[keep], b[keep]
+    if len(b) < 2:
+        return None, None
+    x, yv = np.log(e), np.log(np.abs(b))
+    return np.polyfit(x, yv, 1)[0], (yv[1] - yv[0]) / (x[1] - x[0])
 
 
 def _fmt(p):
@@ -289,9 +321,9 @@ def _fmt(p):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--chains", type=int, default=32768, help="Monte Carlo chains per η")
-    ap.add_argument("--time", type=float, default=40.0,
-                    help="averaging window per chain, time units (default 40)")
+    ap.add_argument("--chains", type=int, default=131072, help="Monte Carlo chains per η")
+    ap.add_argument("--time", type=float, default=75.0,
+                    help="averaging window per chain, time units (default 75)")
     ap.add_argument("--burn", type=float, default=5.0,
                     help="burn-in from the exact Gibbs law, time units (default 5)")
     ap.add_argument("--etas", type=float, nargs="+", default=[0.2, 0.1, 0.05, 0.025, 0.0125],
@@ -299,6 +331,8 @@ def main(argv=None):
     ap.add_argument("--grid-etas", type=float, nargs="*", default=[0.00625, 0.003125],
                     help="further, smaller steps for the grid computation only")
     ap.add_argument("--per-sigma", type=int, default=20, help="grid nodes per σ (default 20)")
+    ap.add_argument("--strong-kappa", type=float, default=10.0,
+                    help="drift jump of the second kinked potential; 0 leaves it out (default 10)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true",
                     help="small sizes: 4096 chains, 10 time units, coarser grid (< 30 s)")
@@ -310,7 +344,7 @@ def main(argv=None):
     if any(e <= 0 or e * LAM >= 1 for e in args.etas + args.grid_etas):
         ap.error("every η must lie in (0, 1/λ)")
     t_start = time.perf_counter()
-    pots = potentials()
+    pots = potentials(strong_kappa=args.strong_kappa)
     mc_etas = sorted(args.etas, reverse=True)
     grid_etas = sorted(set(mc_etas) | set(args.grid_etas), reverse=True)
     print(f"λ = {LAM}, τ = {TAU}, κ = {KAPPA}, c = {C}; grid: {args.per_sigma} nodes per σ "
