@@ -92,14 +92,17 @@ def _row(r):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--d", type=int, default=3)
-    ap.add_argument("--tau", type=float, default=1e-3)
-    ap.add_argument("--rtol", type=float, default=1e-4)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("--d", type=int, default=3, help="input dimension of the Gaussian data")
+    ap.add_argument("--tau", type=float, default=1e-3, help="temperature")
+    ap.add_argument("--rtol", type=float, default=1e-4,
+                    help="requested standard error of f, relative to max|f|")
     ap.add_argument("--grid", action="store_true",
                     help="d = 3..6 at tau = 1e-2, d = 4 at 1e-3, tau = 1e-3 and 1e-4 at d = 3 "
                          "(rtol 1e-3), and d = 3 at tau = 1e-2 with rtol 1e-4")
-    ap.add_argument("--limit", type=float, default=600, help="seconds per case")
+    ap.add_argument("--limit", type=float, default=600,
+                    help="seconds per case; a case past it is reported as such")
     ap.add_argument("--log", action="store_true", help="log the growth of the sample")
     a = ap.parse_args(argv)
     if a.log:

@@ -59,10 +59,11 @@ def steps_to_verdict(stepper, theta, tau, step0, every, max_steps, ref=None, eps
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("config", nargs="?", default=os.path.join(ROOT, "data", "skm22_d7.toml"))
+    ap.add_argument("config", nargs="?", default=os.path.join(ROOT, "data", "skm22_d7.toml"),
+                    help="run config (default: the shipped D7 config)")
     ap.add_argument("--max-steps", type=int, default=2_000_000,
                     help="most steps at the coldest temperature (2e6)")
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=1, help="numba threads (1)")
     ap.add_argument("--tau", type=float, default=None,
                     help="the coldest temperature instead of the config's (its hotter stages "
                          "are kept)")

@@ -52,6 +52,9 @@ class PlainProgress:
         self._postfix = ""
         self._closed = False
         self._printed_n = self._printed_total = None
+        #: The total is a budget that may not be spent (auto stage lengths): the time left
+        #: is an upper bound.
+        self.upper_bound = False
 
     def _line(self) -> str:
         el = self._clock() - self._t0
@@ -59,7 +62,8 @@ class PlainProgress:
         txt = f"{self.desc}: {self.n}/{self.total} {self.unit}s{pct}, {_duration(el)}"
         done = self.n - self._n0
         if 0 < done and self.n < self.total and el > 0:
-            txt += f", about {_duration((self.total - self.n) * el / done)} left"
+            left = _duration((self.total - self.n) * el / done)
+            txt += f", at most {left} left" if self.upper_bound else f", about {left} left"
         return txt + (f"  {self._postfix}" if self._postfix else "")
 
     def _emit(self):

@@ -363,6 +363,7 @@ def integrate(cfg: _config.RunConfig, dataset: _data.Dataset, writer: RunWriter 
     with progress_bar(schedule.total_steps, "run", "step", enabled=progress,
                       initial=state.step) as bar:
         stage_tau = None
+        bar.upper_bound = schedule.auto          # plain lines: "at most ... left"
         for state, obs, snapshot in loop:
             if schedule.auto and obs.tau != stage_tau and obs.tau in schedule.taus:
                 # a stage began: the earlier ones are done, this and the later ones may use

@@ -81,6 +81,9 @@ PARETO = 1.5
 #: against the barrier (:class:`GibbsBarrierError`): ``G`` itself carries a round-off of
 #: ``~1e-15·Σ|R_j|φ_j/λ``, and Newton's steps then shrink ``δ`` without converging.
 BARRIER_DELTA = 1e-8
+#: Relative accuracy at which the coldest temperature below a barrier is searched (the barrier
+#: does not depend on it; a refusal at rtol 1e-4 took over two minutes at d = 4 without it).
+BARRIER_SEARCH_RTOL = 1e-3
 #: Ratio of successive scales of a peak's components, and the largest ``δ`` given them.
 LADDER = 8.0
 LADDER_DELTA = 0.1
@@ -99,13 +102,17 @@ class GibbsAccuracyError(RuntimeError):
         The coldest temperature at which the accuracy was reached (None: none tried).
     """
 
-    def __init__(self, tau, error, target, coldest, points):
+    def __init__(self, tau, error, target, coldest, points, limit=None):
         self.tau, self.error, self.target, self.coldest = tau, error, target, coldest
         where = (f"the coldest temperature reached at this accuracy is tau={coldest:.3g}"
                  if coldest is not None else "no temperature tried reached it")
+        size = (f"{points} points per randomization (the most allowed)"
+                if limit is None or points >= limit else
+                f"{points} points per randomization, and the error's rate puts the size "
+                f"needed beyond the {limit} allowed")
         super().__init__(
             f"at tau={tau:g} the standard error of f is {error:.2e} > {target:.2e} requested, "
-            f"with {points} points per randomization (the most allowed); {where}")
+            f"with {size}; {where}")
 
 
 class GibbsBarrierError(GibbsAccuracyError):
@@ -615,13 +622,16 @@ class QMCGibbsReference(GibbsReference):
         if pk:
             self._sticky.append(min(pk, key=lambda q: q.delta))
 
-    def _check_barrier(self, peaks, tau, early=True):
+    def _check_barrier(self, peaks, tau, early=True, overshoot=False):
         """Raise :class:`GibbsBarrierError` when the sharpest peak has ``δ < BARRIER_DELTA``:
         on the way (``early``) only for a peak on three kinks or more, whose barrier is
-        logarithmic or absent; when the solver is about to give up, for any peak."""
+        logarithmic or absent; when the solver is about to give up, for any peak, and always
+        when the samples' fixed points kept landing beyond the barrier (``overshoot``: Newton
+        converged on them, the exact ``max|G|`` there is ``≥ 1``)."""
         if peaks:
             pk = min(peaks, key=lambda q: q.delta)
-            if pk.delta < BARRIER_DELTA and (pk.normal.shape[1] >= 3 or not early):
+            if overshoot or (pk.delta < BARRIER_DELTA
+                             and (pk.normal.shape[1] >= 3 or not early)):
                 raise GibbsBarrierError(tau, pk.delta, pk.normal.shape[1])
 
     def _peaks_match(self, old, new) -> bool:
@@ -664,6 +674,7 @@ class QMCGibbsReference(GibbsReference):
         ``10τ`` from the start). Returns ``(R, proposal, peaks, iterations)``."""
         peaks = self.peaks(R)
         iters = 0
+        overshoot = False                # the last pass converged beyond the exact barrier
         done = None                      # the last pass whose Newton converged
         for a in range(self.max_adapt):
             prop = build_proposal(peaks, self.d, M, self._one_minus_G2(R))
@@ -674,7 +685,8 @@ class QMCGibbsReference(GibbsReference):
                        "exact max|G| %.8f", tau, a, depth, len(peaks),
                        min((q.delta for q in peaks), default=float("nan")), ok, it,
                        self.exact_max_abs_G(R1))
-            if not ok or self.exact_max_abs_G(R1) >= 1.0:
+            overshoot = ok and self.exact_max_abs_G(R1) >= 1.0
+            if not ok or overshoot:
                 # the sample's optimum lies beyond the true barrier (the proposal missed a
                 # sharper peak): restart at the furthest feasible point of R + 2^-i (R1 − R)
                 # (max|G_R| is convex in R), with the proposal built there
@@ -698,7 +710,7 @@ class QMCGibbsReference(GibbsReference):
             # hot temperature): every proposal is unbiased, this one is adapted enough
             return done + (iters,)
         if depth >= self.max_continuation:
-            self._check_barrier(self.peaks(R), tau, early=False)
+            self._check_barrier(self.peaks(R), tau, early=False, overshoot=overshoot)
             raise GibbsConvergenceError(
                 f"residual {np.max(np.abs(ev['grad'])):.3e} at tau={tau:g} after {iters} Newton "
                 f"steps on {self.max_adapt} adapted samples, {depth} levels of intermediate "
@@ -729,8 +741,10 @@ class QMCGibbsReference(GibbsReference):
                     # this scramble's optimum is beyond the true barrier: adapt again from
                     # the furthest feasible point towards it
                     if retries >= 6:
-                        near = Rk if self.exact_max_abs_G(Rk) < 1.0 else self._towards(R, Rk)
-                        self._check_barrier(self.peaks(near), tau, early=False)
+                        beyond = self.exact_max_abs_G(Rk) >= 1.0
+                        near = self._towards(R, Rk) if beyond else Rk
+                        self._check_barrier(self.peaks(near), tau, early=False,
+                                            overshoot=ok and beyond)
                         raise GibbsConvergenceError(
                             f"residual {np.max(np.abs(ev['grad'])):.3e}, max|G| = "
                             f"{self.exact_max_abs_G(Rk):.6f} at tau={tau:g} on randomization "
@@ -759,7 +773,7 @@ class QMCGibbsReference(GibbsReference):
             history.append((prop.M, err))
             M, need = _next_size(history, target)
             if prop.M >= self.max_points or need > 4 * self.max_points:
-                return None, (err, target, prop.M)
+                return None, (err, target, prop.M, self.max_points)
             M = min(M, self.max_points)
         Rm = np.mean(Rs, axis=0)
         sol = QMCGibbsSolution(
@@ -826,8 +840,23 @@ class QMCGibbsReference(GibbsReference):
         """The error for ``tau``, with the coldest temperature that can be solved: two
         geometric bisections between the last temperature solved (``prev``) and ``tau``.
         With none solved yet, hotter temperatures ``tau·10^{i/2}`` (``i = 1..4``) are tried
-        first, from ``R``. ``fail``: a :class:`GibbsBarrierError`, or the ``(error, target,
-        points)`` of an accuracy failure."""
+        first, from ``R``. ``fail``: a :class:`GibbsBarrierError` (the search then runs at
+        ``BARRIER_SEARCH_RTOL`` or the requested accuracy, the looser), or the ``(error,
+        target, points, limit)`` of an accuracy failure."""
+        rtol = self.target_rtol
+        if isinstance(fail, GibbsBarrierError):
+            # the barrier does not depend on the accuracy: search at a cheap one
+            self.target_rtol = max(rtol, BARRIER_SEARCH_RTOL)
+        try:
+            lo, _ = self._coldest(R, prev, tau)
+        finally:
+            self.target_rtol = rtol
+        if isinstance(fail, GibbsBarrierError):
+            return GibbsBarrierError(tau, fail.delta, fail.kinks, lo)
+        return GibbsAccuracyError(tau, fail[0], fail[1], lo, *fail[2:])
+
+    def _coldest(self, R, prev, tau):
+        """``(coldest temperature solved, its R)`` by the search of :meth:`_out_of_reach`."""
         lo, hi, Rlo = prev, tau, R
         if lo is None:
             for i in range(1, 5):
@@ -846,9 +875,7 @@ class QMCGibbsReference(GibbsReference):
                 lo, Rlo = mid, Rm
             else:
                 hi = mid
-        if isinstance(fail, GibbsBarrierError):
-            return GibbsBarrierError(tau, fail.delta, fail.kinks, lo)
-        return GibbsAccuracyError(tau, fail[0], fail[1], lo, fail[2])
+        return lo, Rlo
 
     def predict(self, sol: QMCGibbsSolution, x, rtol=None):
         """``f_R(x)`` at inputs ``x`` (m, d): the mean over the solution's randomizations of

@@ -259,7 +259,9 @@ def test_cli_gibbs_any_d(tmp_path, capsys):
     assert np.allclose(doc[0]["f_train"], want.f_train, atol=1e-12)
     assert main(["reference", "gibbs", cfg, "--tau", "0.02", "--rtol", "1e-9"]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "c.toml: --tau:" in err and "standard error" in err
+    # an accuracy refusal names --rtol (the knob that helps) and why the sample stopped growing
+    assert len(err.splitlines()) == 1 and "c.toml: --rtol:" in err and "standard error" in err
+    assert "beyond the 1048576 allowed" in err and "ask for a larger --rtol" in err
     assert main(["reference", "gibbs", cfg, "--method", "quadrature"]) == 2
     assert "d = 3" in capsys.readouterr().err
     # d = 1: selectable, and it agrees with the default (quadrature)

@@ -173,4 +173,5 @@ def test_auto_stage_progress_ends_at_100_percent(tmp_path, capsys, monkeypatch):
     lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("run: ")]
     assert end.step < 2 * 320000                      # a stage ended on its verdict
     assert lines[0].split()[1].endswith(f"/{2 * 320000}")
+    assert all("about" not in ln for ln in lines) and "at most" in lines[0]
     assert lines[-1].startswith(f"run: {end.step}/{end.step} steps (100%)")

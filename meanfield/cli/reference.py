@@ -102,10 +102,13 @@ def main_gibbs(args) -> int:
     except GibbsInputError as exc:
         _reraise(exc, cfg)
     except GibbsAccuracyError as exc:
-        hint = "a larger --rtol or that temperature" if exc.error == exc.error else \
-            "that temperature or a hotter one"           # the barrier: no rtol helps
-        raise InputError(cfg.source, "dynamics.taus" if args.tau is None else "--tau",
-                         f"{exc} (ask for {hint})") from None
+        field = "dynamics.taus" if args.tau is None else "--tau"
+        if exc.error == exc.error:               # accuracy: a larger --rtol helps
+            hint = "a larger --rtol" + (" or that temperature" if exc.coldest else "")
+            field = "--rtol"
+        else:                                    # the barrier: no --rtol helps
+            hint = "that temperature or a hotter one" if exc.coldest else "a hotter temperature"
+        raise InputError(cfg.source, field, f"{exc} (ask for {hint})") from None
     except GibbsConvergenceError as exc:
         sys.stderr.write(f"meanfield: error: {cfg.source}: {exc}\n")
         return 1
