@@ -100,10 +100,14 @@ class GibbsAccuracyError(RuntimeError):
     target : float       the standard error asked for
     coldest : float or None
         The coldest temperature at which the accuracy was reached (None: none tried).
+    solved : list of QMCGibbsSolution
+        The temperatures of the ladder solved before this one, hot to cold (empty when the
+        error came from the first), so a caller can keep them.
     """
 
     def __init__(self, tau, error, target, coldest, points, limit=None):
         self.tau, self.error, self.target, self.coldest = tau, error, target, coldest
+        self.solved = []
         where = (f"the coldest temperature reached at this accuracy is tau={coldest:.3g}"
                  if coldest is not None else "no temperature tried reached it")
         size = (f"{points} points per randomization (the most allowed)"
@@ -124,8 +128,8 @@ class GibbsBarrierError(GibbsAccuracyError):
 
     Attributes
     ----------
-    tau, coldest : as :class:`GibbsAccuracyError` (``coldest``: the coldest temperature at
-        which the fixed point was found, None if none was).
+    tau, coldest, solved : as :class:`GibbsAccuracyError` (``coldest``: the coldest
+        temperature at which the fixed point was found, None if none was).
     delta : float        ``1 − G²`` at the sharpest peak when the solver gave up
     kinks : int          the number of kinks through that peak
     """
@@ -133,6 +137,7 @@ class GibbsBarrierError(GibbsAccuracyError):
     def __init__(self, tau, delta, kinks, coldest=None):
         self.tau, self.delta, self.kinks, self.coldest = tau, delta, kinks, coldest
         self.error = self.target = math.nan
+        self.solved = []
         where = (f"the coldest temperature solved is tau={coldest:.3g}"
                  if coldest is not None else "no temperature tried was solved")
         RuntimeError.__init__(
@@ -800,7 +805,8 @@ class QMCGibbsReference(GibbsReference):
             The requested accuracy is out of reach at some temperature; two geometric
             bisections between the last temperature reached (or, with none, the first of
             ``τ·10^{i/2}`` that is) and it locate the coldest temperature that can be reached
-            (``coldest``).
+            (``coldest``); the hotter temperatures of ``taus`` solved before are in
+            ``solved``.
         GibbsBarrierError
             (a GibbsAccuracyError) The fixed point presses against ``max|G| = 1`` at a peak
             on three kinks or more, below what the sample resolves; ``coldest`` as above.
@@ -816,13 +822,15 @@ class QMCGibbsReference(GibbsReference):
             try:
                 sol, fail = self._solve_one(R, prev, taus[i])
             except GibbsBarrierError as exc:
-                raise self._out_of_reach(R, prev, taus[i], exc) from None
+                fail = exc
             except GibbsConvergenceError as exc:
                 raise GibbsConvergenceError(
                     f"Gibbs fixed point did not converge at tau={taus[i]:g} "
                     f"(lam={self.lam:g}): {exc}") from None
             if fail is not None:
-                raise self._out_of_reach(R, prev, taus[i], fail)
+                err = self._out_of_reach(R, prev, taus[i], fail)
+                err.solved = [s for s in (out[j] for j in order) if s is not None]
+                raise err from None
             out[i] = sol
             R, prev = sol.R, taus[i]
         return out

@@ -224,6 +224,21 @@ def test_barrier_error_names_the_coldest_solvable_tau():
     assert "presses against the barrier" in str(e) and f"tau={e.coldest:.3g}" in str(e)
 
 
+def test_refusal_keeps_the_hotter_temperatures_solved():
+    """A ladder refused at its coldest temperature hands back the ones solved before it."""
+    X = np.array([[-1.0], [0.5], [2.0]])
+    y = np.array([0.3, -0.2, 0.5])
+    for failure in (GibbsBarrierError(0.0, 1e-12, 3), (1.0, 0.1, 64)):
+        ref = _ReachesFrom(X, y, 0.05)
+        ref.failure = failure
+        with pytest.raises(GibbsAccuracyError) as ei:
+            ref.solve([3e-3, 1e-4, 1e-2])
+        assert [s.tau for s in ei.value.solved] == [1e-2, 3e-3]
+        with pytest.raises(GibbsAccuracyError) as ei:
+            ref.solve([1e-4])
+        assert ei.value.solved == []
+
+
 @pytest.mark.slow
 def test_barrier_in_d4_is_refused_with_a_solvable_temperature():
     """d = 4, tau = 1e-3 (Gaussian data, n = 10, lam = 0.05): the fixed point presses
@@ -287,6 +302,31 @@ def test_cli_barrier_refusal_is_one_line_exit_2(tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "c.toml: --tau:" in err
     assert "tau=0.0075" in err and "hotter" in err and "--rtol" not in err
+
+
+def test_cli_ladder_refusal_prints_the_temperatures_solved(tmp_path, capsys, monkeypatch):
+    """A ladder whose coldest temperature is refused prints the hotter ones, then the
+    refusal, and exits 2."""
+    from meanfield.cli import main
+    X, y = np.array([[-1.0, 0.2], [0.5, 0.1], [2.0, -0.3]]), np.array([0.3, -0.2, 0.5])
+    good = gibbs_qmc(X, y, 0.1, 2e-2, rtol=1e-3)
+
+    def solve_one(self, R, tau_prev, tau):
+        if tau >= 1e-2:
+            return good, None
+        raise GibbsBarrierError(tau, 4.5e-9, 3)
+
+    monkeypatch.setattr(QMCGibbsReference, "_solve_one", solve_one)
+    cfg = _config(tmp_path, X, y, 0.1, [2e-2, 1e-3])
+    for extra in ([], ["--json"]):
+        assert main(["reference", "gibbs", cfg, "--method", "qmc", *extra]) == 2
+        out, err = capsys.readouterr()
+        assert len(err.strip().splitlines()) == 1 and "presses against the barrier" in err
+        if extra:
+            doc = json.loads(out)
+            assert len(doc) == 1 and np.allclose(doc[0]["f_train"], good.f_train)
+        else:
+            assert out.count("tau=") == 1 and "f_train" in out
 
 
 def test_input_errors():

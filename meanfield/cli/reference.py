@@ -102,6 +102,8 @@ def main_gibbs(args) -> int:
     except GibbsInputError as exc:
         _reraise(exc, cfg)
     except GibbsAccuracyError as exc:
+        if exc.solved:                           # keep the hotter temperatures solved
+            _print_gibbs(args, cfg, ds, method, exc.solved, time.time() - t0)
         field = "dynamics.taus" if args.tau is None else "--tau"
         if exc.error == exc.error:               # accuracy: a larger --rtol helps
             hint = "a larger --rtol" + (" or that temperature" if exc.coldest else "")
@@ -112,13 +114,18 @@ def main_gibbs(args) -> int:
     except GibbsConvergenceError as exc:
         sys.stderr.write(f"meanfield: error: {cfg.source}: {exc}\n")
         return 1
-    secs = time.time() - t0
+    _print_gibbs(args, cfg, ds, method, sols, time.time() - t0)
+    return 0
+
+
+def _print_gibbs(args, cfg, ds, method, sols, secs):
+    """Print the solved temperatures of ``reference gibbs`` (text or ``--json``)."""
     docs = [s.as_dict() for s in sols]
     for dct in docs:
         dct["seconds_total"] = round(secs, 3)
     if args.json:
         print(json.dumps(docs[0] if args.tau is not None else docs))
-        return 0
+        return
     print(f"Gibbs reference  {cfg.source}  n={ds.n} d={ds.d} lam={cfg.dynamics.lam:g}  "
           f"method={method}  ({secs:.1f} s)")
     for s in sols:
@@ -127,7 +134,7 @@ def main_gibbs(args) -> int:
         print(f"tau={s.tau:.3e}  max|G|={s.max_abs_G:.12f}  residual={s.residual:.1e}  "
               f"{what}={s.quad_error:.1e}  Newton steps={s.iterations}")
         print("  f_train = " + " ".join(f"{v:.8f}" for v in s.f_train))
-    return 0
+    sys.stdout.flush()
 
 
 def main_convex(args) -> int:
