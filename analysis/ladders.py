@@ -1,16 +1,22 @@
-"""Two ladders of one problem compared temperature by temperature.
+"""Two ladders of one problem combined temperature by temperature.
 
-A run from the hot side (``model.init = "random"``, τ decreasing) and a run from the cold side
-(``model.init = "convex"``, τ increasing) approach the stationary measure of each temperature
-from opposite directions; where both are stationary their time-averaged predictors agree to
-within their Monte Carlo errors, and a difference of many standard errors shows that at least
-one of them is not (or that their biases differ: other η, N or integrator).
+- :func:`compare_ladders`: a run from the hot side (``model.init = "random"``, τ decreasing)
+  and a run from the cold side (``model.init = "convex"``, τ increasing) approach the
+  stationary measure of each temperature from opposite directions; where both are stationary
+  their time-averaged predictors agree to within their Monte Carlo errors, and a difference of
+  many standard errors shows that at least one of them is not (or that their biases differ:
+  other η, N or integrator).
+- :func:`extrapolate_ladders`: two Euler–Maruyama runs that differ only in the step η give the
+  step bias of each and, by Richardson extrapolation to η → 0, a predictor free of it
+  (THEORY §2.3).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+
+import numpy as np
 
 
 @dataclass
@@ -45,6 +51,27 @@ class LadderDifference:
                 for k, v in out.items()}
 
 
+def _matched(a, b, rtol):
+    """``(ia, ib, tau, (ma, sa), (mb, sb))`` for every temperature of ``a`` also in ``b``."""
+    for ia, (ta, ma, sa) in enumerate(a):
+        for ib, (tb, mb, sb) in enumerate(b):
+            if abs(ta - tb) <= rtol * max(abs(ta), abs(tb)):
+                ma, mb = np.asarray(ma, float), np.asarray(mb, float)
+                if ma.shape != mb.shape:
+                    raise ValueError(f"predictors on {ma.size} and {mb.size} points: not the "
+                                     "same data")
+                yield (ia, ib, float(ta), (ma, np.asarray(sa, float)),
+                       (mb, np.asarray(sb, float)))
+                break
+
+
+def _z(diff, den):
+    """``|diff| / den`` per point, ``inf`` where ``den = 0`` and ``diff ≠ 0``."""
+    diff = np.abs(diff)
+    return np.where(den > 0, diff / np.where(den > 0, den, 1.0),
+                    np.where(diff > 0, np.inf, 0.0))
+
+
 def compare_ladders(a, b, rtol: float = 1e-9) -> list[LadderDifference]:
     """Match the stages of two ladders by temperature and difference their predictors.
 
@@ -66,21 +93,94 @@ def compare_ladders(a, b, rtol: float = 1e-9) -> list[LadderDifference]:
     ValueError
         The predictors have different lengths (not the same training set).
     """
-    import numpy as np
     out = []
-    for ia, (ta, ma, sa) in enumerate(a):
-        for ib, (tb, mb, sb) in enumerate(b):
-            if abs(ta - tb) <= rtol * max(abs(ta), abs(tb)):
-                ma, mb = np.asarray(ma, float), np.asarray(mb, float)
-                sa, sb = np.asarray(sa, float), np.asarray(sb, float)
-                if ma.shape != mb.shape:
-                    raise ValueError(f"predictors on {ma.size} and {mb.size} points: not the "
-                                     "same data")
-                diff = np.abs(ma - mb)
-                den = np.sqrt(sa ** 2 + sb ** 2)
-                z = np.where(den > 0, diff / np.where(den > 0, den, 1.0),
-                             np.where(diff > 0, np.inf, 0.0))
-                out.append(LadderDifference(float(ta), ia, ib, float(diff.max()),
-                                            float(z.max()), float(sa.max()), float(sb.max())))
-                break
+    for ia, ib, tau, (ma, sa), (mb, sb) in _matched(a, b, rtol):
+        diff = np.abs(ma - mb)
+        z = _z(diff, np.sqrt(sa ** 2 + sb ** 2))
+        out.append(LadderDifference(tau, ia, ib, float(diff.max()), float(z.max()),
+                                    float(sa.max()), float(sb.max())))
+    return out
+
+
+@dataclass
+class Extrapolation:
+    """Richardson extrapolation to ``η → 0`` of two runs at one temperature (THEORY §2.3).
+
+    Attributes
+    ----------
+    tau : float
+    stage_fine, stage_coarse : int
+        The stage of each run at that temperature.
+    ratio : float
+        ``r = η_coarse / η_fine > 1``.
+    mean : ndarray of shape (n,)
+        ``(r f̄_fine − f̄_coarse)/(r − 1)``: the predictor on the training points with the
+        step bias linear in ``η`` removed (units of ``y``).
+    mcse : ndarray of shape (n,)
+        Its Monte Carlo standard error, ``sqrt(r² MCSE_fine² + MCSE_coarse²)/(r − 1)``.
+    step_bias : ndarray of shape (n,)
+        The fine run's estimated step bias, ``f̄_fine − mean = (f̄_coarse − f̄_fine)/(r − 1)``.
+    step_bias_z : float
+        ``max_j |f̄_coarse − f̄_fine| / sqrt(MCSE_fine² + MCSE_coarse²)``: whether the step
+        bias is resolved (a few or more) or lost in the Monte Carlo error.
+    """
+
+    tau: float
+    stage_fine: int
+    stage_coarse: int
+    ratio: float
+    mean: np.ndarray
+    mcse: np.ndarray
+    step_bias: np.ndarray
+    step_bias_z: float
+
+    def to_dict(self) -> dict:
+        out = {k: (v.tolist() if isinstance(v, np.ndarray) else v)
+               for k, v in asdict(self).items()}
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+                for k, v in out.items()}
+
+
+def extrapolate_ladders(fine, coarse, ratio: float, rtol: float = 1e-9) -> list[Extrapolation]:
+    """Richardson extrapolation in the step of two ladders run at ``η`` and ``r η``.
+
+    For Euler–Maruyama the time average of an observable under the chain's invariant law is
+    ``⟨φ⟩ + A η + o(η)`` (D. Talay, L. Tubaro, *Expansion of the global error for numerical
+    schemes solving stochastic differential equations*, Stoch. Anal. Appl. 8 (1990) 483–509,
+    and D. Talay, *Second-order discretization schemes of stochastic differential systems for
+    the computation of the invariant law*, Stochastics 29 (1990) 13–36, for smooth
+    coefficients; on the ReLU network the linear term is measured, THEORY §2.3). The
+    combination ``(r f̄_η − f̄_{rη})/(r − 1)`` cancels ``A η``. The two runs must share
+    everything else (data, ``λ``, ``N``, integrator, temperatures); the MCSE assumes they are
+    independent (different seeds).
+
+    Parameters
+    ----------
+    fine, coarse : sequence of (tau, mean (n,), mcse (n,))
+        Per stage of the run at the smaller step ``η`` and of the run at ``r η``.
+    ratio : float
+        ``r = η_coarse / η_fine``, > 1.
+    rtol : float
+        Temperatures within this relative tolerance are the same.
+
+    Returns
+    -------
+    list of Extrapolation
+        One per temperature present in both, in the order of ``fine``.
+
+    Raises
+    ------
+    ValueError
+        ``ratio`` is not a finite number > 1, or the predictors have different lengths.
+    """
+    r = float(ratio)
+    if not (math.isfinite(r) and r > 1):
+        raise ValueError(f"the ratio of the steps must be a finite number > 1, got {ratio!r}")
+    out = []
+    for i_f, i_c, tau, (mf, sf), (mc, sc) in _matched(fine, coarse, rtol):
+        mean = (r * mf - mc) / (r - 1)
+        mcse = np.sqrt((r * sf) ** 2 + sc ** 2) / (r - 1)
+        z = _z(mc - mf, np.sqrt(sf ** 2 + sc ** 2))
+        out.append(Extrapolation(tau, i_f, i_c, r, mean, mcse, (mc - mf) / (r - 1),
+                                 float(z.max())))
     return out

@@ -58,6 +58,12 @@ def register(sub):
                         "predictors over the second half of each stage, in units of their "
                         "combined autocorrelation-aware MCSE; e.g. a hot-to-cold ladder "
                         "against a cold-to-hot one from model.init = \"convex\")")
+    p.add_argument("--extrapolate", metavar="OTHER.h5",
+                   help="instead of the report: Richardson extrapolation to eta -> 0 with a run "
+                        "that differs only in dynamics.eta (Euler-Maruyama, e.g. eta and "
+                        "2 eta, other seeds): per tau the step bias of the finer run, the "
+                        "predictor with that bias removed and its MCSE, and their distances "
+                        "to the Gibbs reference (d <= 5; --no-references skips it)")
     p.set_defaults(func=main)
 
 
@@ -145,12 +151,100 @@ def _against(args) -> int:
     return 0
 
 
+#: Config fields two runs must share to be extrapolated in the step (all but ``eta``, the seed
+#: and the schedule).
+_SAME_PHYSICS = (("model", "activation"), ("model", "n_particles"), ("model", "sharpness"),
+                 ("model", "cap"), ("dynamics", "lam"), ("dynamics", "integrator"),
+                 ("dynamics", "batch_size"))
+
+
+def _field(run, table, key):
+    return run.config.get(table, {}).get(key)
+
+
+def _extrapolate(args) -> int:
+    """``meanfield analyze A.h5 --extrapolate B.h5``: Richardson extrapolation in ``eta``."""
+    import numpy as np
+
+    from analysis.ladders import extrapolate_ladders
+    from analysis.references import QMC_MAX_D, gibbs_reference
+    from meanfield.store import open_run
+    a, b = open_run(args.run), open_run(args.extrapolate)
+    if a.X.shape != b.X.shape or not (np.array_equal(a.X, b.X) and np.array_equal(a.y, b.y)):
+        raise InputError(args.extrapolate, "", f"not the same training data as {args.run}")
+    for table, key in _SAME_PHYSICS:
+        va, vb = _field(a, table, key), _field(b, table, key)
+        if va != vb:
+            raise InputError(args.extrapolate, f"{table}.{key}",
+                             f"{vb!r}, but {va!r} in {args.run}: the runs may differ only in "
+                             "dynamics.eta (and the seed and schedule)")
+    if _field(a, "dynamics", "integrator") != "em":
+        raise InputError(args.run, "dynamics.integrator",
+                         f"{_field(a, 'dynamics', 'integrator')!r}: extrapolation in eta needs "
+                         "Euler-Maruyama ('em'), whose step bias is linear in eta")
+    ea, eb = float(_field(a, "dynamics", "eta")), float(_field(b, "dynamics", "eta"))
+    if ea == eb:
+        raise InputError(args.extrapolate, "dynamics.eta",
+                         f"{eb:g}, the same as {args.run}: the runs must differ in eta")
+    (fine, ef), (coarse, ec) = sorted([(a, ea), (b, eb)], key=lambda p: p[1])
+    lf, lc = _ladder(fine), _ladder(coarse)
+    rows = extrapolate_ladders(lf, lc, ec / ef)
+    if not rows:
+        raise InputError(args.extrapolate, "", f"no temperature with observations in common "
+                                               f"with {args.run}")
+    docs = []
+    for r in rows:
+        doc = r.to_dict()
+        if args.no_references or fine.d > QMC_MAX_D:
+            doc["gibbs"] = {"skipped": "--no-references" if args.no_references else
+                            f"d = {fine.d} > {QMC_MAX_D}"}
+        else:
+            try:
+                ref = gibbs_reference(fine.X, fine.y, fine.lam, r.tau)
+            except Exception as exc:  # noqa: BLE001 - a refusal is reported, not fatal
+                doc["gibbs"] = {"skipped": str(exc)}
+            else:
+                fg = np.asarray(ref.f_train)
+                mf, mc = lf[r.stage_fine][1], lc[r.stage_coarse][1]
+                err = np.abs(r.mean - fg)
+                den = np.sqrt(r.mcse ** 2 + float(ref.quad_error) ** 2)
+                doc["gibbs"] = {"fine": float(np.max(np.abs(mf - fg))),
+                                "coarse": float(np.max(np.abs(mc - fg))),
+                                "extrapolated": float(err.max()),
+                                "z": float(np.max(err / np.where(den > 0, den, np.inf))),
+                                "quad_error": float(ref.quad_error)}
+        docs.append(doc)
+    if args.json:
+        print(json.dumps({"fine": str(fine.path), "coarse": str(coarse.path), "eta_fine": ef,
+                          "eta_coarse": ec, "taus": docs}))
+        return 0
+    print(f"fine   = {fine.path}  (eta = {ef:g})\ncoarse = {coarse.path}  (eta = {ec:g})")
+    print(f"{'tau':>9s} {'max|bias fine|':>14s} {'z(bias)':>8s} {'MCSE extrap':>11s} "
+          f"{'|fine-Gibbs|':>12s} {'|extrap-Gibbs|':>14s} {'z':>6s}")
+    for r, doc in zip(rows, docs, strict=True):
+        g = doc["gibbs"]
+        tail = (f"{g['fine']:12.3e} {g['extrapolated']:14.3e} {g['z']:6.1f}" if "z" in g else
+                f"  (Gibbs reference skipped: {g['skipped']})")
+        print(f"{r.tau:9.2e} {np.max(np.abs(r.step_bias)):14.3e} {r.step_bias_z:8.1f} "
+              f"{np.max(r.mcse):11.1e} {tail}")
+    print("(bias fine = the fine run's step bias, (f_coarse - f_fine)/(r - 1); z(bias) in units "
+          "of the combined MCSE: below ~3 the step bias is not resolved. extrap = (r f_fine - "
+          "f_coarse)/(r - 1), r = eta_coarse/eta_fine; maxima over the training points; z = "
+          "|extrap - Gibbs| / sqrt(MCSE^2 + reference error^2). docs/theory.md §2.3)")
+    return 0
+
+
 def main(args) -> int:
     """Run ``meanfield analyze`` with the parsed ``args``; returns the exit code."""
     from meanfield.report import FIGURES, analyze_run
     from meanfield.sweep.summary import is_study_dir
+    if args.against and args.extrapolate:
+        raise InputError(args.extrapolate, "--extrapolate", "give --against or --extrapolate, "
+                                                            "not both")
     if args.against:
         return _against(args)
+    if args.extrapolate:
+        return _extrapolate(args)
     if is_study_dir(args.run):
         return _study(args)
     if Path(args.run).suffix.lower() == ".toml":
