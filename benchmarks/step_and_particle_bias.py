@@ -7,7 +7,9 @@ predictor against the exact Gibbs reference, for Euler–Maruyama and Leimkuhler
 Every configuration (integrator, η, N) continues from one common equilibrated state per N
 (a hot stage at 10τ, then a long stage at τ), runs ``--burn`` time units and then averages the
 predictor on the training points over ``--time`` time units, with an autocorrelation-aware
-MCSE. The error ``e_j = f̄_j − f_Gibbs,j`` is then fitted, jointly over all configurations and
+MCSE. Pairs of Euler–Maruyama rows at ``η`` and ``2η`` are extrapolated to ``η → 0``
+(Richardson, THEORY §2.3) and printed against the reference. The error
+``e_j = f̄_j − f_Gibbs,j`` is then fitted, jointly over all configurations and
 weighted by 1/MCSE², by
 
     e_j(η, N) = A_j^em η^p_em  or  A_j^lm η^p_lm   +   B_j / N   +   C_j,
@@ -98,6 +100,28 @@ def fit(rows, p_grid=P_GRID):
     return out
 
 
+def richardson(rows):
+    """Print the Richardson extrapolation to ``η → 0`` (``analysis.ladders.extrapolate_ladders``)
+    of every pair of Euler–Maruyama rows with the same ``N`` and steps in ratio 2: its largest
+    error against the Gibbs reference, that error in units of its MCSE, and the largest
+    ``|e| + 2 MCSE`` (what ``benchmarks/time_to_accuracy.py`` holds against ε)."""
+    from analysis.ladders import extrapolate_ladders
+    em = {(r[1], r[2]): r for r in rows if r[0] == "em"}
+    pairs = [(em[k], em[(2 * k[0], k[1])]) for k in sorted(em) if (2 * k[0], k[1]) in em]
+    if not pairs:
+        return
+    print("\n| Richardson (em) | N | max\\|e\\| fine | max\\|e\\| extrapolated | max\\|e\\|/MCSE "
+          "| max(\\|e\\| + 2 MCSE) |")
+    print("|---|---|---|---|---|---|")
+    for (_, ef, N, e_f, s_f), (_, ec, _, e_c, s_c) in pairs:
+        # the errors against the reference extrapolate like the predictors (the reference is
+        # the same for both)
+        (row,) = extrapolate_ladders([(0.0, e_f, s_f)], [(0.0, e_c, s_c)], ec / ef)
+        e, se = np.abs(row.mean), row.mcse
+        print(f"| eta {ef:g} and {ec:g} | {N} | {np.max(np.abs(e_f)):.2e} | {e.max():.2e} "
+              f"| {np.max(e / se):.2f} | {np.max(e + 2 * se):.2e} |")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_problem_arguments(ap)
@@ -141,6 +165,7 @@ def main(argv=None):
         rows.append((integ, eta, N, e, se))
         print(f"| {integ} | {eta:g} | {N} | {np.max(np.abs(e)):.2e} | {np.max(se):.1e} "
               f"| {wall:.0f} |", flush=True)
+    richardson(rows)
     if len(rows) < 6:
         return rows, None
     res = fit(rows)

@@ -24,6 +24,12 @@ Starts: ``hot``: i.i.d. ``N(0, 1)`` particles (the default initialisation) strai
 ``convex``: the warm start of ``solvers.warmstart`` (the convex ``τ → 0`` solution's rays plus
 the thermal spread at ``τ``).
 
+Integrators: ``em``, ``lm`` (``solvers.stepper.Stepper``) and ``em-richardson``: two
+Euler–Maruyama chains from the same start at ``η`` and ``η/2`` (independent noise, equal
+simulated time, both counted in the wall time and the steps), whose averages are combined by
+Richardson extrapolation to ``η → 0`` (``analysis.ladders.extrapolate_ladders``, THEORY §2.3),
+as ``meanfield analyze FINE.h5 --extrapolate COARSE.h5`` does with two runs.
+
 The peer is what a researcher would otherwise write: noisy full-batch gradient descent in
 vectorised NumPy (``benchmarks.bench_step.NumpyStep``: Euler–Maruyama, the same update), its η
 tuned over the same range, in the same process and the same time-averaging. Printed: one row
@@ -67,10 +73,42 @@ def start_particles(kind, X, y, lam, tau, N, seed):
     return th, time.perf_counter() - t0
 
 
+class RichardsonPair:
+    """Two Euler–Maruyama chains from one start, at ``η`` and ``η/2`` with independent noise,
+    advanced over equal simulated time; their predictors are recorded side by side and
+    combined by ``analysis.ladders.extrapolate_ladders`` (``meanfield analyze FINE.h5
+    --extrapolate COARSE.h5``)."""
+
+    #: steps of both chains per step of the coarse one
+    steps_factor = 3
+
+    def __init__(self, X, y, theta, seed, lam, eta):
+        from benchmarks.bench_step import Ours
+        self.coarse = Ours(X, y, theta, seed=seed, lam=lam, eta=eta)
+        self.fine = Ours(X, y, theta, seed=seed + 7919, lam=lam, eta=eta / 2)
+
+    def run(self, k, tau):
+        self.coarse.run(k, tau=tau)
+        self.fine.run(2 * k, tau=tau)
+
+    def predictor(self):
+        return np.concatenate([self.fine.predictor(), self.coarse.predictor()])
+
+    @staticmethod
+    def combine(m, se):
+        """Extrapolated mean and MCSE from the side-by-side averages."""
+        from analysis.ladders import extrapolate_ladders
+        n = len(m) // 2
+        (row,) = extrapolate_ladders([(1.0, m[:n], se[:n])], [(1.0, m[n:], se[n:])], 2.0)
+        return row.mean, row.mcse
+
+
 def make_impl(who, X, y, theta, lam, eta, seed):
     from benchmarks.bench_step import NumpyStep, Ours
     if who == "numpy":
         return NumpyStep(X, y, theta, seed=seed, lam=lam, eta=eta)
+    if who == "em-richardson":
+        return RichardsonPair(X, y, theta, seed, lam, eta)
     return Ours(X, y, theta, seed=seed, lam=lam, eta=eta, integrator=who)
 
 
@@ -91,7 +129,7 @@ def time_to_accuracy(impl, ref, tau, eta, eps, budget_s, t_start=0.0, sample_dt=
     every = max(1, int(round(sample_dt / eta)))
     F = []
     wall = t_start
-    steps = 0
+    steps, t_sim = 0, 0.0
     hit = {e: None for e in eps}
     next_check = 20
     final = (math.nan, math.nan, 0.0)
@@ -101,14 +139,17 @@ def time_to_accuracy(impl, ref, tau, eta, eps, budget_s, t_start=0.0, sample_dt=
         impl.run(every, tau=tau)
         f = np.array(impl.predictor(), dtype=float)
         wall += time.perf_counter() - t0
-        steps += every
+        steps += every * getattr(impl, "steps_factor", 1)
+        t_sim += every * eta
         F.append(f)
         if len(F) >= next_check:
             next_check = int(len(F) * 1.1) + 1
             W = np.asarray(F[len(F) // 2:])
             m, se, tint = time_average(W)
+            if hasattr(impl, "combine"):
+                m, se = impl.combine(m, se)
             err = np.abs(m - ref)
-            final = (float(err.max()), float(se.max()), steps * eta)
+            final = (float(err.max()), float(se.max()), t_sim)
             ess = len(W) / float(tint.max())
             if ess < 20:
                 continue
@@ -119,7 +160,7 @@ def time_to_accuracy(impl, ref, tau, eta, eps, budget_s, t_start=0.0, sample_dt=
             # give up on an ε the bias clearly exceeds (twice, with 3 standard errors to spare)
             # once the record is judged stationary by the analysis's verdict
             lb = float(np.max(err - 3 * se))
-            if (steps * eta >= min_time and all(lb > 2 * e for e in eps if hit[e] is None)
+            if (t_sim >= min_time and all(lb > 2 * e for e in eps if hit[e] is None)
                     and verdict(np.arange(1, len(F) + 1) * every, F).stationary):
                 biased = True
                 break
@@ -132,6 +173,7 @@ def time_to_accuracy(impl, ref, tau, eta, eps, budget_s, t_start=0.0, sample_dt=
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_problem_arguments(ap)
+    ap.set_defaults(integrators=["em", "lm", "em-richardson"])
     ap.add_argument("--Ns", type=int, nargs="+", default=[1000, 4000])
     ap.add_argument("--starts", nargs="+", default=["hot", "convex"])
     ap.add_argument("--peer-Ns", type=int, nargs="+", default=None,
