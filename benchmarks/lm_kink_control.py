@@ -44,7 +44,9 @@ independently:
 
 Orders: ``p`` from the least-squares fit of ``log|bias| = p log η + const`` over the ``η`` whose
 bias is resolved (grid: above 10 times its error estimate; MC: above 3 s.e.) and of one sign;
-``p_last`` is the slope between the two smallest such ``η``.
+``p_last`` is the slope between the two smallest such ``η``. ``EM extrapolated``: what the
+Richardson extrapolation to ``η → 0`` of Euler–Maruyama (THEORY §2.3, ``meanfield analyze
+FINE.h5 --extrapolate COARSE.h5``) leaves of the bias at the two smallest grid steps.
 
     python benchmarks/lm_kink_control.py               # about 2.5 min single-threaded
     python benchmarks/lm_kink_control.py --quick       # < 30 s
@@ -65,6 +67,7 @@ a much smaller ``η`` would, by this control, bring LM no closer to second order
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from dataclasses import dataclass
 
@@ -315,6 +318,20 @@ def fit_order(etas, bias, err, factor):
     return np.polyfit(x, yv, 1)[0], (yv[1] - yv[0]) / (x[1] - x[0])
 
 
+def _extrapolated(etas, bias, err):
+    """What Richardson extrapolation (``analysis.ladders.extrapolate_ladders``) leaves of the
+    bias at the two smallest steps ``η`` and ``2η``: ``2 b(η) − b(2η)``, and as a fraction of
+    ``b(η)``; ``—`` where ``b(η)`` is not resolved or the steps are not in ratio 2."""
+    order = np.argsort(etas)
+    (e1, b1, s1), (e2, b2, s2) = [(etas[k], bias[k], err[k]) for k in order[:2]]
+    if not (math.isclose(e2, 2 * e1) and abs(b1) > 10 * s1):
+        return "—"
+    left, floor = 2 * b1 - b2, 10 * (2 * s1 + s2)
+    if abs(left) > floor:
+        return f"{left:.1e} ({abs(left / b1):.2f} of b(η={e1:g}))"
+    return f"<{floor:.0e} (< {floor / abs(b1):.2g} of b(η={e1:g}))"
+
+
 def _fmt(p):
     return "—" if p is None else f"{p:.2f}"
 
@@ -366,9 +383,9 @@ def main(argv=None):
 
     print("\n### Bias of the chain's invariant law (grid), exact in all but the printed error\n")
     head = "| potential | integrator | observable | exact | " + " | ".join(
-        f"η={e:g}" for e in grid_etas) + " | max grid error | p | p_last |"
+        f"η={e:g}" for e in grid_etas) + " | max grid error | p | p_last | EM extrapolated |"
     print(head)
-    print("|" + "---|" * (len(grid_etas) + 7))
+    print("|" + "---|" * (len(grid_etas) + 8))
     for p in pots:
         for i in INTEGRATORS:
             for o in OBSERVABLES:
@@ -378,7 +395,8 @@ def main(argv=None):
                          for v, s in zip(b, err)]
                 pf, pl = fit_order(grid_etas, b, err, 10.0)
                 print(f"| {p.name} | {i} | {o} | {ref[p.name][o]:.6f} | " + " | ".join(cells)
-                      + f" | {max(err):.0e} | {_fmt(pf)} | {_fmt(pl)} |")
+                      + f" | {max(err):.0e} | {_fmt(pf)} | {_fmt(pl)} | "
+                      + f"{_extrapolated(grid_etas, b, err) if i == 'EM' else '—'} |")
     print(f"\n(grid and quadrature: {t_grid:.1f} s)")
 
     mc = {}
