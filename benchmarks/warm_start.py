@@ -35,12 +35,12 @@ def steps_to_verdict(stepper, theta, tau, step0, every, max_steps, ref=None, eps
     (``analysis.stationarity.verdict`` on the record, its first half burn-in).
 
     Returns ``(stage steps to the verdict or None, window mean, stage steps until the window
-    mean was first within eps of ref or None)``."""
+    mean was first within eps of ref or None, the last verdict's reasons)``."""
     from analysis.stationarity import verdict
     F, S = [], []
     step = step0
     next_check = 40
-    mean, to_eps = None, None
+    mean, to_eps, reasons = None, None, []
     while step - step0 < max_steps:
         if stepper.advance(theta, tau, step, every):
             raise FloatingPointError(f"diverged by step {step + every}")
@@ -52,9 +52,11 @@ def steps_to_verdict(stepper, theta, tau, step0, every, max_steps, ref=None, eps
             mean = np.mean(F[len(F) // 2:], axis=0)
             if to_eps is None and ref is not None and np.max(np.abs(mean - ref)) <= eps:
                 to_eps = step - step0
-            if verdict(S, F).stationary:
-                return step - step0, mean, to_eps
-    return None, mean, to_eps
+            v = verdict(S, F)
+            if v.stationary:
+                return step - step0, mean, to_eps, []
+            reasons = v.reasons
+    return None, mean, to_eps, reasons
 
 
 def main(argv=None):
@@ -101,7 +103,7 @@ def main(argv=None):
             step = 0
             for s in range(cold):
                 if T == "auto":          # each stage until its verdict, as the runner does
-                    n_s, _, _ = steps_to_verdict(st, th, taus[s], step, every,
+                    n_s, _, _, _ = steps_to_verdict(st, th, taus[s], step, every,
                                                  int(dyn.max_steps_per_tau))
                     step += n_s if n_s is not None else int(dyn.max_steps_per_tau)
                 else:
@@ -111,7 +113,7 @@ def main(argv=None):
             step = 0
         ladder = step
         ladders[start] = ladder
-        n, mean, to_eps = steps_to_verdict(st, th, tau, step, every, args.max_steps, ref,
+        n, mean, to_eps, reasons = steps_to_verdict(st, th, tau, step, every, args.max_steps, ref,
                                            args.eps)
         dist = "" if ref is None or mean is None else \
             f"; max|f̄ − f_Gibbs| = {np.max(np.abs(mean - ref)):.2e}; within {args.eps:g} " + \
@@ -120,7 +122,8 @@ def main(argv=None):
         out[start] = total
         print(f"{start}: ladder {ladder} steps, then "
               + (f"stationary after {n} steps at tau={tau:g}: {total} steps in all"
-                 if n is not None else f"not stationary within {args.max_steps} steps")
+                 if n is not None else f"not stationary within {args.max_steps} steps ("
+                 + "; ".join(reasons) + ")")
               + f"{dist} ({time.perf_counter() - t0:.0f} s, load {os.getloadavg()[0]:.1f})",
               flush=True)
     if out["hot"] and out["warm"]:
