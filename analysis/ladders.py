@@ -52,9 +52,14 @@ class LadderDifference:
 
 
 def _matched(a, b, rtol):
-    """``(ia, ib, tau, (ma, sa), (mb, sb))`` for every temperature of ``a`` also in ``b``."""
-    for ia, (ta, ma, sa) in enumerate(a):
-        for ib, (tb, mb, sb) in enumerate(b):
+    """``(ia, ib, tau, (ma, sa), (mb, sb))`` for every temperature of ``a`` also in ``b``; the
+    stages ``ia``, ``ib`` are the rows' fourth entries where given, else their positions."""
+    for ia, row_a in enumerate(a):
+        ta, ma, sa = row_a[:3]
+        ia = row_a[3] if len(row_a) > 3 else ia
+        for ib, row_b in enumerate(b):
+            tb, mb, sb = row_b[:3]
+            ib = row_b[3] if len(row_b) > 3 else ib
             if abs(ta - tb) <= rtol * max(abs(ta), abs(tb)):
                 ma, mb = np.asarray(ma, float), np.asarray(mb, float)
                 if ma.shape != mb.shape:
@@ -77,9 +82,10 @@ def compare_ladders(a, b, rtol: float = 1e-9) -> list[LadderDifference]:
 
     Parameters
     ----------
-    a, b : sequence of (tau, mean (n,), mcse (n,))
+    a, b : sequence of (tau, mean (n,), mcse (n,)) or (tau, mean, mcse, stage)
         Per stage of each run: its temperature, the time-averaged predictor on the training
-        points and its Monte Carlo standard error.
+        points, its Monte Carlo standard error and (optionally) the stage's index in its
+        ladder (default: the position in the sequence).
     rtol : float
         Temperatures within this relative tolerance are the same.
 
@@ -156,8 +162,9 @@ def extrapolate_ladders(fine, coarse, ratio: float, rtol: float = 1e-9) -> list[
 
     Parameters
     ----------
-    fine, coarse : sequence of (tau, mean (n,), mcse (n,))
-        Per stage of the run at the smaller step ``η`` and of the run at ``r η``.
+    fine, coarse : sequence of (tau, mean (n,), mcse (n,)) or (tau, mean, mcse, stage)
+        Per stage of the run at the smaller step ``η`` and of the run at ``r η`` (as in
+        :func:`compare_ladders`).
     ratio : float
         ``r = η_coarse / η_fine``, > 1.
     rtol : float

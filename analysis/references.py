@@ -287,9 +287,13 @@ def report_section(run, rep: dict, window: float = 0.5, max_P: int = 20000) -> d
     """The ``"references"`` section of ``meanfield analyze``: :func:`compare_run` with the rays
     of the coldest snapshot in ``rep`` matched to the convex reference's rays.
 
-    Skipped (with the reason) when the data has more than ``max_P`` dichotomies, since the
-    convex reference enumerates them.
+    Skipped (with the reason) for an activation other than ReLU (the references solve the ReLU
+    network), and when the data has more than ``max_P`` dichotomies, since the convex reference
+    enumerates them.
     """
+    act = run.config.get("model", {}).get("activation", "relu")
+    if act != "relu":
+        return {"skipped": f"model.activation = {act!r}: the exact references are for relu"}
     if rep.get("P") is not None and rep["P"] > max_P:
         return {"skipped": f"P = {rep['P']} > {max_P}: the references enumerate the dichotomies"}
     taus = [float(t) for t in run.config["dynamics"]["taus"]]

@@ -105,7 +105,7 @@ def test_analyze_extrapolate(tmp_path, capsys):
     from meanfield.cli.analyze import _ladder
     from meanfield.store import open_run
     lf, lc = _ladder(open_run(fine)), _ladder(open_run(coarse))
-    for row, (tf, mf, _), (tc, mc, _) in zip(doc["taus"], lf, lc, strict=True):
+    for row, (tf, mf, _, _), (tc, mc, _, _) in zip(doc["taus"], lf, lc, strict=True):
         assert row["tau"] == tf == tc
         np.testing.assert_allclose(row["mean"], 2 * mf - mc, rtol=0, atol=1e-12)
         g = row["gibbs"]
@@ -125,3 +125,41 @@ def test_analyze_extrapolate(tmp_path, capsys):
         assert cli.main(["analyze", str(a), "--extrapolate", str(b)]) == 2
         err = capsys.readouterr().err
         assert f": {field}:" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_analyze_extrapolate_warns_and_skips_with_reasons(tmp_path, capsys):
+    """What a pair may hide is said on stderr: too few effective samples for an MCSE, a close
+    ratio of steps, temperatures without a partner; a softplus pair has no ReLU reference;
+    settings the activation does not use do not block a pair; a config is not a run file."""
+    from conftest import plane8_toml, run_one_thread
+
+    from meanfield import cli
+    base = {"output.observe_every": 500, "dynamics.taus": [1e-2, 1e-3]}
+    coarse = run_one_thread(plane8_toml(base), tmp_path, "coarse")
+    fine = run_one_thread(plane8_toml({**base, "dynamics.eta": 0.0495,
+                                       "dynamics.taus": [3e-2, 1e-3],
+                                       "model.sharpness": 5.0}), tmp_path, "fine")
+    capsys.readouterr()
+    assert cli.main(["analyze", str(fine), "--extrapolate", str(coarse), "--json"]) == 0
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    assert [r["tau"] for r in doc["taus"]] == [1e-3]
+    assert (doc["taus"][0]["stage_fine"], doc["taus"][0]["stage_coarse"]) == (1, 1)
+    assert "effective samples" in err and "not to be trusted" in err
+    assert "are close (ratio 1.01" in err and "tau = 0.03 not in" in err
+    assert "tau = 0.01 not in" in err
+    # softplus: no relu reference
+    sp = {**base, "model.activation": "softplus"}
+    a = run_one_thread(plane8_toml(sp), tmp_path, "sp_coarse")
+    b = run_one_thread(plane8_toml({**sp, "dynamics.eta": 0.025}), tmp_path, "sp_fine")
+    capsys.readouterr()
+    assert cli.main(["analyze", str(b), "--extrapolate", str(a), "--json"]) == 0
+    g = json.loads(capsys.readouterr().out)["taus"][0]["gibbs"]
+    assert g == {"skipped": "model.activation = 'softplus': the exact references are for relu"}
+    # a config instead of a run file
+    toml_path = tmp_path / "coarse.toml"
+    assert cli.main(["analyze", str(fine), "--extrapolate", str(toml_path)]) == 2
+    assert "is a config, not a run file" in capsys.readouterr().err
+    assert cli.main(["analyze", str(fine), "--extrapolate", str(coarse),
+                     "--against", str(coarse)]) == 2
+    assert "not both" in capsys.readouterr().err

@@ -4,6 +4,7 @@ and the low-temperature limit across its ladder."""
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -57,13 +58,15 @@ def register(sub):
                         "temperature by temperature (the difference of the time-averaged "
                         "predictors over the second half of each stage, in units of their "
                         "combined autocorrelation-aware MCSE; e.g. a hot-to-cold ladder "
-                        "against a cold-to-hot one from model.init = \"convex\")")
+                        "against a cold-to-hot one from model.init = \"convex\"); the report "
+                        "options are not used")
     p.add_argument("--extrapolate", metavar="OTHER.h5",
                    help="instead of the report: Richardson extrapolation to eta -> 0 with a run "
                         "that differs only in dynamics.eta (Euler-Maruyama, e.g. eta and "
                         "2 eta, other seeds): per tau the step bias of the finer run, the "
                         "predictor with that bias removed and its MCSE, and their distances "
-                        "to the Gibbs reference (d <= 5; --no-references skips it)")
+                        "to the Gibbs reference (d <= 5; --no-references skips it); the other "
+                        "report options are not used")
     p.set_defaults(func=main)
 
 
@@ -108,8 +111,13 @@ def _study(args) -> int:
 
 
 def _ladder(run):
-    """``[(tau, mean (n,), mcse (n,))]`` over the stages of ``run`` that have observations in
-    their second half."""
+    """``[(tau, mean (n,), mcse (n,), stage)]`` over the stages of ``run`` that have
+    observations in their second half; a stage with fewer than ``MIN_ESS`` effective samples
+    there gets a warning on stderr (its MCSE, hence every ``z`` built on it, is not to be
+    trusted)."""
+    import numpy as np
+
+    from analysis.stationarity import MIN_ESS
     from analysis.time_average import mean_and_mcse, predictor_series
     out = []
     for s, tau in enumerate(run.taus):
@@ -117,24 +125,58 @@ def _ladder(run):
             F = predictor_series(run, s)
         except ValueError:      # stage not reached (an unfinished run)
             continue
-        m, se, _ = mean_and_mcse(F)
-        out.append((float(tau), m, se))
+        m, se, tint = mean_and_mcse(F)
+        ess = len(F) / float(np.max(tint))
+        if ess < MIN_ESS:
+            sys.stderr.write(f"meanfield: warning: {run.path}: tau={tau:g}: {ess:.1f} effective "
+                             f"samples ({len(F)} observations) in the second half of stage {s}, "
+                             f"fewer than the {MIN_ESS:g} its MCSE needs: its z values are not "
+                             "to be trusted (observe more often or run longer)\n")
+        out.append((float(tau), m, se, s))
     return out
+
+
+def _two_runs(args, option):
+    """The run files of ``--against``/``--extrapolate``: both readable run files of the same
+    training data; a warning for each incomplete one."""
+    import numpy as np
+
+    from meanfield.store import open_run
+    other = getattr(args, option)
+    for path in (args.run, other):
+        if Path(path).suffix.lower() == ".toml":
+            raise InputError(path, "", "is a config, not a run file: run it first "
+                                       f"(meanfield run {path} -o RUN.h5)")
+    a, b = open_run(args.run), open_run(other)
+    if a.X.shape != b.X.shape or not (np.array_equal(a.X, b.X) and np.array_equal(a.y, b.y)):
+        raise InputError(other, "", f"not the same training data as {args.run}")
+    for run in (a, b):
+        if not run.complete:
+            sys.stderr.write(f"meanfield: warning: {run.path} is an incomplete run (its last "
+                             "stage is averaged as far as it got)\n")
+    return a, b
+
+
+def _unmatched(la, lb, name_b):
+    """Note on stderr the temperatures of ``la`` with no partner in ``lb``."""
+    tb = [r[0] for r in lb]
+    lone = [r[0] for r in la if not any(abs(r[0] - t) <= 1e-9 * max(r[0], t) for t in tb)]
+    if lone:
+        sys.stderr.write(f"meanfield: note: tau = {', '.join(f'{t:g}' for t in lone)} not in "
+                         f"{name_b} (with observations): skipped\n")
 
 
 def _against(args) -> int:
     """``meanfield analyze A.h5 --against B.h5``: the two ladders' difference per τ."""
-    import numpy as np
-
     from analysis.ladders import compare_ladders
-    from meanfield.store import open_run
-    a, b = open_run(args.run), open_run(args.against)
-    if a.X.shape != b.X.shape or not (np.array_equal(a.X, b.X) and np.array_equal(a.y, b.y)):
-        raise InputError(args.against, "", f"not the same training data as {args.run}")
-    rows = compare_ladders(_ladder(a), _ladder(b))
+    a, b = _two_runs(args, "against")
+    la, lb = _ladder(a), _ladder(b)
+    rows = compare_ladders(la, lb)
     if not rows:
         raise InputError(args.against, "", f"no temperature with observations in common with "
                                            f"{args.run}")
+    _unmatched(la, lb, args.against)
+    _unmatched(lb, la, args.run)
     if args.json:
         print(json.dumps({"run": str(args.run), "against": str(args.against),
                           "taus": [r.to_dict() for r in rows]}))
@@ -152,14 +194,43 @@ def _against(args) -> int:
 
 
 #: Config fields two runs must share to be extrapolated in the step (all but ``eta``, the seed
-#: and the schedule).
-_SAME_PHYSICS = (("model", "activation"), ("model", "n_particles"), ("model", "sharpness"),
-                 ("model", "cap"), ("dynamics", "lam"), ("dynamics", "integrator"),
-                 ("dynamics", "batch_size"))
+#: and the schedule), and the activations for which each matters (None: all).
+_SAME_PHYSICS = ((("model", "activation"), None), (("model", "n_particles"), None),
+                 (("model", "sharpness"), ("softplus", "capped")),
+                 (("model", "cap"), ("capped",)), (("dynamics", "lam"), None),
+                 (("dynamics", "integrator"), None), (("dynamics", "batch_size"), None))
 
 
 def _field(run, table, key):
     return run.config.get(table, {}).get(key)
+
+
+def _gibbs_doc(run, row, mf, mc):
+    """The ``"gibbs"`` entry of one extrapolated temperature: distances of the fine run, the
+    coarse run and the extrapolation to the Gibbs reference, or why it was skipped."""
+    import numpy as np
+
+    from analysis.references import QMC_MAX_D, gibbs_reference
+    act = _field(run, "model", "activation")
+    if act != "relu":
+        return {"skipped": f"model.activation = {act!r}: the exact references are for relu"}
+    if run.d > QMC_MAX_D:
+        return {"skipped": f"d = {run.d} > {QMC_MAX_D}"}
+    if row.tau <= 0:
+        return {"skipped": "tau = 0: its reference is the convex limit "
+                           "(meanfield reference convex)"}
+    try:
+        ref = gibbs_reference(run.X, run.y, run.lam, row.tau)
+    except Exception as exc:  # noqa: BLE001 - a refusal is reported, not fatal
+        return {"skipped": str(exc)}
+    fg = np.asarray(ref.f_train)
+    err = np.abs(row.mean - fg)
+    den = np.sqrt(row.mcse ** 2 + float(ref.quad_error) ** 2)
+    return {"fine": float(np.max(np.abs(mf - fg))), "coarse": float(np.max(np.abs(mc - fg))),
+            "extrapolated": float(err.max()),
+            "z": float(np.max(np.where(den > 0, err / np.where(den > 0, den, 1.0),
+                                       np.where(err > 0, np.inf, 0.0)))),
+            "quad_error": float(ref.quad_error)}
 
 
 def _extrapolate(args) -> int:
@@ -167,14 +238,11 @@ def _extrapolate(args) -> int:
     import numpy as np
 
     from analysis.ladders import extrapolate_ladders
-    from analysis.references import QMC_MAX_D, gibbs_reference
-    from meanfield.store import open_run
-    a, b = open_run(args.run), open_run(args.extrapolate)
-    if a.X.shape != b.X.shape or not (np.array_equal(a.X, b.X) and np.array_equal(a.y, b.y)):
-        raise InputError(args.extrapolate, "", f"not the same training data as {args.run}")
-    for table, key in _SAME_PHYSICS:
+    a, b = _two_runs(args, "extrapolate")
+    act = _field(a, "model", "activation")
+    for (table, key), where in _SAME_PHYSICS:
         va, vb = _field(a, table, key), _field(b, table, key)
-        if va != vb:
+        if va != vb and (where is None or act in where):
             raise InputError(args.extrapolate, f"{table}.{key}",
                              f"{vb!r}, but {va!r} in {args.run}: the runs may differ only in "
                              "dynamics.eta (and the seed and schedule)")
@@ -186,47 +254,42 @@ def _extrapolate(args) -> int:
     if ea == eb:
         raise InputError(args.extrapolate, "dynamics.eta",
                          f"{eb:g}, the same as {args.run}: the runs must differ in eta")
-    (fine, ef), (coarse, ec) = sorted([(a, ea), (b, eb)], key=lambda p: p[1])
+    (fine, ef), (coarse, ec), r = *sorted([(a, ea), (b, eb)], key=lambda p: p[1]), \
+        max(ea, eb) / min(ea, eb)
+    gain = math.sqrt(r * r + 1) / (r - 1)
+    if gain > 5:
+        sys.stderr.write(f"meanfield: warning: eta {ec:g} and {ef:g} are close (ratio {r:.4g}): "
+                         f"the extrapolation multiplies the Monte Carlo error by {gain:.3g}; "
+                         "a ratio of 2 gives 2.2\n")
     lf, lc = _ladder(fine), _ladder(coarse)
-    rows = extrapolate_ladders(lf, lc, ec / ef)
+    rows = extrapolate_ladders(lf, lc, r)
     if not rows:
         raise InputError(args.extrapolate, "", f"no temperature with observations in common "
                                                f"with {args.run}")
+    _unmatched(lf, lc, coarse.path)
+    _unmatched(lc, lf, fine.path)
+    by_f, by_c = {x[3]: x for x in lf}, {x[3]: x for x in lc}
     docs = []
-    for r in rows:
-        doc = r.to_dict()
-        if args.no_references or fine.d > QMC_MAX_D:
-            doc["gibbs"] = {"skipped": "--no-references" if args.no_references else
-                            f"d = {fine.d} > {QMC_MAX_D}"}
-        else:
-            try:
-                ref = gibbs_reference(fine.X, fine.y, fine.lam, r.tau)
-            except Exception as exc:  # noqa: BLE001 - a refusal is reported, not fatal
-                doc["gibbs"] = {"skipped": str(exc)}
-            else:
-                fg = np.asarray(ref.f_train)
-                mf, mc = lf[r.stage_fine][1], lc[r.stage_coarse][1]
-                err = np.abs(r.mean - fg)
-                den = np.sqrt(r.mcse ** 2 + float(ref.quad_error) ** 2)
-                doc["gibbs"] = {"fine": float(np.max(np.abs(mf - fg))),
-                                "coarse": float(np.max(np.abs(mc - fg))),
-                                "extrapolated": float(err.max()),
-                                "z": float(np.max(err / np.where(den > 0, den, np.inf))),
-                                "quad_error": float(ref.quad_error)}
+    for row in rows:
+        doc = row.to_dict()
+        doc["gibbs"] = ({"skipped": "--no-references"} if args.no_references else
+                        _gibbs_doc(fine, row, by_f[row.stage_fine][1],
+                                   by_c[row.stage_coarse][1]))
         docs.append(doc)
     if args.json:
         print(json.dumps({"fine": str(fine.path), "coarse": str(coarse.path), "eta_fine": ef,
                           "eta_coarse": ec, "taus": docs}))
         return 0
-    print(f"fine   = {fine.path}  (eta = {ef:g})\ncoarse = {coarse.path}  (eta = {ec:g})")
+    print(f"fine   = {fine.path}  (eta = {ef:g})\ncoarse = {coarse.path}  (eta = {ec:g}; "
+          f"r = {r:.4g}: the extrapolation's MCSE is about {gain:.2f} x a single run's)")
     print(f"{'tau':>9s} {'max|bias fine|':>14s} {'z(bias)':>8s} {'MCSE extrap':>11s} "
           f"{'|fine-Gibbs|':>12s} {'|extrap-Gibbs|':>14s} {'z':>6s}")
-    for r, doc in zip(rows, docs, strict=True):
+    for row, doc in zip(rows, docs, strict=True):
         g = doc["gibbs"]
         tail = (f"{g['fine']:12.3e} {g['extrapolated']:14.3e} {g['z']:6.1f}" if "z" in g else
                 f"  (Gibbs reference skipped: {g['skipped']})")
-        print(f"{r.tau:9.2e} {np.max(np.abs(r.step_bias)):14.3e} {r.step_bias_z:8.1f} "
-              f"{np.max(r.mcse):11.1e} {tail}")
+        print(f"{row.tau:9.2e} {np.max(np.abs(row.step_bias)):14.3e} {row.step_bias_z:8.1f} "
+              f"{np.max(row.mcse):11.1e} {tail}")
     print("(bias fine = the fine run's step bias, (f_coarse - f_fine)/(r - 1); z(bias) in units "
           "of the combined MCSE: below ~3 the step bias is not resolved. extrap = (r f_fine - "
           "f_coarse)/(r - 1), r = eta_coarse/eta_fine; maxima over the training points; z = "
@@ -239,8 +302,8 @@ def main(args) -> int:
     from meanfield.report import FIGURES, analyze_run
     from meanfield.sweep.summary import is_study_dir
     if args.against and args.extrapolate:
-        raise InputError(args.extrapolate, "--extrapolate", "give --against or --extrapolate, "
-                                                            "not both")
+        raise InputError("meanfield analyze", "--extrapolate",
+                         "give --against or --extrapolate, not both")
     if args.against:
         return _against(args)
     if args.extrapolate:
