@@ -19,8 +19,19 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 
+class _Row:
+    """A per-temperature result that serialises to JSON: arrays as lists, ``inf``/``nan`` as
+    ``None``."""
+
+    def to_dict(self) -> dict:
+        out = {k: (v.tolist() if isinstance(v, np.ndarray) else v)
+               for k, v in asdict(self).items()}
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+                for k, v in out.items()}
+
+
 @dataclass
-class LadderDifference:
+class LadderDifference(_Row):
     """Difference of the time-averaged predictors of two runs at one temperature.
 
     Attributes
@@ -45,10 +56,6 @@ class LadderDifference:
     mcse_a: float
     mcse_b: float
 
-    def to_dict(self) -> dict:
-        out = asdict(self)
-        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
-                for k, v in out.items()}
 
 
 def _matched(a, b, rtol):
@@ -109,7 +116,7 @@ def compare_ladders(a, b, rtol: float = 1e-9) -> list[LadderDifference]:
 
 
 @dataclass
-class Extrapolation:
+class Extrapolation(_Row):
     """Richardson extrapolation to ``η → 0`` of two runs at one temperature (THEORY §2.3).
 
     Attributes
@@ -140,11 +147,6 @@ class Extrapolation:
     step_bias: np.ndarray
     step_bias_z: float
 
-    def to_dict(self) -> dict:
-        out = {k: (v.tolist() if isinstance(v, np.ndarray) else v)
-               for k, v in asdict(self).items()}
-        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
-                for k, v in out.items()}
 
 
 def extrapolate_ladders(fine, coarse, ratio: float, rtol: float = 1e-9) -> list[Extrapolation]:
