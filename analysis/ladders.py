@@ -58,6 +58,16 @@ class LadderDifference(_Row):
 
 
 
+def _same_tau(ta, tb, rtol):
+    return abs(ta - tb) <= rtol * max(abs(ta), abs(tb))
+
+
+def unmatched(a, b, rtol: float = 1e-9) -> list[float]:
+    """The temperatures of the ladder ``a`` with no partner in ``b`` (rows as in
+    :func:`compare_ladders`: the temperature first)."""
+    return [float(ra[0]) for ra in a if not any(_same_tau(ra[0], rb[0], rtol) for rb in b)]
+
+
 def _matched(a, b, rtol):
     """``(ia, ib, tau, (ma, sa), (mb, sb))`` for every temperature of ``a`` also in ``b``; the
     stages ``ia``, ``ib`` are the rows' fourth entries where given, else their positions."""
@@ -67,7 +77,7 @@ def _matched(a, b, rtol):
         for ib, row_b in enumerate(b):
             tb, mb, sb = row_b[:3]
             ib = row_b[3] if len(row_b) > 3 else ib
-            if abs(ta - tb) <= rtol * max(abs(ta), abs(tb)):
+            if _same_tau(ta, tb, rtol):
                 ma, mb = np.asarray(ma, float), np.asarray(mb, float)
                 if ma.shape != mb.shape:
                     raise ValueError(f"predictors on {ma.size} and {mb.size} points: not the "
@@ -77,8 +87,9 @@ def _matched(a, b, rtol):
                 break
 
 
-def _z(diff, den):
-    """``|diff| / den`` per point, ``inf`` where ``den = 0`` and ``diff ≠ 0``."""
+def z_scores(diff, den):
+    """``|diff| / den`` per point, ``inf`` where ``den = 0`` and ``diff ≠ 0`` (0 where both
+    are)."""
     diff = np.abs(diff)
     return np.where(den > 0, diff / np.where(den > 0, den, 1.0),
                     np.where(diff > 0, np.inf, 0.0))
@@ -109,7 +120,7 @@ def compare_ladders(a, b, rtol: float = 1e-9) -> list[LadderDifference]:
     out = []
     for ia, ib, tau, (ma, sa), (mb, sb) in _matched(a, b, rtol):
         diff = np.abs(ma - mb)
-        z = _z(diff, np.sqrt(sa ** 2 + sb ** 2))
+        z = z_scores(diff, np.sqrt(sa ** 2 + sb ** 2))
         out.append(LadderDifference(tau, ia, ib, float(diff.max()), float(z.max()),
                                     float(sa.max()), float(sb.max())))
     return out
@@ -189,7 +200,7 @@ def extrapolate_ladders(fine, coarse, ratio: float, rtol: float = 1e-9) -> list[
     for i_f, i_c, tau, (mf, sf), (mc, sc) in _matched(fine, coarse, rtol):
         mean = (r * mf - mc) / (r - 1)
         mcse = np.sqrt((r * sf) ** 2 + sc ** 2) / (r - 1)
-        z = _z(mc - mf, np.sqrt(sf ** 2 + sc ** 2))
+        z = z_scores(mc - mf, np.sqrt(sf ** 2 + sc ** 2))
         out.append(Extrapolation(tau, i_f, i_c, r, mean, mcse, (mc - mf) / (r - 1),
                                  float(z.max())))
     return out

@@ -108,26 +108,71 @@ def gibbs_distance(run, stage: int, window: float = 0.5) -> dict:
     solvers.gibbs.GibbsConvergenceError
         The reference did not converge.
     """
-    lam = float(run.config["dynamics"]["lam"])
     tau = float(run.config["dynamics"]["taus"][stage])
-    if run.d > QMC_MAX_D:
-        return {"tau": tau, "skipped": f"Gibbs reference too costly for d = {run.d} > "
-                                       f"{QMC_MAX_D} (randomized QMC)"}
-    if tau <= 0:
-        return {"tau": tau, "skipped": "tau = 0 (see the convex reference)"}
-    f, se = _particles(run, stage, window)
     t0 = time.time()
-    try:
-        ref = gibbs_reference(run.X, run.y, lam, tau)
-    except (GibbsAccuracyError, GibbsConvergenceError) as exc:
-        if run.d <= 2:
-            raise
-        return {"tau": tau, "skipped": f"Gibbs reference (qmc): {exc}"}
+    ref, skipped = _gibbs_or_skip(run, tau)
+    if skipped:
+        return {"tau": tau, "skipped": skipped}
+    f, se = _particles(run, stage, window)
     out = {"tau": tau, **_distances(f, se, ref.f_train), "max_abs_G": float(ref.max_abs_G),
            "residual": float(ref.residual), "quad_error": float(ref.quad_error),
            "method": "quadrature" if run.d <= 2 else "qmc",
            "seconds": round(time.time() - t0, 3)}
     return out
+
+
+def _gibbs_or_skip(run, tau: float):
+    """``(reference, None)``, or ``(None, reason)`` when ``d > QMC_MAX_D``, ``tau = 0`` or the
+    QMC accuracy is out of reach at ``tau`` (a quadrature failure, ``d ≤ 2``, is raised)."""
+    if run.d > QMC_MAX_D:
+        return None, f"Gibbs reference too costly for d = {run.d} > {QMC_MAX_D} (randomized QMC)"
+    if tau <= 0:
+        return None, "tau = 0 (see the convex reference)"
+    try:
+        return gibbs_reference(run.X, run.y, float(run.config["dynamics"]["lam"]), tau), None
+    except (GibbsAccuracyError, GibbsConvergenceError) as exc:
+        if run.d <= 2:
+            raise
+        return None, f"Gibbs reference (qmc): {exc}"
+
+
+def extrapolation_distance(run, row, f_fine, f_coarse) -> dict:
+    """Distances to the Gibbs reference of an extrapolation in the step
+    (:class:`analysis.ladders.Extrapolation` ``row``) and of the two runs behind it.
+
+    Parameters
+    ----------
+    run : meanfield.store.Run
+        Either run (they share data, ``λ`` and activation).
+    row : analysis.ladders.Extrapolation
+    f_fine, f_coarse : ndarray of shape (n,)
+        The two runs' time-averaged predictors at ``row.tau``.
+
+    Returns
+    -------
+    dict
+        ``fine, coarse, extrapolated`` (largest distances over the training points),
+        ``z`` (the largest ``|extrapolated − f_Gibbs| / sqrt(MCSE² + quad_error²)``) and
+        ``quad_error``; or ``{"skipped": reason}`` for a non-ReLU run and where
+        :func:`gibbs_distance` skips, or when the reference does not converge.
+    """
+    from analysis.ladders import z_scores
+    act = run.config.get("model", {}).get("activation", "relu")
+    if act != "relu":
+        return {"skipped": f"model.activation = {act!r}: the exact references are for relu"}
+    try:
+        ref, skipped = _gibbs_or_skip(run, row.tau)
+    except GibbsConvergenceError as exc:
+        return {"skipped": str(exc)}
+    if skipped:
+        return {"skipped": skipped}
+    fg = np.asarray(ref.f_train)
+    err = row.mean - fg
+    z = z_scores(err, np.sqrt(row.mcse ** 2 + float(ref.quad_error) ** 2))
+    return {"fine": float(np.max(np.abs(f_fine - fg))),
+            "coarse": float(np.max(np.abs(f_coarse - fg))),
+            "extrapolated": float(np.max(np.abs(err))), "z": float(z.max()),
+            "quad_error": float(ref.quad_error)}
 
 
 def convex_distance(run, stage: int | None = None, window: float = 0.5) -> dict:

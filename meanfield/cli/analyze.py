@@ -136,6 +136,13 @@ def _ladder(run):
     return out
 
 
+def _not_a_config(path) -> None:
+    """Refuse a config given where a run file belongs, saying how to make one."""
+    if Path(path).suffix.lower() == ".toml":
+        raise InputError(path, "", "is a config, not a run file: run it first "
+                                   f"(meanfield run {path} -o RUN.h5), then analyse RUN.h5")
+
+
 def _two_runs(args, option):
     """The run files of ``--against``/``--extrapolate``: both readable run files of the same
     training data; a warning for each incomplete one."""
@@ -144,9 +151,7 @@ def _two_runs(args, option):
     from meanfield.store import open_run
     other = getattr(args, option)
     for path in (args.run, other):
-        if Path(path).suffix.lower() == ".toml":
-            raise InputError(path, "", "is a config, not a run file: run it first "
-                                       f"(meanfield run {path} -o RUN.h5)")
+        _not_a_config(path)
     a, b = open_run(args.run), open_run(other)
     if a.X.shape != b.X.shape or not (np.array_equal(a.X, b.X) and np.array_equal(a.y, b.y)):
         raise InputError(other, "", f"not the same training data as {args.run}")
@@ -159,8 +164,8 @@ def _two_runs(args, option):
 
 def _unmatched(la, lb, name_b):
     """Note on stderr the temperatures of ``la`` with no partner in ``lb``."""
-    tb = [r[0] for r in lb]
-    lone = [r[0] for r in la if not any(abs(r[0] - t) <= 1e-9 * max(r[0], t) for t in tb)]
+    from analysis.ladders import unmatched
+    lone = unmatched(la, lb)
     if lone:
         sys.stderr.write(f"meanfield: note: tau = {', '.join(f'{t:g}' for t in lone)} not in "
                          f"{name_b} (with observations): skipped\n")
@@ -205,39 +210,12 @@ def _field(run, table, key):
     return run.config.get(table, {}).get(key)
 
 
-def _gibbs_doc(run, row, mf, mc):
-    """The ``"gibbs"`` entry of one extrapolated temperature: distances of the fine run, the
-    coarse run and the extrapolation to the Gibbs reference, or why it was skipped."""
-    import numpy as np
-
-    from analysis.references import QMC_MAX_D, gibbs_reference
-    act = _field(run, "model", "activation")
-    if act != "relu":
-        return {"skipped": f"model.activation = {act!r}: the exact references are for relu"}
-    if run.d > QMC_MAX_D:
-        return {"skipped": f"d = {run.d} > {QMC_MAX_D}"}
-    if row.tau <= 0:
-        return {"skipped": "tau = 0: its reference is the convex limit "
-                           "(meanfield reference convex)"}
-    try:
-        ref = gibbs_reference(run.X, run.y, run.lam, row.tau)
-    except Exception as exc:  # noqa: BLE001 - a refusal is reported, not fatal
-        return {"skipped": str(exc)}
-    fg = np.asarray(ref.f_train)
-    err = np.abs(row.mean - fg)
-    den = np.sqrt(row.mcse ** 2 + float(ref.quad_error) ** 2)
-    return {"fine": float(np.max(np.abs(mf - fg))), "coarse": float(np.max(np.abs(mc - fg))),
-            "extrapolated": float(err.max()),
-            "z": float(np.max(np.where(den > 0, err / np.where(den > 0, den, 1.0),
-                                       np.where(err > 0, np.inf, 0.0)))),
-            "quad_error": float(ref.quad_error)}
-
-
 def _extrapolate(args) -> int:
     """``meanfield analyze A.h5 --extrapolate B.h5``: Richardson extrapolation in ``eta``."""
     import numpy as np
 
     from analysis.ladders import extrapolate_ladders
+    from analysis.references import extrapolation_distance
     a, b = _two_runs(args, "extrapolate")
     act = _field(a, "model", "activation")
     for (table, key), where in _SAME_PHYSICS:
@@ -273,8 +251,8 @@ def _extrapolate(args) -> int:
     for row in rows:
         doc = row.to_dict()
         doc["gibbs"] = ({"skipped": "--no-references"} if args.no_references else
-                        _gibbs_doc(fine, row, by_f[row.stage_fine][1],
-                                   by_c[row.stage_coarse][1]))
+                        extrapolation_distance(fine, row, by_f[row.stage_fine][1],
+                                               by_c[row.stage_coarse][1]))
         docs.append(doc)
     if args.json:
         print(json.dumps({"fine": str(fine.path), "coarse": str(coarse.path), "eta_fine": ef,
@@ -310,10 +288,7 @@ def main(args) -> int:
         return _extrapolate(args)
     if is_study_dir(args.run):
         return _study(args)
-    if Path(args.run).suffix.lower() == ".toml":
-        raise InputError(args.run, "", "is a config, not a run file: run it first "
-                                       f"(meanfield run {args.run} -o RUN.h5), then "
-                                       "meanfield analyze RUN.h5")
+    _not_a_config(args.run)
     if not 0 <= args.min_mass < 1:
         raise InputError("--min-mass", "", f"must be in [0, 1), got {args.min_mass}")
     if not -1 <= args.g_ray <= 1:
