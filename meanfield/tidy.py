@@ -13,11 +13,6 @@ from pathlib import Path
 import numpy as np
 
 
-def _stage(steps, steps_per_tau):
-    """Ladder stage (0 = hottest) of each global step ``1 ≤ step ≤ L·T``."""
-    return np.maximum(np.asarray(steps, dtype=np.int64) - 1, 0) // int(steps_per_tau)
-
-
 def run_dataset(run, frames: bool = True):
     """A run as an ``xarray.Dataset``.
 
@@ -32,21 +27,28 @@ def run_dataset(run, frames: bool = True):
     -------
     xarray.Dataset
         Observables over dimension ``time`` (coordinates ``time = step · eta``, ``step``,
-        ``tau``, ``stage``): ``risk``, ``regulariser``, ``mean_sq_norm``, ``stationarity``
+        ``tau``, ``stage``, ``step_in_stage``): ``risk``, ``regulariser``, ``mean_sq_norm``, ``stationarity``
         and ``residuals`` (``time``, ``sample``). Frames over ``frame``, ``particle``,
         ``coord`` (``coord`` = ``a, w1..wd, b``; coordinates ``frame_step``, ``frame_time``,
-        ``frame_tau``, ``frame_stage``): ``particles``. The data: ``X`` (``sample``,
+        ``frame_tau``, ``frame_stage``, ``frame_step_in_stage``): ``particles``. The data: ``X`` (``sample``,
         ``input``) and ``y`` (``sample``). Attributes: ``path``, ``complete``, ``lam``,
-        ``eta``, ``steps_per_tau``, ``taus``, ``n_particles``, ``config_json``.
+        ``eta``, ``steps_per_tau`` (an int, or ``"auto"``), ``stage_lengths`` (the steps of
+        each stage as run; an ``"auto"`` stage's length is known once it has ended),
+        ``taus``, ``n_particles``, ``config_json``. The stage of a row comes from the run's
+        :class:`solvers.schedule.Schedule` (``step_in_stage`` is 1-based), never from its
+        temperature, so ladders with auto lengths work.
     """
     import xarray as xr
     dyn = run.config["dynamics"]
-    T = int(dyn["steps_per_tau"])
+    sch = run.schedule
     obs = run.observables
     step = obs["risk"]["step"]
+    stage, in_stage = sch.stages_of_steps(step)
+    fstage, fin_stage = sch.stages_of_steps(run.frame_step)
+    lengths = sch.lengths if sch.auto else [sch.stage_length(k) for k in range(sch.n_stages)]
     coords = {"time": ("time", obs["risk"]["time"], {"units": "step · eta"}),
               "step": ("time", step), "tau": ("time", obs["tau"]["value"]),
-              "stage": ("time", _stage(step, T)),
+              "stage": ("time", stage), "step_in_stage": ("time", in_stage),
               "sample": np.arange(run.n), "input": [f"x{k + 1}" for k in range(run.d)]}
     data = {name: ("time", obs[name]["value"])
             for name in ("risk", "regulariser", "mean_sq_norm", "stationarity")}
@@ -58,14 +60,16 @@ def run_dataset(run, frames: bool = True):
     coords.update({"frame": np.arange(run.n_frames), "frame_step": ("frame", run.frame_step),
                    "frame_time": ("frame", run.frame_time),
                    "frame_tau": ("frame", run.frame_tau),
-                   "frame_stage": ("frame", _stage(run.frame_step, T)), "coord": cols})
+                   "frame_stage": ("frame", fstage), "frame_step_in_stage": ("frame", fin_stage),
+                   "coord": cols})
     if frames:
         parts = (np.stack([run.frame(k) for k in range(run.n_frames)]) if run.n_frames
                  else np.empty((0, run.n_particles, run.d + 2)))
         coords["particle"] = np.arange(run.n_particles)
         data["particles"] = (("frame", "particle", "coord"), parts)
     attrs = {"path": str(run.path), "complete": int(run.complete), "lam": float(dyn["lam"]),
-             "eta": float(dyn["eta"]), "steps_per_tau": T,
+             "eta": float(dyn["eta"]), "steps_per_tau": dyn["steps_per_tau"],
+             "stage_lengths": np.asarray(lengths, dtype=np.int64),
              "taus": np.asarray(dyn["taus"], dtype=float), "n_particles": run.n_particles,
              "config_json": run.config_json}
     return xr.Dataset(data, coords=coords, attrs=attrs)

@@ -23,6 +23,8 @@ import math
 from dataclasses import dataclass, replace
 from functools import cached_property
 
+import numpy as np
+
 
 def snapshot_steps(steps: int, snapshots: int) -> list[int]:
     """Steps within a stage (1-based counts) after which a snapshot frame is written.
@@ -146,6 +148,27 @@ class Schedule:
     def stage_of_step(self, step: int) -> int:
         """The stage that global step ``step >= 1`` belongs to."""
         return bisect.bisect_left(self._ends, int(step))
+
+    def stages_of_steps(self, steps) -> tuple[np.ndarray, np.ndarray]:
+        """Stage and step within it of each global step (vectorised :meth:`stage_of_step`).
+
+        Parameters
+        ----------
+        steps : array_like of int, shape (m,)
+            Global steps ``1 <= step <= total_steps``.
+
+        Returns
+        -------
+        stage, step_in_stage : ndarray of int64, shape (m,)
+            The stage of each step (0 = the first of the ladder) and its 1-based step within
+            that stage.
+        """
+        steps = np.asarray(steps, dtype=np.int64)
+        ends = np.asarray(self._ends, dtype=np.int64)
+        stage = np.searchsorted(ends, steps, side="left")
+        stage = np.minimum(stage, max(len(ends) - 1, 0))
+        starts = np.concatenate(([0], ends[:-1])) if len(ends) else np.zeros(1, np.int64)
+        return stage.astype(np.int64), steps - starts[stage]
 
     def last_part(self, stage: int, fraction: float) -> tuple[int, int]:
         """Global steps ``(cut, hi)`` of the last ``fraction`` of stage ``stage``: the steps

@@ -137,3 +137,27 @@ def test_study_results_is_a_dataset_over_the_axes(tmp_path, monkeypatch):
     assert np.isfinite(res.J.values).all()
     # the mean over seeds, the xarray way
     assert res.risk.mean("seed").dims == ("lam", "tau")
+
+
+def test_to_xarray_on_an_auto_length_run(tmp_path):
+    """``steps_per_tau = "auto"`` (the embedded default's setting): stages and steps within a
+    stage come from the run's schedule; checked against the file's own temperature column."""
+    out = run_one_thread(plane8_toml({"dynamics.steps_per_tau": "auto",
+                                      "dynamics.max_steps_per_tau": 1600,
+                                      "dynamics.taus": [1e-2, 1e-3, 1e-4]}), tmp_path)
+    run = open_run(out)
+    ds = run.to_xarray()
+    steps, tau = run.observables["tau"]["step"], run.observables["tau"]["value"]
+    # independent oracle: the ladder's temperatures are distinct, so a stage ends where the
+    # stored temperature changes
+    change = np.flatnonzero(np.diff(tau) != 0)
+    want_stage = np.searchsorted(change, np.arange(len(tau)), side="left")
+    np.testing.assert_array_equal(ds.stage.values, want_stage)
+    ends = np.concatenate(([0], steps[change]))
+    np.testing.assert_array_equal(ds.step_in_stage.values, steps - ends[want_stage])
+    assert ds.attrs["steps_per_tau"] == "auto"
+    lengths = np.diff(np.concatenate(([0], steps[change], [steps[-1]])))
+    np.testing.assert_array_equal(ds.attrs["stage_lengths"], lengths)
+    assert set(np.unique(ds.frame_stage.values)) == {0, 1, 2}
+    np.testing.assert_array_equal(ds.frame_tau.values,
+                                  np.asarray([1e-2, 1e-3, 1e-4])[ds.frame_stage.values])
