@@ -10,20 +10,19 @@ particles with the exact references (the Gibbs measure at each ``τ``, THEORY §
     python examples/low_temperature_study.py out/ --threads 1
 
 About 5 minutes on two cores (most of it the first numba compilation, the particle run and
-the Gibbs quadrature at the coldest temperature). ``docs/tutorial.md`` walks through it.
+the Gibbs quadrature at the coldest temperature). ``docs/tutorial.md`` walks through it. It
+uses the installed ``meanfield`` (``pip install .``), so its numba cache is the one every other
+command uses.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "data" / "plane8.csv"
-if (ROOT / "meanfield" / "__init__.py").exists():
-    sys.path.insert(0, str(ROOT))        # use the checkout this script lives in
 
 
 def study_config(n_particles: int, steps_per_tau: int, seed: int) -> dict:

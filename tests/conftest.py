@@ -1,11 +1,87 @@
-"""Shared test helpers: the tiny configs the tests start from, rendered as TOML."""
+"""Shared test helpers: the tiny configs the tests start from, rendered as TOML, and the guard
+that the suite tests the *installed* package.
+
+The suite imports ``meanfield``, ``solvers`` and ``analysis`` as installed (``pip install .``
+or ``pip install -e .``), never by putting the checkout on ``sys.path``: a package folder left
+out of the wheel then fails here as it fails for a user. The checkout is appended to
+``sys.path`` (after site-packages) only so that ``benchmarks`` can be imported; subprocesses
+run with ``PYTHONSAFEPATH=1`` so that ``python -m meanfield`` started in the checkout does not
+import it either (Python >= 3.11). At the end of the session every loaded module of the three
+packages is checked to come from the installed distribution (or from a folder named in
+``PYTHONPATH``, where a developer asked for it explicitly).
+"""
 
 from __future__ import annotations
 
 import copy
 import json
+import os
+import sys
+from pathlib import Path
 
 import pytest
+
+#: The checkout holding this suite (its data/, docs/, examples/ and benchmarks/).
+REPO = Path(__file__).resolve().parents[1]
+#: The shipped data folder.
+DATA = REPO / "data"
+#: The packages the suite tests, as installed.
+PACKAGES = ("meanfield", "solvers", "analysis")
+
+os.environ["PYTHONSAFEPATH"] = "1"       # subprocesses: the current folder is not on sys.path
+if str(REPO) not in sys.path:
+    sys.path.append(str(REPO))           # benchmarks only: installed packages come first
+# bind the three packages now (their roots are cheap, PEP 562): a benchmark module that puts
+# the checkout first on sys.path when imported then no longer changes what they are
+import analysis  # noqa: E402, F401
+import meanfield  # noqa: E402, F401
+import solvers  # noqa: E402, F401
+
+
+def installed_roots() -> list[Path]:
+    """The folders from which the installed distribution ``meanfield-relu`` provides its
+    packages: site-packages for a regular install, the source folder for an editable one, plus
+    the folders of ``PYTHONPATH``. Raises ``RuntimeError`` when it is not installed."""
+    from importlib import metadata
+    from urllib.parse import unquote, urlparse
+    try:
+        dist = metadata.distribution("meanfield-relu")
+    except metadata.PackageNotFoundError:
+        raise RuntimeError("meanfield-relu is not installed: run the README's test command "
+                           "(pip install \".[test]\")") from None
+    roots = [Path(p).resolve() for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    direct = dist.read_text("direct_url.json")
+    info = json.loads(direct) if direct else {}
+    if info.get("dir_info", {}).get("editable"):
+        roots.append(Path(unquote(urlparse(info["url"]).path)).resolve())
+    roots.append(Path(dist.locate_file("")).resolve())
+    return roots
+
+
+def foreign_modules(modules) -> list[str]:
+    """``name: file`` of each loaded module of :data:`PACKAGES` that the installed
+    distribution does not provide (see :func:`installed_roots`)."""
+    roots = installed_roots()
+    bad = []
+    for name, mod in sorted(modules.items()):
+        if name.split(".")[0] not in PACKAGES or getattr(mod, "__file__", None) is None:
+            continue
+        f = Path(mod.__file__).resolve()
+        if not any(f.is_relative_to(r) for r in roots):
+            bad.append(f"{name}: {f}")
+    return bad
+
+
+def pytest_report_header(config):
+    return f"meanfield under test: {Path(meanfield.__file__).resolve().parent}"
+
+
+def pytest_sessionfinish(session, exitstatus):
+    bad = foreign_modules(dict(sys.modules))
+    if bad:
+        print("\nthe suite imported modules that the installed meanfield-relu does not provide "
+              "(the checkout on sys.path?):\n  " + "\n  ".join(bad[:10]), file=sys.stderr)
+        session.exitstatus = 1
 
 #: A tiny run: five Gaussian points in the plane, 64 particles, two temperatures of 300 steps.
 TINY = {
@@ -57,8 +133,7 @@ def tiny_toml(changes: dict | None = None, base: dict = TINY) -> str:
 def plane8_toml(changes: dict | None = None) -> str:
     """The tiny run on the eight points in the plane (``data/plane8.csv``): 300 particles,
     1500 steps per temperature, an observation every 100 steps."""
-    import os
-    return tiny_toml({"data": {"kind": "file", "path": os.path.abspath("data/plane8.csv"),
+    return tiny_toml({"data": {"kind": "file", "path": str(DATA / "plane8.csv"),
                                "target": "y"},
                       "model.n_particles": 300, "dynamics.steps_per_tau": 1500,
                       "dynamics.seed": 2, "output.observe_every": 100, **(changes or {})})

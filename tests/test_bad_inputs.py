@@ -42,9 +42,7 @@ GOOD = {"model.n_particles": None, "data.seed": None, "dynamics.seed": None,
 
 def cli(args, cwd, preexec_fn=None, timeout=120):
     """``python -m meanfield ARGS`` in a subprocess, from this checkout."""
-    env = dict(os.environ, NUMBA_NUM_THREADS="1",
-               PYTHONPATH=os.pathsep.join([str(REPO)] + [p for p in [
-                   os.environ.get("PYTHONPATH")] if p]))
+    env = dict(os.environ, NUMBA_NUM_THREADS="1")
     return subprocess.run([sys.executable, "-m", "meanfield", *map(str, args)], cwd=cwd,
                           env=env, capture_output=True, text=True, preexec_fn=preexec_fn,
                           timeout=timeout)

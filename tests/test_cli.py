@@ -4,7 +4,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import tiny_toml
+from conftest import DATA, tiny_toml
 
 from meanfield.cli import main
 
@@ -20,10 +20,9 @@ def tiny(csv, changes=None):
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
-    import os
     d = tmp_path_factory.mktemp("run")
     cfg = d / "tiny.toml"
-    cfg.write_text(tiny(os.path.abspath("data/plane8.csv")))
+    cfg.write_text(tiny(str(DATA / "plane8.csv")))
     out = d / "tiny.h5"
     assert main(["run", str(cfg), "-o", str(out), "--quiet"]) == 0
     return cfg, out

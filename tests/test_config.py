@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from conftest import DATA
 
 from meanfield import config, data
 from meanfield.errors import ConfigError, DataError
@@ -92,7 +93,7 @@ def test_data_file_errors(tmp_path):
 
 
 def test_loaders_agree(tmp_path):
-    ds = data.load_file("data/plane8.csv", target="y")
+    ds = data.load_file(DATA / "plane8.csv", target="y")
     np.save(tmp_path / "p.npy", np.c_[ds.X, ds.y])
     np.savez(tmp_path / "p.npz", X=ds.X, y=ds.y)
     for f in ("p.npy", "p.npz"):
@@ -104,17 +105,17 @@ def test_loaders_agree(tmp_path):
 def test_embedded_default_is_plane8():
     cfg = config.embedded_default()
     ds = data.from_config(cfg)
-    ref = data.load_file("data/plane8.csv", target="y")
+    ref = data.load_file(DATA / "plane8.csv", target="y")
     np.testing.assert_array_equal(ds.X, ref.X)
     np.testing.assert_array_equal(ds.y, ref.y)
-    shipped = config.load("data/plane8.toml")
+    shipped = config.load(DATA / "plane8.toml")
     assert shipped.model == cfg.model and shipped.dynamics == cfg.dynamics
     assert shipped.output == cfg.output
 
 
 def test_shipped_configs_load():
     import glob
-    paths = sorted(glob.glob("data/*.toml"))
+    paths = sorted(glob.glob(str(DATA / "*.toml")))
     assert len(paths) >= 6
     for p in paths:
         cfg = config.load(p)

@@ -47,7 +47,7 @@ def one_line(capsys, code, want=2):
 
 
 def run_cli(*argv, env=None, timeout=300, cwd=None):
-    e = dict(os.environ, PYTHONPATH=str(REPO))
+    e = dict(os.environ)
     e.update(env or {})
     return subprocess.run([sys.executable, "-m", "meanfield", *map(str, argv)], env=e,
                           capture_output=True, text=True, timeout=timeout, cwd=cwd)
@@ -109,7 +109,7 @@ def test_pairs_of_runs_on_one_output(tiny, tmp_path):
     cfg, single = tiny
     pairs = int(os.environ.get("MEANFIELD_PAIRS", "5"))
     rng = np.random.default_rng(int(os.environ.get("MEANFIELD_PAIRS_SEED", "17")))
-    env = dict(os.environ, PYTHONPATH=str(REPO), NUMBA_NUM_THREADS="1")
+    env = dict(os.environ, NUMBA_NUM_THREADS="1")
     ref = single.read_bytes()
     outcomes, losers = [], []
     for k in range(pairs):
@@ -400,7 +400,7 @@ def test_a_job_asking_more_threads_than_its_worker_allows_is_capped(tiny, tmp_pa
     out = tmp_path / "j.h5"
     proc = subprocess.run([sys.executable, "-c", code, job, str(out)], capture_output=True,
                           text=True, timeout=300,
-                          env=dict(os.environ, PYTHONPATH=str(REPO), NUMBA_NUM_THREADS="1"))
+                          env=dict(os.environ, NUMBA_NUM_THREADS="1"))
     res = json.loads(proc.stdout.strip().splitlines()[-1])
     assert res["status"] == "done", res
     assert res["threads"] == 1 and "NUMBA_NUM_THREADS" in res["note"] and "allows 1" in res["note"]
@@ -425,7 +425,7 @@ def test_a_study_started_at_the_top_level_of_a_script_is_refused_in_one_line(tmp
                       f"study = Study.from_file({str(study)!r}, {str(tmp_path / 'st')!r})\n"
                       "study.run(workers=2)\n")
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)))
+                          timeout=120, env=dict(os.environ))
     assert proc.returncode != 0
     msgs = [ln for ln in proc.stderr.splitlines() if 'if __name__ == "__main__":' in ln]
     assert len(msgs) == 1 and "go.py" in msgs[0] and "line 3" in msgs[0], proc.stderr
@@ -436,7 +436,7 @@ def test_a_study_started_at_the_top_level_of_a_script_is_refused_in_one_line(tmp
                        "def main():\n    return unguarded_call_line()\n"
                        "if __name__ == '__main__':\n    print(main())\n")
     proc = subprocess.run([sys.executable, str(guarded)], capture_output=True, text=True,
-                          timeout=60, env=dict(os.environ, PYTHONPATH=str(REPO)))
+                          timeout=60, env=dict(os.environ))
     assert proc.stdout.strip() == "None", proc.stderr
 
 

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import toml
+from conftest import DATA, toml
 from scipy.special import gammaln
 
 from solvers.gibbs import gibbs
@@ -30,7 +30,7 @@ def _area(d):
 
 def _data(name):
     from meanfield import config, data
-    cfg = config.load(f"data/{name}.toml")
+    cfg = config.load(DATA / f"{name}.toml")
     return data.from_config(cfg), cfg.dynamics.lam, cfg.taus
 
 

@@ -153,7 +153,7 @@ print(json.dumps(out))
 
 
 def test_bitwise_independent_of_thread_count():
-    env = dict(os.environ, NUMBA_NUM_THREADS="3", PYTHONPATH=ROOT)
+    env = dict(os.environ, NUMBA_NUM_THREADS="3")
     res = subprocess.run([sys.executable, "-c", THREADS_SCRIPT], env=env, cwd=ROOT,
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr

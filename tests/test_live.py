@@ -18,7 +18,7 @@ from conftest import tiny_toml
 from meanfield.store import open_run, writer_alive
 
 REPO = Path(__file__).resolve().parents[1]
-ENV = dict(os.environ, HDF5_USE_FILE_LOCKING="TRUE", PYTHONPATH=str(REPO))
+ENV = dict(os.environ, HDF5_USE_FILE_LOCKING="TRUE")
 
 # A store-level writer (no solver): observation k has risk k and residuals k/7; frame k holds
 # 1000 k + arange. It appends one row every few milliseconds and says when it starts.

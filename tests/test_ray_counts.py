@@ -194,7 +194,6 @@ def test_six_points_at_N_100_gives_the_convex_J_or_no_verdict(six_runs):
 # --- the benchmark, on its cheapest cell -----------------------------------------------------
 
 def test_ray_counts_benchmark_cell_agrees_on_two_point_data(tmp_path):
-    sys.path.insert(0, str(ROOT))
     from benchmarks import ray_counts as rc
     path = rc.ensure_run(tmp_path, "two_point_odd", 300, 0, threads=1, span_scale=0.5)
     row = rc.analyse_cell(path, "two_point_odd", 300, 0)

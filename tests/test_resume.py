@@ -292,9 +292,7 @@ def test_divergence_exit_1_one_line_keeps_frames_and_checkpoint(tmp_path, capsys
 # ----------------------------------------------------------------------------- subprocesses
 
 def _env():
-    return dict(os.environ, NUMBA_NUM_THREADS="1",
-                PYTHONPATH=os.pathsep.join([str(REPO)] + [p for p in [
-                    os.environ.get("PYTHONPATH")] if p]))
+    return dict(os.environ, NUMBA_NUM_THREADS="1")
 
 
 def start(args, cwd):

@@ -146,7 +146,6 @@ def test_reservation_failure_leaves_no_hdf5_write(tmp_path):
     """A file-size limit below the estimate fails in the reservation with a plain OSError."""
     script = textwrap.dedent(f"""
         import resource, sys
-        sys.path.insert(0, {str(REPO)!r})
         from meanfield import config, data
         from meanfield.store import RunWriter
         cfg = config.from_dict({{"data": {{"kind": "gaussian"}}, "model": {{"n_particles": 4000}}}})
@@ -167,7 +166,6 @@ def test_reservation_failure_leaves_no_hdf5_write(tmp_path):
 _WRITER = """
 import sys
 import numpy as np
-sys.path.insert(0, {repo!r})
 from meanfield import config, data
 from meanfield.store import RunWriter
 from solvers.observation import Observation
@@ -193,7 +191,7 @@ def test_store_survives_sigkill_anywhere(tmp_path):
     """A writer appending as fast as it can, killed at random moments: every file opens and
     every committed row holds exactly what was written."""
     script = tmp_path / "writer.py"
-    script.write_text(_WRITER.format(repo=str(REPO)))
+    script.write_text(_WRITER.format())
     rng = random.Random(6)
     readable = 0
     for trial in range(12):
@@ -224,8 +222,7 @@ def test_open_run_names_a_lock_held_by_a_writer_outside_swmr(tmp_path):
     path = tmp_path / "r.h5"
     RunWriter(path, cfg, data.from_config(cfg), capacity=(1, 1)).close()
     with h5py.File(path, "r+"):
-        script = (f"import sys; sys.path.insert(0, {str(REPO)!r})\n"
-                  "from meanfield.store import open_run\n"
+        script = ("from meanfield.store import open_run\n"
                   f"open_run({str(path)!r})\n")
         out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                              timeout=60, env=dict(os.environ, HDF5_USE_FILE_LOCKING="TRUE"))

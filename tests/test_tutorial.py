@@ -84,7 +84,7 @@ def workdir(tmp_path_factory):
 
 @pytest.mark.slow
 def test_script_output_is_the_tutorials(workdir):
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = dict(os.environ)
     out = subprocess.run([sys.executable, str(REPO / "examples" / "low_temperature_study.py"),
                           "lowtemp-study/", "--threads", "1"], cwd=workdir, env=env,
                          capture_output=True, text=True, timeout=1800, check=False)
@@ -97,7 +97,6 @@ def test_script_output_is_the_tutorials(workdir):
 @pytest.mark.slow
 def test_python_steps_print_what_the_tutorial_shows(workdir, monkeypatch):
     monkeypatch.chdir(workdir)
-    monkeypatch.syspath_prepend(str(REPO))
     namespace: dict = {}
     steps = python_steps(TUTORIAL.read_text())
     assert len(steps) >= 4
