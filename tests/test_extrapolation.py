@@ -163,3 +163,52 @@ def test_analyze_extrapolate_warns_and_skips_with_reasons(tmp_path, capsys):
     assert cli.main(["analyze", str(fine), "--extrapolate", str(coarse),
                      "--against", str(coarse)]) == 2
     assert "not both" in capsys.readouterr().err
+
+
+def test_analyze_extrapolate_n(tmp_path, capsys):
+    """Two tiny runs at N and 4N: the command's numbers are the 1/N combination
+    ``(4 f_4N − f_N)/3`` of the two ladders (whichever file comes first), the JSON names the
+    finite-N bias, and pairs that differ in more than N, or not in N, are refused."""
+    from conftest import plane8_toml, run_one_thread
+
+    from meanfield import cli
+    small = run_one_thread(plane8_toml({"model.n_particles": 100}), tmp_path, "small")
+    large = run_one_thread(plane8_toml({"model.n_particles": 400, "dynamics.seed": 9}),
+                           tmp_path, "large")
+    capsys.readouterr()
+    docs = []
+    for argv in ([str(small), "--extrapolate-n", str(large)],
+                 [str(large), "--extrapolate-n", str(small)]):
+        assert cli.main(["analyze", *argv, "--json", "--no-references"]) == 0
+        docs.append(json.loads(capsys.readouterr().out))
+    assert docs[0] == docs[1]
+    doc = docs[0]
+    assert (doc["n_particles_fine"], doc["n_particles_coarse"]) == (400, 100)
+    from meanfield.cli.analyze import _ladder
+    from meanfield.store import open_run
+    lf, lc = _ladder(open_run(large)), _ladder(open_run(small))
+    assert len(doc["taus"]) == len(lf) == 2
+    for row, (tf, mf, sf, _), (tc, mc, sc, _) in zip(doc["taus"], lf, lc, strict=True):
+        assert row["tau"] == tf == tc and row["ratio"] == 4.0
+        np.testing.assert_allclose(row["mean"], (4 * mf - mc) / 3, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(row["mcse"], np.sqrt((4 * sf) ** 2 + sc ** 2) / 3,
+                                   rtol=1e-12)
+        np.testing.assert_allclose(row["finite_n_bias"], (mc - mf) / 3, rtol=0, atol=1e-12)
+        assert "step_bias" not in row and row["finite_n_bias_z"] >= 0
+    assert cli.main(["analyze", str(large), "--extrapolate-n", str(small),
+                     "--no-references"]) == 0
+    out = capsys.readouterr().out
+    assert "n_particles = 400" in out and "finite-N bias" in out and "1/N_coarse" in out
+    # refused: another eta as well as another N; the same N
+    for other, field in ((run_one_thread(plane8_toml({"model.n_particles": 400,
+                                                      "dynamics.eta": 0.025}), tmp_path,
+                                         "eta"), "dynamics.eta"),
+                         (run_one_thread(plane8_toml({"model.n_particles": 100,
+                                                      "dynamics.seed": 8}), tmp_path,
+                                         "same"), "model.n_particles")):
+        assert cli.main(["analyze", str(small), "--extrapolate-n", str(other)]) == 2
+        err = capsys.readouterr().err
+        assert f": {field}:" in err and len(err.strip().splitlines()) == 1, err
+    assert cli.main(["analyze", str(small), "--extrapolate-n", str(large),
+                     "--extrapolate", str(large)]) == 2
+    assert "not both" in capsys.readouterr().err

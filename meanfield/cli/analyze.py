@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from meanfield.errors import InputError
@@ -67,6 +68,13 @@ def register(sub):
                         "predictor with that bias removed and its MCSE, and their distances "
                         "to the Gibbs reference (d <= 5; --no-references skips it); the other "
                         "report options are not used")
+    p.add_argument("--extrapolate-n", metavar="OTHER.h5",
+                   help="instead of the report: extrapolation to N -> infinity with a run that "
+                        "differs only in model.n_particles (e.g. N and 4 N, other seeds): the "
+                        "N-particle law is O(1/N) from the mean-field Gibbs measure, and the "
+                        "combination in 1/N removes that term; per tau the finite-N bias of "
+                        "the larger run, the extrapolated predictor and its MCSE, and their "
+                        "distances to the Gibbs reference (d <= 5)")
     p.set_defaults(func=main)
 
 
@@ -198,67 +206,98 @@ def _against(args) -> int:
     return 0
 
 
-#: Config fields two runs must share to be extrapolated in the step (all but ``eta``, the seed
+#: Config fields two runs must share to be extrapolated (all but the extrapolated one, the seed
 #: and the schedule), and the activations for which each matters (None: all).
 _SAME_PHYSICS = ((("model", "activation"), None), (("model", "n_particles"), None),
                  (("model", "sharpness"), ("softplus", "capped")),
                  (("model", "cap"), ("capped",)), (("dynamics", "lam"), None),
+                 (("dynamics", "eta"), None),
                  (("dynamics", "integrator"), None), (("dynamics", "batch_size"), None))
+
+
+@dataclass(frozen=True)
+class _Extrapolation:
+    """One kind of Richardson extrapolation: the option, the config field the two runs differ
+    in, and ``h(value)``, the variable in which the bias is linear (``η``, or ``1/N``)."""
+
+    option: str
+    field: tuple
+    h: object
+    bias: str            # what the combination removes, for the table and the JSON keys
+    key: str
+    flag: str
+
+
+_EXTRAPOLATE = {
+    "eta": _Extrapolation("extrapolate", ("dynamics", "eta"), float, "step bias",
+                          "step_bias", "--extrapolate"),
+    "n": _Extrapolation("extrapolate_n", ("model", "n_particles"), lambda v: 1.0 / float(v),
+                        "finite-N bias", "finite_n_bias", "--extrapolate-n"),
+}
 
 
 def _field(run, table, key):
     return run.config.get(table, {}).get(key)
 
 
-def _extrapolate(args) -> int:
-    """``meanfield analyze A.h5 --extrapolate B.h5``: Richardson extrapolation in ``eta``."""
+def _extrapolate(args, kind: str) -> int:
+    """``meanfield analyze A.h5 --extrapolate B.h5`` (Richardson extrapolation in ``eta``,
+    Euler-Maruyama runs) or ``--extrapolate-n B.h5`` (in ``1/N``: the leading ``O(1/N)``
+    distance of the N-particle law from the mean-field Gibbs measure, docs/theory.md §2.3)."""
     import numpy as np
 
     from analysis.ladders import extrapolate_ladders
     from analysis.references import extrapolation_distance
-    a, b = _two_runs(args, "extrapolate")
+    spec = _EXTRAPOLATE[kind]
+    other = getattr(args, spec.option)
+    a, b = _two_runs(args, spec.option)
     act = _field(a, "model", "activation")
-    for (table, key), where in _SAME_PHYSICS:
-        va, vb = _field(a, table, key), _field(b, table, key)
+    table, key = spec.field
+    for (t, k), where in _SAME_PHYSICS:
+        if (t, k) == spec.field:
+            continue
+        va, vb = _field(a, t, k), _field(b, t, k)
         if va != vb and (where is None or act in where):
-            raise InputError(args.extrapolate, f"{table}.{key}",
+            raise InputError(other, f"{t}.{k}",
                              f"{vb!r}, but {va!r} in {args.run}: the runs may differ only in "
-                             "dynamics.eta (and the seed and schedule)")
-    if _field(a, "dynamics", "integrator") != "em":
+                             f"{table}.{key} (and the seed and schedule)")
+    if kind == "eta" and _field(a, "dynamics", "integrator") != "em":
         raise InputError(args.run, "dynamics.integrator",
                          f"{_field(a, 'dynamics', 'integrator')!r}: extrapolation in eta needs "
                          "Euler-Maruyama ('em'), whose step bias is linear in eta")
-    ea, eb = float(_field(a, "dynamics", "eta")), float(_field(b, "dynamics", "eta"))
-    if ea == eb:
-        raise InputError(args.extrapolate, "dynamics.eta",
-                         f"{eb:g}, the same as {args.run}: the runs must differ in eta")
-    (fine, ef), (coarse, ec), r = *sorted([(a, ea), (b, eb)], key=lambda p: p[1]), \
-        max(ea, eb) / min(ea, eb)
+    va, vb = _field(a, table, key), _field(b, table, key)
+    if va == vb:
+        raise InputError(other, f"{table}.{key}",
+                         f"{vb:g}, the same as {args.run}: the runs must differ in {key}")
+    # fine: the smaller h (smaller eta, larger N); r = h_coarse / h_fine > 1
+    (fine, vf), (coarse, vc) = sorted([(a, va), (b, vb)], key=lambda p: spec.h(p[1]))
+    r = spec.h(vc) / spec.h(vf)
     gain = math.sqrt(r * r + 1) / (r - 1)
     if gain > 5:
-        sys.stderr.write(f"meanfield: warning: eta {ec:g} and {ef:g} are close (ratio {r:.4g}): "
-                         f"the extrapolation multiplies the Monte Carlo error by {gain:.3g}; "
-                         "a ratio of 2 gives 2.2\n")
+        sys.stderr.write(f"meanfield: warning: {key} {vc:g} and {vf:g} are close (ratio "
+                         f"{r:.4g}): the extrapolation multiplies the Monte Carlo error by "
+                         f"{gain:.3g}; a ratio of 2 gives 2.2\n")
     lf, lc = _ladder(fine), _ladder(coarse)
     rows = extrapolate_ladders(lf, lc, r)
     if not rows:
-        raise InputError(args.extrapolate, "", f"no temperature with observations in common "
-                                               f"with {args.run}")
+        raise InputError(other, "", f"no temperature with observations in common with "
+                                    f"{args.run}")
     _unmatched(lf, lc, coarse.path)
     _unmatched(lc, lf, fine.path)
     by_f, by_c = {x[3]: x for x in lf}, {x[3]: x for x in lc}
     docs = []
     for row in rows:
         doc = row.to_dict()
+        doc[spec.key], doc[spec.key + "_z"] = doc.pop("step_bias"), doc.pop("step_bias_z")
         doc["gibbs"] = ({"skipped": "--no-references"} if args.no_references else
                         extrapolation_distance(fine, row, by_f[row.stage_fine][1],
                                                by_c[row.stage_coarse][1]))
         docs.append(doc)
     if args.json:
-        print(json.dumps({"fine": str(fine.path), "coarse": str(coarse.path), "eta_fine": ef,
-                          "eta_coarse": ec, "taus": docs}))
+        print(json.dumps({"fine": str(fine.path), "coarse": str(coarse.path),
+                          f"{key}_fine": vf, f"{key}_coarse": vc, "taus": docs}))
         return 0
-    print(f"fine   = {fine.path}  (eta = {ef:g})\ncoarse = {coarse.path}  (eta = {ec:g}; "
+    print(f"fine   = {fine.path}  ({key} = {vf:g})\ncoarse = {coarse.path}  ({key} = {vc:g}; "
           f"r = {r:.4g}: the extrapolation's MCSE is about {gain:.2f} x a single run's)")
     print(f"{'tau':>9s} {'max|bias fine|':>14s} {'z(bias)':>8s} {'MCSE extrap':>11s} "
           f"{'|fine-Gibbs|':>12s} {'|extrap-Gibbs|':>14s} {'z':>6s}")
@@ -268,10 +307,12 @@ def _extrapolate(args) -> int:
                 f"  (Gibbs reference skipped: {g['skipped']})")
         print(f"{row.tau:9.2e} {np.max(np.abs(row.step_bias)):14.3e} {row.step_bias_z:8.1f} "
               f"{np.max(row.mcse):11.1e} {tail}")
-    print("(bias fine = the fine run's step bias, (f_coarse - f_fine)/(r - 1); z(bias) in units "
-          "of the combined MCSE: below ~3 the step bias is not resolved. extrap = (r f_fine - "
-          "f_coarse)/(r - 1), r = eta_coarse/eta_fine; maxima over the training points; z = "
-          "|extrap - Gibbs| / sqrt(MCSE^2 + reference error^2). docs/theory.md §2.3)")
+    h = "eta" if kind == "eta" else "1/N"
+    print(f"(bias fine = the fine run's {spec.bias}, (f_coarse - f_fine)/(r - 1); z(bias) in "
+          f"units of the combined MCSE: below ~3 the {spec.bias} is not resolved. extrap = "
+          f"(r f_fine - f_coarse)/(r - 1), r = {h}_coarse/{h}_fine; maxima over the training "
+          "points; z = |extrap - Gibbs| / sqrt(MCSE^2 + reference error^2). "
+          "docs/theory.md §2.3)")
     return 0
 
 
@@ -279,13 +320,18 @@ def main(args) -> int:
     """Run ``meanfield analyze`` with the parsed ``args``; returns the exit code."""
     from meanfield.report import FIGURES, analyze_run
     from meanfield.sweep.summary import is_study_dir
-    if args.against and args.extrapolate:
-        raise InputError("meanfield analyze", "--extrapolate",
-                         "give --against or --extrapolate, not both")
+    given = [f for f, v in (("--against", args.against), ("--extrapolate", args.extrapolate),
+                            ("--extrapolate-n", args.extrapolate_n)) if v]
+    if len(given) > 1:
+        raise InputError("meanfield analyze", given[1],
+                         f"give one of --against, --extrapolate and --extrapolate-n, not "
+                         f"both {given[0]} and {given[1]}")
     if args.against:
         return _against(args)
     if args.extrapolate:
-        return _extrapolate(args)
+        return _extrapolate(args, "eta")
+    if args.extrapolate_n:
+        return _extrapolate(args, "n")
     if is_study_dir(args.run):
         return _study(args)
     _not_a_config(args.run)
