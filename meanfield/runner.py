@@ -133,7 +133,7 @@ def check_same_run(cfg, dataset, stored, path, hint: str = "resume with the same
     path : path-like
         Its path, for messages.
     hint : str
-        What to do instead, appended to the message.
+        What to do instead, appended to the message (none when empty).
 
     Raises
     ------
@@ -150,12 +150,13 @@ def check_same_run(cfg, dataset, stored, path, hint: str = "resume with the same
                     "")
         raise RunMismatch(cfg.source, "", f"differs from the config that wrote {path} (physics "
                                           f"hash {mine} != {theirs}"
-                                          + (f"; {diff}" if diff else "") + f"); {hint}")
+                                          + (f"; {diff}" if diff else "") + ")"
+                          + (f"; {hint}" if hint else ""))
     why = _data.values_differ(dataset.X, dataset.y, stored.X, stored.y)
     if why is not None:
         src, fld = _data_source(cfg)
-        raise RunMismatch(src, fld, f"data values differ from those stored in {path}: {why}; "
-                                    f"{hint}")
+        raise RunMismatch(src, fld, f"data values differ from those stored in {path}: {why}"
+                                    + (f"; {hint}" if hint else ""))
 
 
 def _check_checkpoint(cfg, dataset, meta: dict, stored, ckpt: Path, part: Path) -> None:
