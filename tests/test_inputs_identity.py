@@ -402,3 +402,21 @@ def test_checkpoint_write_failure_says_whether_one_is_kept(tmp_path, monkeypatch
 def test_run_mismatch_is_bad_input():
     from meanfield.errors import RunMismatch
     assert issubclass(RunMismatch, InputError)
+
+
+# ----------------------------------------------------------------------------- analyze -o
+
+def test_report_folder_that_is_or_holds_the_run_is_refused(tmp_path, capsys):
+    cfg = write_run_folder(tmp_path / "runs")
+    run = runner.run(config.load(cfg), tmp_path / "runs" / "r.h5", progress=False)
+    os.symlink(tmp_path / "runs", tmp_path / "link")
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in (tmp_path / "runs").iterdir())
+    for outdir, what in ((run, "is"), (tmp_path / "runs", "holds"), (tmp_path, "holds"),
+                         (tmp_path / "link", "holds")):
+        capsys.readouterr()
+        assert cli.main(["analyze", str(run), "-o", str(outdir), "--no-figures"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [f"meanfield: error: {outdir}: -o: {what} the input {run} (the report "
+                       "folder is replaced as a whole); choose another folder"]
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in (tmp_path / "runs").iterdir()) == \
+        before
