@@ -565,7 +565,8 @@ def run(cfg: _config.RunConfig | str | os.PathLike | None, output: str | os.Path
     cfg : RunConfig or path-like or None
         A validated config, a TOML path, or ``None`` for the embedded default.
     output : path-like, optional
-        Run file to write (default :func:`default_output`).
+        Run file to write (default :func:`default_output`). A symbolic link is written
+        through: the run's files go next to the file it points to, and the link stays.
     overwrite : bool
         Start over even if the output or an interrupted run of it exists. An existing output
         stays in place until the new run completes.
@@ -592,8 +593,12 @@ def run(cfg: _config.RunConfig | str | os.PathLike | None, output: str | os.Path
     Raises
     ------
     InputError
-        Invalid config or data; output in the way without ``overwrite``/``resume``; a resume
-        under another config; unwritable directory; a write failure (full disk).
+        Invalid config or data; output in the way without ``overwrite``/``resume``; an
+        output that is the config or the data file; a dangling symlink as output without
+        ``overwrite``; unwritable directory; a write failure (full disk).
+    meanfield.errors.RunMismatch
+        A resume (or the "already complete" check) under another physics or on other data
+        values than those stored in the run file (``docs/format.md``, "Run identity").
     meanfield.ownership.OutputBusy
         Another process is writing the same output (nothing was read or written).
     meanfield.errors.Interrupted
