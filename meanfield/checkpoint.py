@@ -3,9 +3,10 @@
 A checkpoint ``RUN.h5.ckpt`` is a NumPy ``.npz`` archive (plain arrays, no pickles) holding
 every field of :class:`solvers.langevin.SolverState` (particles, global step, ladder position,
 the stage's residual history, the committed row counts of the run file) and a JSON ``meta``
-record (format version, the config's ``physics_hash`` and ``config_hash``). Restoring it and
-continuing gives bitwise the same run as never stopping, because the noise is a function of
-``(seed, step, particle, coordinate)`` only (``docs/format.md``).
+record (format version, the config's ``physics_hash`` and ``config_hash``, the data's
+``data_hash``). Restoring it and continuing gives bitwise the same run as never stopping,
+because the noise is a function of ``(seed, step, particle, coordinate)`` only
+(``docs/format.md``).
 
 Writing goes to ``RUN.h5.ckpt.tmp``, which is flushed, ``fsync``-ed and renamed over
 ``RUN.h5.ckpt`` (``os.replace``, atomic on POSIX), then the directory is ``fsync``-ed: a crash
@@ -30,7 +31,7 @@ FORMAT = "meanfield-checkpoint"
 VERSION = 1
 
 
-def save(path, state, *, physics_hash: str, config_hash: str) -> None:
+def save(path, state, *, physics_hash: str, config_hash: str, data_hash: str = "") -> None:
     """Write ``state`` (a dataclass such as ``SolverState``) to ``path`` atomically.
 
     Fields may be ndarrays, ints, floats, or lists of equally shaped ndarrays.
@@ -42,6 +43,8 @@ def save(path, state, *, physics_hash: str, config_hash: str) -> None:
     state : dataclass instance
     physics_hash, config_hash : str
         From :class:`meanfield.config.RunConfig`; a resume under another physics is refused.
+    data_hash : str
+        :func:`meanfield.data.data_hash` of the run's data; a resume on other data is refused.
 
     Raises
     ------
@@ -70,7 +73,8 @@ def save(path, state, *, physics_hash: str, config_hash: str) -> None:
         else:  # pragma: no cover - a programming error, not bad input
             raise TypeError(f"cannot checkpoint field {fld.name} of type {type(v).__name__}")
     meta = {"format": FORMAT, "version": VERSION, "physics_hash": physics_hash,
-            "config_hash": config_hash, "fields": kinds, "meanfield": __version__}
+            "config_hash": config_hash, "data_hash": data_hash, "fields": kinds,
+            "meanfield": __version__}
     arrays["meta"] = np.asarray(json.dumps(meta, sort_keys=True))
     with atomic.replacing(path, scratch=path.with_name(path.name + ".tmp"), durable=True) as tmp:
         with open(tmp, "wb") as fh:
@@ -91,7 +95,8 @@ def load(path, state_cls):
     -------
     state : state_cls
     meta : dict
-        ``format``, ``version``, ``physics_hash``, ``config_hash``, ``fields``, ``meanfield``.
+        ``format``, ``version``, ``physics_hash``, ``config_hash``, ``data_hash`` (absent in
+        checkpoints written before it was stored), ``fields``, ``meanfield``.
 
     Raises
     ------

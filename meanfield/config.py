@@ -80,11 +80,17 @@ class RunConfig:
         return hashlib.sha256(self.canonical_json().encode()).hexdigest()[:12]
 
     def physics_hash(self) -> str:
-        """Hash of everything that changes the trajectory (``output`` excluded).
+        """Hash of everything in the config that changes the trajectory, except the data set.
 
-        Used to refuse a resume under a config that would not reproduce the same run.
+        First 12 hex digits of the SHA-256 of the canonical JSON of ``model``, ``dynamics``
+        and ``output`` without ``checkpoint_every``. The ``[data]`` table is left out: where
+        the data come from (a file's path, a generator's parameters) does not matter, only
+        their values, which :func:`meanfield.data.data_hash` identifies. A run is the pair
+        (``physics_hash``, ``data_hash``): a resume, and a study's "already done", need both
+        to match; a run folder that moves keeps both.
         """
         d = self.as_dict()
+        del d["data"]
         d["output"] = {k: v for k, v in d["output"].items() if k != "checkpoint_every"}
         s = json.dumps(d, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(s.encode()).hexdigest()[:12]

@@ -6,6 +6,7 @@ A data set is ``X`` of shape ``(n, d)`` and ``y`` of shape ``(n,)``, float64. Li
 
 from __future__ import annotations
 
+import hashlib
 import os
 import zipfile
 from dataclasses import dataclass
@@ -49,6 +50,72 @@ class Dataset:
     def lifted(self) -> np.ndarray:
         """Lifted inputs ``x̃ = (x, 1)``, ndarray of shape (n, d+1)."""
         return lifted(self.X)
+
+    def hash(self) -> str:
+        """:func:`data_hash` of ``X`` and ``y``: the data set's identity, whatever its source."""
+        return data_hash(self.X, self.y)
+
+
+def data_hash(X, y) -> str:
+    """Hash of the values of a data set: first 16 hex digits of the SHA-256 of
+    ``b"meanfield-data:n,d;"`` (``n`` and ``d`` in decimal), then the bytes of ``X`` and of
+    ``y`` as little-endian float64 in C order (``docs/format.md``, ``data_hash``).
+
+    Parameters
+    ----------
+    X : array_like of shape (n, d)
+        Inputs (as loaded and validated).
+    y : array_like of shape (n,)
+        Targets.
+
+    Returns
+    -------
+    str
+        16 lowercase hex digits. Equal for equal values (any file, format, column order of
+        the source or path), different as soon as one bit of one value or the shape differs.
+    """
+    X = np.ascontiguousarray(X, dtype="<f8")
+    y = np.ascontiguousarray(y, dtype="<f8")
+    n, d = X.shape
+    h = hashlib.sha256(f"meanfield-data:{n},{d};".encode())
+    h.update(X.tobytes())
+    h.update(y.tobytes())
+    return h.hexdigest()[:16]
+
+
+def values_differ(X, y, X_ref, y_ref) -> str | None:
+    """Where the data set ``(X, y)`` differs from ``(X_ref, y_ref)``, in words, or ``None``.
+
+    Values are compared bit for bit (as float64), so ``0.0`` and ``-0.0`` differ.
+
+    Parameters
+    ----------
+    X, y : array_like of shapes (n, d) and (n,)
+        The data set now.
+    X_ref, y_ref : array_like of shapes (n', d') and (n',)
+        The reference (e.g. the values stored in a run file).
+
+    Returns
+    -------
+    str or None
+        E.g. ``"y[3] 0.5 -> 0.7 (1 of 5 entries of y differ)"`` (reference value first),
+        ``"X has shape (5, 2), (6, 2) before"``; ``None`` when bitwise equal.
+    """
+    for name, a, ref in (("X", X, X_ref), ("y", y, y_ref)):
+        a = np.asarray(a, dtype=np.float64)
+        ref = np.asarray(ref, dtype=np.float64)
+        if a.shape != ref.shape:
+            return f"{name} has shape {a.shape}, {ref.shape} before"
+    for name, a, ref in (("X", X, X_ref), ("y", y, y_ref)):
+        a = np.ascontiguousarray(a, dtype=np.float64)
+        ref = np.ascontiguousarray(ref, dtype=np.float64)
+        diff = a.view(np.uint64) != ref.view(np.uint64)
+        if diff.any():
+            first = tuple(int(i) for i in np.argwhere(diff)[0])
+            where = ", ".join(str(i) for i in first)
+            return (f"{name}[{where}] {float(ref[first])!r} -> {float(a[first])!r} "
+                    f"({int(diff.sum())} of {diff.size} entries of {name} differ)")
+    return None
 
 
 def check_arrays(X, y, source: str = "<data>", rows=None) -> Dataset:

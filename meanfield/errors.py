@@ -11,7 +11,7 @@ from __future__ import annotations
 from solvers.errors import DataError, DivergenceError, InputError, UnstableStepError
 
 __all__ = ["InputError", "ConfigError", "DataError", "RunFileError", "CheckpointError",
-           "Interrupted", "DivergenceError", "UnstableStepError", "StudyError",
+           "RunMismatch", "Interrupted", "DivergenceError", "UnstableStepError", "StudyError",
            "MissingDependencyError"]
 
 
@@ -25,6 +25,12 @@ class RunFileError(InputError):
 
 class CheckpointError(InputError):
     """A checkpoint (``RUN.h5.ckpt``) that is unreadable, damaged, or belongs to another config."""
+
+
+class RunMismatch(InputError):
+    """An existing run file or checkpoint of the output was written from other inputs than the
+    run asked for now: another physics (``physics_hash``) or other data values (``data_hash``,
+    the stored ``/data/X`` and ``/data/y``). Resuming it would mix two runs."""
 
 
 class Interrupted(Exception):

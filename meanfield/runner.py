@@ -33,10 +33,12 @@ from meanfield import failures as _failures
 from meanfield import ownership as _ownership
 from meanfield.errors import (
     CheckpointError,
+    ConfigError,
     DivergenceError,
     InputError,
     Interrupted,
     RunFileError,
+    RunMismatch,
 )
 from meanfield.progress import progress_bar
 from meanfield.store import RunWriter, open_run, writer_alive
@@ -81,11 +83,157 @@ def _check_output_dir(path: Path) -> None:
         raise InputError(str(path), "", "is a directory, expected a run file name")
 
 
-def _check_same_physics(cfg, other_hash: str, other: Path) -> None:
-    if other_hash != cfg.physics_hash():
-        raise InputError(cfg.source, "", f"differs from the config that wrote {other} (physics "
-                                         f"hash {cfg.physics_hash()} != {other_hash}); resume "
-                                         "with the same config, or pass --overwrite to start over")
+def _physics_table(d: dict) -> dict:
+    """The part of a canonical config dict that ``physics_hash`` covers, flattened to
+    ``{"table.key": value}``."""
+    out = {}
+    for table in ("model", "dynamics", "output"):
+        for key, value in d.get(table, {}).items():
+            if (table, key) != ("output", "checkpoint_every"):
+                out[f"{table}.{key}"] = value
+    return out
+
+
+def _stored_physics(stored) -> tuple[str, dict]:
+    """``(physics_hash, physics fields)`` of the config that wrote the run file ``stored``
+    (a :class:`meanfield.store.Run`), recomputed from its ``config_json`` so that files written
+    before the data path left the physics hash compare by the same rule; the stored attribute
+    when that config no longer validates."""
+    try:
+        theirs = _config.from_canonical_json(stored.config_json, str(stored.path))
+    except ConfigError:
+        return stored.physics_hash, _physics_table(stored.config)
+    return theirs.physics_hash(), _physics_table(theirs.as_dict())
+
+
+def _data_source(cfg) -> tuple[str, str]:
+    """``(file, field)`` naming where the data of ``cfg`` come from, for messages."""
+    from meanfield.tables import FileData
+    if isinstance(cfg.data, FileData):
+        return str(cfg.data.path), ""
+    return cfg.source, "data"
+
+
+def check_same_run(cfg, dataset, stored, path, hint: str = "resume with the same config and "
+                   "data, or pass --overwrite to start over") -> None:
+    """Refuse unless the run file ``stored`` was written by this run: the same physics
+    (:meth:`meanfield.config.RunConfig.physics_hash`) on the same data values.
+
+    The data are compared with the ``/data/X`` and ``/data/y`` stored in the file, bit for
+    bit, which also covers files written before ``data_hash`` was stored. Paths play no part:
+    a run folder that moved (config, data and run files together) still matches.
+
+    Parameters
+    ----------
+    cfg : RunConfig
+    dataset : meanfield.data.Dataset
+        The data of ``cfg`` as loaded now.
+    stored : meanfield.store.Run
+        The existing run file (``RUN.h5.part`` or ``RUN.h5``).
+    path : path-like
+        Its path, for messages.
+    hint : str
+        What to do instead, appended to the message (none when empty).
+
+    Raises
+    ------
+    meanfield.errors.RunMismatch
+        Another physics (naming the config and the first field that differs) or other data
+        (naming the data file and the first value that differs).
+    """
+    theirs, fields = _stored_physics(stored)
+    mine = cfg.physics_hash()
+    if theirs != mine:
+        ours = _physics_table(cfg.as_dict())
+        diff = next((f"{k} {fields.get(k)!r} -> {ours.get(k)!r}"
+                     for k in sorted(set(ours) | set(fields)) if ours.get(k) != fields.get(k)),
+                    "")
+        raise RunMismatch(cfg.source, "", f"differs from the config that wrote {path} (physics "
+                                          f"hash {mine} != {theirs}"
+                                          + (f"; {diff}" if diff else "") + ")"
+                          + (f"; {hint}" if hint else ""))
+    why = _data.values_differ(dataset.X, dataset.y, stored.X, stored.y)
+    if why is not None:
+        src, fld = _data_source(cfg)
+        raise RunMismatch(src, fld, f"data values differ from those stored in {path}: {why}"
+                                    + (f"; {hint}" if hint else ""))
+
+
+def _check_checkpoint(cfg, dataset, meta: dict, stored, ckpt: Path, part: Path) -> None:
+    """Refuse a checkpoint that does not belong to the run file ``stored`` (already checked
+    against ``cfg`` and ``dataset``): its physics hash is neither that of ``cfg`` nor the one
+    the run file stores (files and checkpoints written before the data path left the hash),
+    or its data hash (absent in older checkpoints) is not that of ``dataset``."""
+    ph = meta.get("physics_hash", "")
+    if ph not in (cfg.physics_hash(), stored.physics_hash):
+        raise RunMismatch(str(ckpt), "", f"does not belong to {part} (physics hash {ph}, "
+                                         f"expected {cfg.physics_hash()}); pass --overwrite to "
+                                         "start over")
+    dh = meta.get("data_hash") or ""
+    if dh and dh != dataset.hash():
+        src, _ = _data_source(cfg)
+        raise RunMismatch(str(ckpt), "", f"was written on other data (data hash {dh}, "
+                                         f"{dataset.hash()} for {src} now); pass --overwrite "
+                                         "to start over")
+
+
+def _through_symlink(out: Path, overwrite: bool, resume: bool) -> Path:
+    """The file a symlinked output names: the run is written there and the link is kept. A
+    link to nothing is followed only with ``overwrite`` (or ``resume`` of an interrupted run
+    at its target).
+
+    Raises
+    ------
+    InputError
+        ``out`` is a dangling link and neither applies.
+    """
+    if not out.is_symlink():
+        return out
+    target = Path(os.path.realpath(out))
+    if not target.exists():
+        at = RunPaths.of(target)
+        if not (overwrite or (resume and (at.part.exists() or at.ckpt.exists()))):
+            raise InputError(str(out), "-o", f"is a symbolic link to {target}, which does not "
+                                             "exist; pass --overwrite to write the run there "
+                                             "(the link is kept), or remove the link")
+    return target
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` name one file (symlinks resolved; hard links too)."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _check_not_an_input(cfg, out: Path) -> None:
+    """Refuse an output that is one of the run's inputs: the config file or the data file
+    (any of the files the run writes: ``RUN.h5``, ``.part``, ``.ckpt`` and their scratch).
+
+    Raises
+    ------
+    InputError
+        Naming the output and which input it is.
+    """
+    from meanfield.tables import FileData
+    inputs = []
+    if not cfg.source.startswith("<") and Path(cfg.source).is_file():
+        inputs.append(("the config", Path(cfg.source)))
+    if isinstance(cfg.data, FileData):
+        inputs.append(("the data file (data.path)", Path(cfg.data.path)))
+    paths = RunPaths.of(out)
+    written = (paths.final, paths.part, paths.ckpt, paths.creating,
+               paths.ckpt.with_name(paths.ckpt.name + ".tmp"))
+    for what, src in inputs:
+        for p in written:
+            if _same_file(p, src):
+                who = "is" if p == paths.final else f"writes {p.name}, which is"
+                raise InputError(str(out), "-o", f"{who} {what} of this run ({src}); a run "
+                                                 "never writes over its inputs: choose another "
+                                                 "output")
 
 
 def _refuse_if_locked(part: Path) -> None:
@@ -103,7 +251,7 @@ def _refuse_if_locked(part: Path) -> None:
                 from None
 
 
-def _plan(paths: RunPaths, cfg, overwrite: bool, resume: bool) -> str:
+def _plan(paths: RunPaths, cfg, dataset, overwrite: bool, resume: bool) -> str:
     """Decide what to do: ``"fresh"``, ``"resume"``, ``"finalize"`` or ``"done"``.
 
     Raises
@@ -138,11 +286,12 @@ def _plan(paths: RunPaths, cfg, overwrite: bool, resume: bool) -> str:
             # an unreadable one is not an interrupted run of ours: leave it alone
             raise RunFileError(str(paths.part), "", f"{exc.reason}; cannot resume from it; "
                                                     "pass --overwrite to start over") from None
-        _check_same_physics(cfg, part.physics_hash, paths.part)
+        check_same_run(cfg, dataset, part, paths.part)
         return "finalize" if part.complete else "fresh"
     if paths.final.exists():
         done = open_run(paths.final)
-        _check_same_physics(cfg, done.physics_hash, paths.final)
+        check_same_run(cfg, dataset, done, paths.final,
+                       "run it with the same config and data, or pass --overwrite to replace it")
         if not done.complete:
             raise RunFileError(str(paths.final), "complete", "false and no checkpoint to "
                                                              "resume from; pass --overwrite")
@@ -416,7 +565,8 @@ def run(cfg: _config.RunConfig | str | os.PathLike | None, output: str | os.Path
     cfg : RunConfig or path-like or None
         A validated config, a TOML path, or ``None`` for the embedded default.
     output : path-like, optional
-        Run file to write (default :func:`default_output`).
+        Run file to write (default :func:`default_output`). A symbolic link is written
+        through: the run's files go next to the file it points to, and the link stays.
     overwrite : bool
         Start over even if the output or an interrupted run of it exists. An existing output
         stays in place until the new run completes.
@@ -443,8 +593,12 @@ def run(cfg: _config.RunConfig | str | os.PathLike | None, output: str | os.Path
     Raises
     ------
     InputError
-        Invalid config or data; output in the way without ``overwrite``/``resume``; a resume
-        under another config; unwritable directory; a write failure (full disk).
+        Invalid config or data; output in the way without ``overwrite``/``resume``; an
+        output that is the config or the data file; a dangling symlink as output without
+        ``overwrite``; unwritable directory; a write failure (full disk).
+    meanfield.errors.RunMismatch
+        A resume (or the "already complete" check) under another physics or on other data
+        values than those stored in the run file (``docs/format.md``, "Run identity").
     meanfield.ownership.OutputBusy
         Another process is writing the same output (nothing was read or written).
     meanfield.errors.Interrupted
@@ -464,6 +618,8 @@ def run(cfg: _config.RunConfig | str | os.PathLike | None, output: str | os.Path
     dataset = _data.from_config(cfg)
     _config.check_against_data(cfg, dataset.n, dataset.d)
     out = Path(output) if output is not None else Path(default_output(cfg))
+    out = _through_symlink(out, overwrite, resume)
+    _check_not_an_input(cfg, out)
     _check_output_dir(out)
     if threads is not None:
         limit = int(numba.config.NUMBA_NUM_THREADS)
@@ -484,7 +640,7 @@ def _run_owned(cfg, dataset, out, *, overwrite, resume, progress, threads, log, 
     # slower on a busy 2-core machine. Sleeping workers instead cost one thread wake-up per
     # parallel pass. An explicit setting in the environment wins.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    plan = _plan(paths, cfg, overwrite, resume)
+    plan = _plan(paths, cfg, dataset, overwrite, resume)
     if outcome is not None:
         outcome["plan"] = plan
     if plan == "done":
@@ -498,14 +654,15 @@ def _run_owned(cfg, dataset, out, *, overwrite, resume, progress, threads, log, 
     state = None
     if plan == "resume":
         state, meta = _ckpt.load(paths.ckpt, SolverState)
-        _check_same_physics(cfg, meta.get("physics_hash", ""), paths.ckpt)
+        stored = open_run(paths.part)
+        check_same_run(cfg, dataset, stored, paths.part)
+        _check_checkpoint(cfg, dataset, meta, stored, paths.ckpt, paths.part)
         want = (cfg.n_particles, dataset.d + 2)
         if getattr(state.theta, "shape", None) != want:
             raise CheckpointError(str(paths.ckpt), "theta", f"shape {state.theta.shape}, "
                                                             f"expected {want}")
         writer = RunWriter(paths.part, mode="a")
         try:
-            _check_same_physics(cfg, writer.physics_hash, paths.part)
             writer.truncate(state.n_frames, state.n_observations)
         except BaseException:
             writer.close()
@@ -533,10 +690,13 @@ def _run_owned(cfg, dataset, out, *, overwrite, resume, progress, threads, log, 
         numba.set_num_threads(int(threads))
 
     def save_checkpoint(st):
-        with _Writing(paths.ckpt, "; the previous checkpoint is kept"):
+        kept = ("; the previous checkpoint is kept" if paths.ckpt.exists() else
+                "; there was no earlier checkpoint, so the run cannot be resumed: free space "
+                "and run it again")
+        with _Writing(paths.ckpt, kept):
             atomic.fsync_path(paths.part)     # rows the checkpoint counts are on disk first
             _ckpt.save(paths.ckpt, st, physics_hash=cfg.physics_hash(),
-                       config_hash=cfg.hash())
+                       config_hash=cfg.hash(), data_hash=dataset.hash())
 
     hint = "; free space and continue with --resume"
     try:

@@ -4,7 +4,7 @@ Layout (documented in ``docs/format.md``)::
 
     /h5md                         attrs version=[1, 1]; groups author (name), creator (name, version)
     /parameters                   attrs schema_version, config_json, config_hash, physics_hash,
-                                  lam, eta, taus, n_particles, d, n, seed, activation, provenance
+                                  data_hash, lam, eta, taus, n_particles, d, n, seed, activation, provenance
     /data/X (n, d), /data/y (n,)  the training set
     /particles/neurons/box        attrs dimension = d+2, boundary = ['none'] * (d+2)
     /particles/neurons/position/{step (F,), time (F,), value (F, N, d+2)}   rows (a, w_1..w_d, b)
@@ -367,6 +367,7 @@ class RunWriter:
         p.attrs["config_json"] = cfg.canonical_json()
         p.attrs["config_hash"] = cfg.hash()
         p.attrs["physics_hash"] = cfg.physics_hash()
+        p.attrs["data_hash"] = dataset.hash()
         p.attrs["lam"] = cfg.dynamics.lam
         p.attrs["eta"] = cfg.dynamics.eta
         p.attrs["taus"] = np.asarray(cfg.taus, dtype=np.float64)
@@ -538,6 +539,8 @@ class Run:
     observables : dict of name -> dict(step, time, value)
     complete : bool            the run reached the end of its ladder
     physics_hash : str         ``RunConfig.physics_hash()`` of the config that wrote it
+    data_hash : str            ``meanfield.data.data_hash(X, y)``; ``""`` in files written
+                               before it was stored
     """
 
     path: str
@@ -553,6 +556,7 @@ class Run:
     provenance: dict
     schema_version: int
     physics_hash: str = ""
+    data_hash: str = ""
 
     @property
     def n(self):
@@ -700,7 +704,8 @@ def open_run(path: str | os.PathLike) -> Run:
                        observables=obs, complete=bool(f.attrs.get("complete", False)),
                        provenance=json.loads(str(p.attrs.get("provenance", "{}"))),
                        schema_version=int(p.attrs["schema_version"]),
-                       physics_hash=str(p.attrs.get("physics_hash", "")))
+                       physics_hash=str(p.attrs.get("physics_hash", "")),
+                       data_hash=str(p.attrs.get("data_hash", "")))
     except RunFileError:
         raise
     except READ_ERRORS as exc:

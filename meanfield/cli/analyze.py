@@ -78,7 +78,17 @@ def register(sub):
     p.set_defaults(func=main)
 
 
-def _check_outdir(outdir: Path) -> None:
+def _check_outdir(outdir: Path, inputs=()) -> None:
+    """Refuse a report folder that is a file, or that is or holds one of ``inputs`` (the run
+    file or study folder analysed; links resolved): the folder is replaced as a whole."""
+    import os
+    real = os.path.realpath(outdir)
+    for src in inputs:
+        where = os.path.realpath(src)
+        if where == real or where.startswith(real.rstrip(os.sep) + os.sep):
+            what = "is" if where == real else "holds"
+            raise InputError(str(outdir), "-o", f"{what} the input {src} (the report folder is "
+                                                "replaced as a whole); choose another folder")
     if outdir.exists() and not outdir.is_dir():
         raise InputError(str(outdir), "-o", "is a file, expected a report directory")
 
@@ -93,13 +103,14 @@ def _holds_only(names):
     return check
 
 
-def _writing_report(outdir: Path, names):
+def _writing_report(outdir: Path, names, inputs=()):
     """Own ``outdir`` and write the report into a temporary folder that replaces it when
-    complete (a failure leaves ``outdir`` as it was and names the file it could not write)."""
+    complete (a failure leaves ``outdir`` as it was and names the file it could not write);
+    ``outdir`` may not be or hold one of ``inputs``."""
     import contextlib
 
     from meanfield import atomic, ownership
-    _check_outdir(outdir)
+    _check_outdir(outdir, inputs)
     stack = contextlib.ExitStack()
     stack.enter_context(ownership.claim(outdir, "-o"))
     return stack, atomic.replacing_dir(outdir, "-o", _holds_only(names))
@@ -108,7 +119,7 @@ def _writing_report(outdir: Path, names):
 def _study(args) -> int:
     from meanfield.sweep.summary import analyze_study, format_markdown, to_json, write_report
     outdir = Path(args.outdir) if args.outdir else Path(str(Path(args.run).resolve()) + "-report")
-    stack, replacing = _writing_report(outdir, {"study.json", "study.md", "*.png"})
+    stack, replacing = _writing_report(outdir, {"study.json", "study.md", "*.png"}, [args.run])
     with stack, replacing as tmp:
         res = analyze_study(args.run, w2=not args.no_w2)
         write_report(res, tmp, figures=not args.no_figures)
@@ -345,7 +356,7 @@ def main(args) -> int:
     # a previous report (any figure format, with or without its tables) may be replaced
     names = {"report.json", "report.md", "ladder.csv", "rays.csv", "kinks.csv",
              *(f"{stem}.{ext}" for stem in FIGURES for ext in ("png", "pdf", "svg"))}
-    stack, replacing = _writing_report(outdir, names)
+    stack, replacing = _writing_report(outdir, names, [args.run])
     with stack, replacing as tmp:
         rep = analyze_run(args.run, tmp, figures=not args.no_figures, w2=not args.no_w2,
                           references=not args.no_references, min_mass_frac=args.min_mass,

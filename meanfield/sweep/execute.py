@@ -28,7 +28,7 @@ from pathlib import Path
 from meanfield.errors import MissingDependencyError, StudyError
 from meanfield.progress import progress_bar
 from meanfield.sweep import manifest as _manifest
-from meanfield.sweep.job import _usable_cores, run_file_complete, run_job
+from meanfield.sweep.job import _usable_cores, changed_inputs, run_file_complete, run_job
 
 INSTALL_HINT = ("Dask distributed is not installed: from the meanfield checkout, pip install "
                 "'.[distributed]'; or run the jobs one after another with --serial "
@@ -61,6 +61,9 @@ class Summary:
     done : int                 jobs whose run file is complete now
     ran : list of str          ids of jobs executed by this call and finished
     skipped : list of str      ids of jobs already complete before this call
+    rerun : dict               id -> why, for jobs whose complete (or interrupted) run file
+                               was not the result of their inputs any more (the data file
+                               was edited since) and which this call ran again
     failed : dict              id -> error line, for jobs that failed in this call
     permanent : set            ids of failed jobs that fail the same way on every attempt
                                (bad config or data): a rerun cannot finish them
@@ -79,6 +82,7 @@ class Summary:
     interrupted: bool = False
     permanent: set = field(default_factory=set)
     notes: list = field(default_factory=list)
+    rerun: dict = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -91,6 +95,11 @@ class Summary:
                 f"{len(self.failed)} failed, {self.wall_s:.1f} s"
                 + (" (interrupted)" if self.interrupted else ""))
         lines = [head] + [f"  note: {n}" for n in self.notes]
+        if self.rerun:
+            jid, why = next(iter(self.rerun.items()))
+            more = f" (and {len(self.rerun) - 1} more)" if len(self.rerun) > 1 else ""
+            lines.append(f"  {len(self.rerun)} of them run again: their inputs changed since "
+                         f"their run files were written ({why}{more})")
         for jid, err in self.failed.items():
             lines.append(f"  failed {jid}: {err}")
         if self.interrupted or set(self.failed) - self.permanent:
@@ -151,6 +160,8 @@ class _Tracker:
     def finish(self, jid, result: dict):
         if result.get("note") and result["note"] not in self.summary.notes:
             self.summary.notes.append(result["note"])
+        if result.get("rerun"):
+            self.summary.rerun.setdefault(jid, result["rerun"])
         entry = self.man.job(jid)
         if entry["status"] != "running":  # no start event seen (e.g. serial or lost event)
             self.man.set(jid, attempts=int(entry.get("attempts") or 0) + 1,
@@ -185,17 +196,24 @@ class _Tracker:
         self.bar.close()
 
 
-def _reconcile(spec, directory: Path, man: _manifest.Manifest):
-    """Set each job's status from its run file: complete -> done, otherwise pending (a job
-    that failed before keeps the error of its last attempt until it runs again). Returns the
-    jobs to run."""
+def _reconcile(spec, directory: Path, man: _manifest.Manifest, stale: dict | None = None):
+    """Set each job's status from its run file: complete and still the result of the job's
+    config and data -> done, otherwise pending (a job that failed before keeps the error of
+    its last attempt until it runs again). Returns the jobs to run; ``stale`` receives
+    id -> why for the complete run files whose inputs changed
+    (:func:`meanfield.sweep.job.changed_inputs`)."""
     todo = []
+    datasets: dict = {}
     for job in spec.jobs:
-        if run_file_complete(directory / job.run_file):
+        path = directory / job.run_file
+        why = changed_inputs(path, job.config, datasets) if run_file_complete(path) else None
+        if why is None and run_file_complete(path):
             man.set(job.id, status="done", error=None)
-        else:
-            man.set(job.id, status="pending")
-            todo.append(job)
+            continue
+        if why is not None and stale is not None:
+            stale[job.id] = why
+        man.set(job.id, status="pending")
+        todo.append(job)
     return todo
 
 
@@ -421,8 +439,8 @@ def run_study(spec, directory, *, workers=None, scheduler=None, client=None, ser
             with contextlib.suppress(StudyError):
                 previous = _manifest.read(directory)
         man = _manifest.Manifest.for_study(spec, directory, previous)
-        todo = _reconcile(spec, directory, man)
         summary = Summary(directory=directory, n_jobs=len(spec.jobs))
+        todo = _reconcile(spec, directory, man, summary.rerun)
         todo_ids = {j.id for j in todo}
         summary.skipped = [j.id for j in spec.jobs if j.id not in todo_ids]
         man.save(force=True)

@@ -29,10 +29,57 @@ def run_file_complete(path) -> bool:
         return False
 
 
-def run_resumable(cfg, output, threads=None):
+def changed_inputs(path, cfg, datasets: dict | None = None) -> str | None:
+    """Why the complete run file ``path`` is no longer the result of ``cfg``, or ``None``.
+
+    A run file is the result of its config's physics (``physics_hash``) on its data's values
+    (compared with the stored ``/data/X`` and ``/data/y``, :func:`meanfield.runner.
+    check_same_run`); editing the data file after the run makes it stale, moving the study
+    does not.
+
+    Parameters
+    ----------
+    path : path-like
+        The job's run file.
+    cfg : meanfield.config.RunConfig
+        The job's config.
+    datasets : dict, optional
+        A cache of loaded data sets, keyed by the canonical ``[data]`` table (a study's jobs
+        mostly share one).
+
+    Returns
+    -------
+    str or None
+        One line (the refusal a resume would give, or why the data cannot be loaded now);
+        ``None`` when ``path`` matches, is missing, unreadable or incomplete (then it is not
+        done anyway).
+    """
+    import json
+
+    from meanfield import data as _data
+    try:
+        run = open_run(path)
+    except RunFileError:
+        return None
+    if not run.complete:
+        return None
+    key = json.dumps(cfg.as_dict()["data"], sort_keys=True)
+    cache = {} if datasets is None else datasets
+    try:
+        if key not in cache:
+            cache[key] = _data.from_config(cfg)
+        runner.check_same_run(cfg, cache[key], run, Path(path).name, hint="")
+    except errors.InputError as exc:
+        return exc.line()
+    return None
+
+
+def run_resumable(cfg, output, threads=None, outcome: dict | None = None):
     """Run ``cfg`` into ``output``, continuing from the checkpoint a killed attempt left behind
     (``meanfield.runner.run(..., resume=True)``: starts fresh when there is nothing to resume,
-    does nothing when ``output`` is already complete).
+    does nothing when ``output`` is already complete). A run file or checkpoint written from
+    other inputs (the data file was edited since, :class:`meanfield.errors.RunMismatch`) is
+    replaced by a new run.
 
     Parameters
     ----------
@@ -41,13 +88,23 @@ def run_resumable(cfg, output, threads=None):
         The run file to produce.
     threads : int, optional
         numba threads for the kernels.
+    outcome : dict, optional
+        Receives ``"plan"`` (:func:`meanfield.runner.run`) and, when the old files were
+        replaced, ``"rerun"``: the line saying why.
 
     Returns
     -------
     pathlib.Path
         The run file written.
     """
-    return runner.run(cfg, output, resume=True, progress=False, threads=threads)
+    outcome = {} if outcome is None else outcome
+    try:
+        return runner.run(cfg, output, resume=True, progress=False, threads=threads,
+                          outcome=outcome)
+    except errors.RunMismatch as exc:
+        outcome["rerun"] = exc.line()
+        return runner.run(cfg, output, overwrite=True, progress=False, threads=threads,
+                          outcome=outcome)
 
 
 def _is_stop_request(exc) -> bool:
@@ -139,14 +196,19 @@ def run_job(config_json: str, output: str, *, job_id: str = "", threads=None,
     _announce(topic, {**info, "event": "start", "time": t0})
     result = {**info, "status": "done", "skipped": False, "error": None, "traceback": None}
     try:
-        if run_file_complete(output):
+        cfg = _config.from_canonical_json(config_json, source=f"<job {job_id}>")
+        if run_file_complete(output) and changed_inputs(output, cfg) is None:
             result["skipped"] = True
         else:
-            cfg = _config.from_canonical_json(config_json, source=f"<job {job_id}>")
             budget, note = _capped(thread_budget(threads), info["host"])
             if note:
                 result["note"] = note
-            run_resumable(cfg, output, threads=budget)
+            outcome = {}
+            try:
+                run_resumable(cfg, output, threads=budget, outcome=outcome)
+            finally:
+                if "rerun" in outcome:
+                    result["rerun"] = outcome["rerun"]
     except Exception as exc:  # noqa: BLE001 - every failure is recorded, none stops the study
         if _is_stop_request(exc):
             raise
