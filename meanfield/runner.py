@@ -532,13 +532,16 @@ def _run_owned(cfg, dataset, out, *, overwrite, resume, progress, threads, log, 
     if threads:
         numba.set_num_threads(int(threads))
 
+    hint = "; free space and continue with --resume"
+
     def save_checkpoint(st):
+        with _Writing(paths.part, hint):
+            writer.commit()                   # the buffered rows the checkpoint counts
         with _Writing(paths.ckpt, "; the previous checkpoint is kept"):
             atomic.fsync_path(paths.part)     # rows the checkpoint counts are on disk first
             _ckpt.save(paths.ckpt, st, physics_hash=cfg.physics_hash(),
                        config_hash=cfg.hash())
 
-    hint = "; free space and continue with --resume"
     try:
         with _Writing(paths.part, hint), writer, _StopRequest(log) as stop:
             state = integrate(cfg, dataset, writer=writer, state=state, progress=progress,
