@@ -1,0 +1,283 @@
+"""A disk cache of the exact references (Gibbs fixed points, the convex ``τ → 0`` solution).
+
+The references are deterministic functions of their inputs and take seconds to minutes each;
+``meanfield analyze``, its ``--csv`` rerun, a study's analyses and the tutorial ask for the same
+ones again and again. Each solver call is stored once, under the SHA-256 of everything that
+determines its result:
+
+* the solver (``"gibbs"``, ``"gibbs_qmc"``, ``"convex"``) and its options (tolerances, QMC
+  ``rtol``), with the temperatures in the order they are solved (a ladder is solved by
+  continuation, hot to cold, so the sequence is part of the input);
+* the data: dtype, shape and bytes of ``X`` and ``y``; ``λ`` and every ``τ`` as exact floats;
+  the activation (``"relu"``, the only one the references solve);
+* the solver code: the bytes of every source file of the ``solvers`` package, and the versions
+  of NumPy, SciPy and Clarabel.
+
+So an entry is never stale: any change to an input, to the code or to a dependency gives another
+key (old entries are simply never read again; delete the folder to reclaim the space).
+
+Entries are ``.npz`` archives of plain arrays (read with ``allow_pickle=False``) plus a JSON
+header that repeats the key's inputs; they are written to a temporary file, ``fsync``-ed and
+renamed into place, so a reader sees a whole entry or none. An entry that does not load, or
+whose header does not match, is ignored (and replaced by the recomputed result). A cache that
+cannot be written (read-only or full disk) is skipped silently: the result is computed as
+without a cache.
+
+Location: ``$MEANFIELD_CACHE_DIR``, else ``$XDG_CACHE_HOME/meanfield/references``, else
+``~/.cache/meanfield/references``. Disabled by ``MEANFIELD_NO_CACHE=1`` (``meanfield analyze
+--no-cache``) or :func:`disable`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import io
+import json
+import os
+import tempfile
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+#: Version of the entry layout; part of every key.
+FORMAT = 1
+#: Environment variables: the cache folder, and the switch that turns the cache off.
+ENV_DIR = "MEANFIELD_CACHE_DIR"
+ENV_OFF = "MEANFIELD_NO_CACHE"
+
+_state = {"disabled": False, "code": None}
+
+
+def disable(off: bool = True) -> None:
+    """Turn the disk cache off (``off=True``) or back on for this process."""
+    _state["disabled"] = bool(off)
+
+
+def enabled() -> bool:
+    """Whether results are read from and written to the disk cache."""
+    return not _state["disabled"] and os.environ.get(ENV_OFF, "").strip() in ("", "0")
+
+
+def cache_dir() -> Path:
+    """The cache folder (see the module docstring); not created here."""
+    explicit = os.environ.get(ENV_DIR, "").strip()
+    if explicit:
+        return Path(explicit).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME", "").strip() or os.path.join("~", ".cache")
+    return Path(base).expanduser() / "meanfield" / "references"
+
+
+def _code_fingerprint() -> dict:
+    """SHA-256 of the ``solvers`` package's source files and the numerical dependencies'
+    versions (computed once per process)."""
+    if _state["code"] is None:
+        import scipy
+
+        import solvers
+        h = hashlib.sha256()
+        root = Path(solvers.__file__).resolve().parent
+        for path in sorted(root.rglob("*.py")):
+            h.update(path.relative_to(root).as_posix().encode() + b"\0")
+            h.update(path.read_bytes() + b"\0")
+        try:
+            from importlib.metadata import version
+            clarabel = version("clarabel")
+        except Exception:          # noqa: BLE001 - not installed: part of the key as such
+            clarabel = "none"
+        _state["code"] = {"solvers": h.hexdigest(), "numpy": np.__version__,
+                          "scipy": scipy.__version__, "clarabel": clarabel}
+    return _state["code"]
+
+
+def _array_id(a) -> dict:
+    a = np.ascontiguousarray(a, dtype=np.float64)
+    return {"shape": list(a.shape), "sha256": hashlib.sha256(a.tobytes()).hexdigest()}
+
+
+def key(solver: str, X, y, lam: float, taus=(), options: dict | None = None,
+        activation: str = "relu") -> tuple[str, dict]:
+    """The cache key of one solver call: ``(hex digest, the inputs it hashes)``.
+
+    Parameters
+    ----------
+    solver : str
+        ``"gibbs"``, ``"gibbs_qmc"`` or ``"convex"``.
+    X : array-like of shape (n, d); y : array-like of shape (n,)
+    lam : float
+    taus : sequence of float
+        The temperatures in the order solved (empty for the convex reference).
+    options : dict, optional
+        The solver's options (JSON-serialisable).
+    activation : str
+    """
+    inputs = {"format": FORMAT, "solver": str(solver), "activation": str(activation),
+              "X": _array_id(X), "y": _array_id(y), "lam": float(lam).hex(),
+              "taus": [float(t).hex() for t in taus],
+              "options": {k: (float(v).hex() if isinstance(v, float) else v)
+                          for k, v in sorted((options or {}).items())},
+              "code": _code_fingerprint()}
+    text = json.dumps(inputs, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest(), inputs
+
+
+# --- entries ----------------------------------------------------------------------------------
+
+#: Exceptions a solver may return in place of a solution (the QMC reference's accuracy limits),
+#: by name, and the attributes kept of each.
+_ERRORS = {"GibbsAccuracyError": ("tau", "error", "target", "coldest"),
+           "GibbsBarrierError": ("tau", "delta", "kinks", "coldest"),
+           "GibbsConvergenceError": ()}
+
+
+def _error_classes():
+    from solvers.gibbs import GibbsConvergenceError
+    from solvers.gibbsqmc import GibbsAccuracyError, GibbsBarrierError
+    return {"GibbsAccuracyError": GibbsAccuracyError, "GibbsBarrierError": GibbsBarrierError,
+            "GibbsConvergenceError": GibbsConvergenceError}
+
+
+def _solution_classes():
+    from solvers.convex import ConvexSolution
+    from solvers.gibbs import GibbsSolution
+    from solvers.gibbsqmc import QMCGibbsSolution
+    return {c.__name__: c for c in (GibbsSolution, QMCGibbsSolution, ConvexSolution)}
+
+
+def _scalar(v):
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    if isinstance(v, (int, np.integer)):
+        return int(v)
+    if isinstance(v, (float, np.floating)):
+        return {"float": float(v).hex()}
+    if v is None or isinstance(v, str):
+        return v
+    raise TypeError(f"cannot store {type(v).__name__}")
+
+
+def _unscalar(v):
+    return float.fromhex(v["float"]) if isinstance(v, dict) else v
+
+
+def _encode(items) -> tuple[list, dict]:
+    """Header records and arrays of a list of solutions and errors."""
+    records, arrays = [], {}
+    errors = _error_classes()
+    for i, item in enumerate(items):
+        if isinstance(item, BaseException):
+            name = type(item).__name__
+            if name not in _ERRORS or type(item) is not errors[name]:
+                raise TypeError(f"cannot store {name}")
+            records.append({"error": name, "message": str(item),
+                            "attrs": {a: _scalar(getattr(item, a, None)) for a in _ERRORS[name]}})
+            continue
+        if type(item).__name__ not in _solution_classes():
+            raise TypeError(f"cannot store {type(item).__name__}")
+        fields = {}
+        for f in dataclasses.fields(item):
+            if f.name.startswith("_"):
+                continue
+            v = getattr(item, f.name)
+            if isinstance(v, np.ndarray):
+                if v.dtype == object:
+                    raise TypeError(f"cannot store {f.name} (object array)")
+                arrays[f"{i}.{f.name}"] = v
+                fields[f.name] = {"array": f"{i}.{f.name}"}
+            else:
+                fields[f.name] = _scalar(v)
+        records.append({"solution": type(item).__name__, "fields": fields})
+    return records, arrays
+
+
+def _decode(records, z):
+    out = []
+    errors, solutions = _error_classes(), _solution_classes()
+    for rec in records:
+        if "error" in rec:
+            cls = errors[rec["error"]]
+            exc = cls.__new__(cls)
+            RuntimeError.__init__(exc, rec["message"])
+            for a, v in rec["attrs"].items():
+                setattr(exc, a, _unscalar(v))
+            if rec["error"] != "GibbsConvergenceError":
+                exc.solved = []
+                for a in ("error", "target"):
+                    if not hasattr(exc, a):
+                        setattr(exc, a, float("nan"))
+            out.append(exc)
+            continue
+        cls = solutions[rec["solution"]]
+        kw = {name: (np.array(z[v["array"]]) if isinstance(v, dict) and "array" in v
+                     else _unscalar(v)) for name, v in rec["fields"].items()}
+        out.append(cls(**kw))
+    return out
+
+
+def _path(digest: str) -> Path:
+    return cache_dir() / digest[:2] / f"{digest}.npz"
+
+
+def load(digest: str, inputs: dict):
+    """The cached list of results under ``digest``, or ``None`` (absent, disabled, unreadable,
+    or its header does not repeat ``inputs``)."""
+    if not enabled():
+        return None
+    path = _path(digest)
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            header = json.loads(str(z["header"][()]))
+            if header.get("inputs") != json.loads(json.dumps(inputs)):
+                return None
+            return _decode(header["records"], z)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError, EOFError, AttributeError,
+            zipfile.BadZipFile, json.JSONDecodeError):
+        return None              # damaged or foreign: recomputed and replaced
+
+
+def store(digest: str, inputs: dict, items) -> bool:
+    """Write ``items`` (solutions and supported errors) under ``digest`` atomically; ``False``
+    when disabled, not storable, or the folder cannot be written."""
+    if not enabled():
+        return False
+    try:
+        records, arrays = _encode(items)
+    except TypeError:
+        return False
+    header = json.dumps({"inputs": inputs, "records": records}, sort_keys=True)
+    buf = io.BytesIO()
+    np.savez(buf, header=np.array(header), **arrays)
+    path = _path(digest)
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{digest[:16]}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(buf.getvalue())
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        tmp = None
+    except OSError:
+        return False
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+    return True
+
+
+def cached(solver: str, X, y, lam: float, taus, options: dict, compute):
+    """``compute()`` (a list of results, one per temperature or one for the convex reference),
+    read from the cache when an entry of the same inputs exists, stored otherwise."""
+    digest, inputs = key(solver, X, y, lam, taus, options)
+    hit = load(digest, inputs)
+    if hit is not None:
+        return hit
+    out = compute()
+    store(digest, inputs, out)
+    return out
