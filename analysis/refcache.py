@@ -8,10 +8,15 @@ determines its result:
 * the solver (``"gibbs"``, ``"gibbs_qmc"``, ``"convex"``) and its options (tolerances, QMC
   ``rtol``), with the temperatures in the order they are solved (a ladder is solved by
   continuation, hot to cold, so the sequence is part of the input);
-* the data: dtype, shape and bytes of ``X`` and ``y``; ``λ`` and every ``τ`` as exact floats;
-  the activation (``"relu"``, the only one the references solve);
-* the solver code: the bytes of every source file of the ``solvers`` package, and the versions
-  of NumPy, SciPy and Clarabel.
+* the data: shape and bytes (as float64) of ``X`` and ``y``; ``λ`` and every ``τ`` as exact
+  floats; the activation (``"relu"``, the only one the references solve);
+* the code: the bytes of every source file of the ``solvers`` package and of the analysis
+  modules behind cached results (``references``, ``transport``, this one), and the versions of
+  NumPy, SciPy, Clarabel and POT.
+
+The exact ``W2`` between two snapshots (:func:`analysis.transport.w2_snapshots`, a network
+simplex on ``N × N`` costs that takes tens of seconds at ``N = 4000``) is cached the same way,
+keyed by the bytes of both particle clouds.
 
 So an entry is never stale: any change to an input, to the code or to a dependency gives another
 key (old entries are simply never read again; delete the folder to reclaim the space).
@@ -70,26 +75,36 @@ def cache_dir() -> Path:
     return Path(base).expanduser() / "meanfield" / "references"
 
 
+#: Source files outside the ``solvers`` package whose code shapes a cached result.
+_ANALYSIS_SOURCES = ("references.py", "transport.py", "refcache.py")
+
+
 def _code_fingerprint() -> dict:
-    """SHA-256 of the ``solvers`` package's source files and the numerical dependencies'
-    versions (computed once per process)."""
+    """SHA-256 of the ``solvers`` package's source files and of the analysis modules that
+    produce cached results, and the numerical dependencies' versions (computed once per
+    process)."""
     if _state["code"] is None:
         import scipy
 
         import solvers
         h = hashlib.sha256()
         root = Path(solvers.__file__).resolve().parent
-        for path in sorted(root.rglob("*.py")):
-            h.update(path.relative_to(root).as_posix().encode() + b"\0")
-            h.update(path.read_bytes() + b"\0")
-        try:
-            from importlib.metadata import version
-            clarabel = version("clarabel")
-        except Exception:          # noqa: BLE001 - not installed: part of the key as such
-            clarabel = "none"
-        _state["code"] = {"solvers": h.hexdigest(), "numpy": np.__version__,
-                          "scipy": scipy.__version__, "clarabel": clarabel}
+        here = Path(__file__).resolve().parent
+        files = sorted(root.rglob("*.py")) + [here / name for name in _ANALYSIS_SOURCES]
+        for path in files:
+            h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+        _state["code"] = {"source": h.hexdigest(), "numpy": np.__version__,
+                          "scipy": scipy.__version__, "clarabel": _version("clarabel"),
+                          "pot": _version("POT")}
     return _state["code"]
+
+
+def _version(dist: str) -> str:
+    try:
+        from importlib.metadata import version
+        return version(dist)
+    except Exception:          # noqa: BLE001 - not installed: part of the key as such
+        return "none"
 
 
 def _array_id(a) -> dict:
@@ -97,28 +112,35 @@ def _array_id(a) -> dict:
     return {"shape": list(a.shape), "sha256": hashlib.sha256(a.tobytes()).hexdigest()}
 
 
-def key(solver: str, X, y, lam: float, taus=(), options: dict | None = None,
-        activation: str = "relu") -> tuple[str, dict]:
-    """The cache key of one solver call: ``(hex digest, the inputs it hashes)``.
+def _exact(v):
+    """Parameters as JSON with every float exact (``float.hex``)."""
+    if isinstance(v, dict):
+        return {str(k): _exact(x) for k, x in sorted(v.items())}
+    if isinstance(v, (list, tuple)):
+        return [_exact(x) for x in v]
+    if isinstance(v, (float, np.floating)):
+        return {"float": float(v).hex()}
+    if isinstance(v, np.integer):
+        return int(v)
+    return v
+
+
+def key(kind: str, arrays: dict, params: dict) -> tuple[str, dict]:
+    """The cache key of one computation: ``(hex digest, the inputs it hashes)``.
 
     Parameters
     ----------
-    solver : str
-        ``"gibbs"``, ``"gibbs_qmc"`` or ``"convex"``.
-    X : array-like of shape (n, d); y : array-like of shape (n,)
-    lam : float
-    taus : sequence of float
-        The temperatures in the order solved (empty for the convex reference).
-    options : dict, optional
-        The solver's options (JSON-serialisable).
-    activation : str
+    kind : str
+        What is computed: ``"gibbs"``, ``"gibbs_qmc"``, ``"convex"``, ``"w2_exact"``.
+    arrays : dict of str -> array-like
+        The array inputs (hashed as float64: shape and bytes), e.g. ``X`` (n, d), ``y`` (n,).
+    params : dict
+        Every other input (``lam``, the temperatures in the order solved, the solver's options,
+        the activation), JSON-serialisable; floats are taken exactly.
     """
-    inputs = {"format": FORMAT, "solver": str(solver), "activation": str(activation),
-              "X": _array_id(X), "y": _array_id(y), "lam": float(lam).hex(),
-              "taus": [float(t).hex() for t in taus],
-              "options": {k: (float(v).hex() if isinstance(v, float) else v)
-                          for k, v in sorted((options or {}).items())},
-              "code": _code_fingerprint()}
+    inputs = {"format": FORMAT, "kind": str(kind),
+              "arrays": {k: _array_id(v) for k, v in sorted(arrays.items())},
+              "params": _exact(params), "code": _code_fingerprint()}
     text = json.dumps(inputs, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest(), inputs
 
@@ -167,6 +189,9 @@ def _encode(items) -> tuple[list, dict]:
     records, arrays = [], {}
     errors = _error_classes()
     for i, item in enumerate(items):
+        if isinstance(item, (float, np.floating)) and not isinstance(item, bool):
+            records.append({"value": _scalar(item)})
+            continue
         if isinstance(item, BaseException):
             name = type(item).__name__
             if name not in _ERRORS or type(item) is not errors[name]:
@@ -196,6 +221,9 @@ def _decode(records, z):
     out = []
     errors, solutions = _error_classes(), _solution_classes()
     for rec in records:
+        if "value" in rec:
+            out.append(float(_unscalar(rec["value"])))
+            continue
         if "error" in rec:
             cls = errors[rec["error"]]
             exc = cls.__new__(cls)
@@ -271,10 +299,10 @@ def store(digest: str, inputs: dict, items) -> bool:
     return True
 
 
-def cached(solver: str, X, y, lam: float, taus, options: dict, compute):
-    """``compute()`` (a list of results, one per temperature or one for the convex reference),
-    read from the cache when an entry of the same inputs exists, stored otherwise."""
-    digest, inputs = key(solver, X, y, lam, taus, options)
+def cached(kind: str, arrays: dict, params: dict, compute):
+    """``compute()`` (a list of results: solutions, supported errors or floats), read from the
+    cache when an entry of the same inputs (:func:`key`) exists, stored otherwise."""
+    digest, inputs = key(kind, arrays, params)
     hit = load(digest, inputs)
     if hit is not None:
         return hit

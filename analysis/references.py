@@ -46,6 +46,15 @@ def _key(X, y, lam, tau):
     return (X.tobytes(), y.tobytes(), float(lam), None if tau is None else float(tau))
 
 
+def _cached(solver, X, y, lam, taus, options, compute) -> list:
+    """``compute()`` through the disk cache (:mod:`analysis.refcache`): the results of the
+    ReLU reference ``solver`` on ``(X, y)`` with ``lam``, the temperatures ``taus`` in the
+    order solved, and ``options``."""
+    return refcache.cached(solver, {"X": X, "y": y},
+                           {"lam": float(lam), "taus": [float(t) for t in taus],
+                            "options": options, "activation": "relu"}, compute)
+
+
 def gibbs_reference(X, y, lam, tau):
     """Cached :class:`solvers.gibbs.GibbsSolution` at one temperature: quadrature for
     ``d ≤ 2``, randomized QMC (:mod:`solvers.gibbsqmc`, to ``QMC_RTOL``) above.
@@ -58,12 +67,11 @@ def gibbs_reference(X, y, lam, tau):
     k = _key(X, y, lam, tau)
     if k not in _CACHE:
         if np.shape(X)[1] <= 2:
-            _CACHE[k] = refcache.cached("gibbs", X, y, lam, [float(tau)], {},
-                                        lambda: [gibbs(X, y, lam, float(tau))])[0]
+            _CACHE[k] = _cached("gibbs", X, y, lam, [float(tau)], {},
+                                lambda: [gibbs(X, y, lam, float(tau))])[0]
         else:
-            _CACHE[k] = refcache.cached(
-                "gibbs_qmc", X, y, lam, [float(tau)], {"rtol": QMC_RTOL},
-                lambda: [gibbs_qmc(X, y, lam, float(tau), rtol=QMC_RTOL)])[0]
+            _CACHE[k] = _cached("gibbs_qmc", X, y, lam, [float(tau)], {"rtol": QMC_RTOL},
+                                lambda: [gibbs_qmc(X, y, lam, float(tau), rtol=QMC_RTOL)])[0]
     if isinstance(_CACHE[k], Exception):
         raise _CACHE[k]
     return _CACHE[k]
@@ -74,7 +82,7 @@ def convex_reference(X, y, lam):
     X, y = np.ascontiguousarray(X, float), np.ascontiguousarray(y, float)
     k = _key(X, y, lam, None)
     if k not in _CACHE:
-        _CACHE[k] = refcache.cached("convex", X, y, lam, [], {}, lambda: [convex(X, y, lam)])[0]
+        _CACHE[k] = _cached("convex", X, y, lam, [], {}, lambda: [convex(X, y, lam)])[0]
     return _CACHE[k]
 
 
@@ -323,10 +331,10 @@ def prefetch_gibbs(run) -> None:
     if not todo:
         return
     if run.d <= 2:
-        sols = refcache.cached("gibbs", X, y, lam, todo, {}, lambda: gibbs(X, y, lam, todo))
+        sols = _cached("gibbs", X, y, lam, todo, {}, lambda: gibbs(X, y, lam, todo))
     else:
-        sols = refcache.cached("gibbs_qmc", X, y, lam, todo, {"rtol": QMC_RTOL},
-                               lambda: _qmc_ladder(X, y, lam, todo))
+        sols = _cached("gibbs_qmc", X, y, lam, todo, {"rtol": QMC_RTOL},
+                       lambda: _qmc_ladder(X, y, lam, todo))
     for t, sol in zip(todo, sols):
         _CACHE[_key(X, y, lam, t)] = sol
 

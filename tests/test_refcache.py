@@ -1,6 +1,7 @@
-"""The disk cache of the exact references (analysis.refcache): a second request is read from the
-cache instead of solved (counted solver calls), another τ, λ, data or solver code is solved
-afresh, a damaged entry is recomputed and replaced, and the cache can be turned off."""
+"""The disk cache of the exact references and snapshot W2 (analysis.refcache): a second request
+is read from the cache instead of solved (counted solver calls), another τ, λ, data or solver
+code is solved afresh, a damaged entry is recomputed and replaced, and the cache can be turned
+off."""
 
 from __future__ import annotations
 
@@ -80,7 +81,7 @@ def test_other_inputs_miss(counted, monkeypatch, tmp_path, change):
         y[2] = -y[2]
     else:
         monkeypatch.setitem(refcache._state, "code",
-                            {**refcache._code_fingerprint(), "solvers": "0" * 64})
+                            {**refcache._code_fingerprint(), "source": "0" * 64})
     sol = references.gibbs_reference(X, y, lam, tau)
     assert counted["gibbs"] == 2 and len(_entries(tmp_path)) == 2
     assert sol.tau == tau and sol.lam == lam and np.array_equal(sol.X, X)
@@ -183,7 +184,9 @@ def test_qmc_solutions_and_errors_round_trip(tmp_path, monkeypatch):
                            randomizations=8, points=4096, n_peaks=3)
     acc = GibbsAccuracyError(0.001, 3e-3, 1e-3, 0.01, 2 ** 20)
     bar = GibbsBarrierError(0.0005, 1e-9, 3, coldest=None)
-    digest, inputs = refcache.key("gibbs_qmc", X, y, 0.05, [0.01, 0.001, 0.0005], {"rtol": 1e-3})
+    digest, inputs = refcache.key("gibbs_qmc", {"X": X, "y": y},
+                                  {"lam": 0.05, "taus": [0.01, 0.001, 0.0005],
+                                   "options": {"rtol": 1e-3}, "activation": "relu"})
     assert refcache.store(digest, inputs, [sol, acc, bar])
     back = refcache.load(digest, inputs)
     assert type(back[0]) is QMCGibbsSolution
@@ -195,3 +198,26 @@ def test_qmc_solutions_and_errors_round_trip(tmp_path, monkeypatch):
     assert (back[1].tau, back[1].error, back[1].coldest) == (0.001, 3e-3, 0.01)
     assert type(back[2]) is GibbsBarrierError and str(back[2]) == str(bar)
     assert back[2].kinks == 3 and back[2].coldest is None
+
+
+def test_exact_w2_of_two_snapshots_is_cached(tmp_path, monkeypatch):
+    from analysis import transport
+    monkeypatch.setenv(refcache.ENV_DIR, str(tmp_path / "cache"))
+    calls = []
+
+    def w2_exact(P, Q):
+        calls.append(1)
+        return real(P, Q)
+    real = transport.w2_exact
+    monkeypatch.setattr(transport, "w2_exact", w2_exact)
+    rng = np.random.default_rng(3)
+    A, B = rng.standard_normal((50, 4)), rng.standard_normal((50, 4))
+    first = transport.w2_snapshots(A, B)
+    again = transport.w2_snapshots(A, B)
+    assert len(calls) == 1 and again == first and first["method"] == "exact"
+    assert first["w2"] == real(A, B)
+    B2 = B.copy()
+    B2[7, 1] += 1e-12
+    transport.w2_snapshots(A, B2)
+    transport.w2_snapshots(B, A)               # the order of the clouds is an input too
+    assert len(calls) == 3
