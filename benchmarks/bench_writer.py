@@ -6,8 +6,8 @@ Two measurements, each an in-process :func:`meanfield.runner.run` (kernels compi
 * one particle, Gaussian data (n = 5, d = 2), one temperature of ``--steps`` steps, with
   ``observe_every = 10`` and ``= 1000``: the wall times, their ratio and the writer's part
   of each. In process the ratio also counts what the solver does per observation (the
-  stationarity statistic, the stability number, the particle layout; about 0.8 ms, 20 times
-  the step of one particle) and no process start-up; ``meanfield run`` from the shell adds a
+  stationarity statistic, the stability number, the particle layout: about 0.8 ms, as long as
+  some 80 steps of one particle) and no process start-up; ``meanfield run`` from the shell adds a
   few seconds to both;
 * the plane8 data with N = 4000, three temperatures of ``--plane-steps`` steps,
   ``observe_every = 100`` (the default): the share of the wall time spent inside the
