@@ -9,7 +9,12 @@
 - :func:`match_rays`: one-to-one matching of measured rays to reference rays by angle, within a
   sign, on plain arrays (directions, signs, weights) so it works with any ray finder.
 
-References are cached per (data, ``lam``, ``tau``) for the life of the process.
+References are cached per (data, ``lam``, ``tau``) for the life of the process, and on disk
+across processes (:mod:`analysis.refcache`, keyed by a hash of every input and of the solver
+code). A solution read from the disk cache carries its numbers (``f_train``, ``R``,
+``max_abs_G``, ``residual``, ``quad_error``, the convex rays, ...) but not the Gibbs solver's
+quadrature rule: for ``GibbsSolution.G``, ``density`` or ``predict`` solve afresh with
+:func:`solvers.gibbs.gibbs`.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
+from analysis import refcache
 from analysis.time_average import time_average_predictor
 from solvers.convex import ConvexSolverError, convex
 from solvers.gibbs import GibbsConvergenceError, gibbs
@@ -40,6 +46,15 @@ def _key(X, y, lam, tau):
     return (X.tobytes(), y.tobytes(), float(lam), None if tau is None else float(tau))
 
 
+def _cached(solver, X, y, lam, taus, options, compute) -> list:
+    """``compute()`` through the disk cache (:mod:`analysis.refcache`): the results of the
+    ReLU reference ``solver`` on ``(X, y)`` with ``lam``, the temperatures ``taus`` in the
+    order solved, and ``options``."""
+    return refcache.cached(solver, {"X": X, "y": y},
+                           {"lam": float(lam), "taus": [float(t) for t in taus],
+                            "options": options, "activation": "relu"}, compute)
+
+
 def gibbs_reference(X, y, lam, tau):
     """Cached :class:`solvers.gibbs.GibbsSolution` at one temperature: quadrature for
     ``d ≤ 2``, randomized QMC (:mod:`solvers.gibbsqmc`, to ``QMC_RTOL``) above.
@@ -48,12 +63,15 @@ def gibbs_reference(X, y, lam, tau):
     ------
     solvers.gibbs.GibbsConvergenceError, solvers.gibbsqmc.GibbsAccuracyError
     """
-    k = _key(np.ascontiguousarray(X, float), np.ascontiguousarray(y, float), lam, tau)
+    X, y = np.ascontiguousarray(X, float), np.ascontiguousarray(y, float)
+    k = _key(X, y, lam, tau)
     if k not in _CACHE:
         if np.shape(X)[1] <= 2:
-            _CACHE[k] = gibbs(X, y, lam, float(tau))
+            _CACHE[k] = _cached("gibbs", X, y, lam, [float(tau)], {},
+                                lambda: [gibbs(X, y, lam, float(tau))])[0]
         else:
-            _CACHE[k] = gibbs_qmc(X, y, lam, float(tau), rtol=QMC_RTOL)
+            _CACHE[k] = _cached("gibbs_qmc", X, y, lam, [float(tau)], {"rtol": QMC_RTOL},
+                                lambda: [gibbs_qmc(X, y, lam, float(tau), rtol=QMC_RTOL)])[0]
     if isinstance(_CACHE[k], Exception):
         raise _CACHE[k]
     return _CACHE[k]
@@ -61,9 +79,10 @@ def gibbs_reference(X, y, lam, tau):
 
 def convex_reference(X, y, lam):
     """Cached :class:`solvers.convex.ConvexSolution`."""
-    k = _key(np.ascontiguousarray(X, float), np.ascontiguousarray(y, float), lam, None)
+    X, y = np.ascontiguousarray(X, float), np.ascontiguousarray(y, float)
+    k = _key(X, y, lam, None)
     if k not in _CACHE:
-        _CACHE[k] = convex(X, y, lam)
+        _CACHE[k] = _cached("convex", X, y, lam, [], {}, lambda: [convex(X, y, lam)])[0]
     return _CACHE[k]
 
 
@@ -312,20 +331,28 @@ def prefetch_gibbs(run) -> None:
     if not todo:
         return
     if run.d <= 2:
-        for t, sol in zip(todo, gibbs(X, y, lam, todo)):
-            _CACHE[_key(X, y, lam, t)] = sol
-        return
+        sols = _cached("gibbs", X, y, lam, todo, {}, lambda: gibbs(X, y, lam, todo))
+    else:
+        sols = _cached("gibbs_qmc", X, y, lam, todo, {"rtol": QMC_RTOL},
+                       lambda: _qmc_ladder(X, y, lam, todo))
+    for t, sol in zip(todo, sols):
+        _CACHE[_key(X, y, lam, t)] = sol
+
+
+def _qmc_ladder(X, y, lam, taus) -> list:
+    """QMC Gibbs references of ``taus`` (hot to cold) by continuation; from the first whose
+    accuracy is out of reach or whose fixed point is not found, that error for it and every
+    colder one."""
     ref = QMCGibbsReference(X, y, lam, rtol=QMC_RTOL)
-    R = None
-    for i, t in enumerate(todo):
+    out, R = [], None
+    for i, t in enumerate(taus):
         try:
             sol = ref.solve([t], R0=R)[0]
         except (GibbsAccuracyError, GibbsConvergenceError) as exc:
-            for t2 in todo[i:]:
-                _CACHE[_key(X, y, lam, t2)] = exc
-            return
-        _CACHE[_key(X, y, lam, t)] = sol
+            return out + [exc] * (len(taus) - i)
+        out.append(sol)
         R = sol.R
+    return out
 
 
 def report_section(run, rep: dict, window: float = 0.5, max_P: int = 20000) -> dict:

@@ -689,7 +689,11 @@ def _run_owned(cfg, dataset, out, *, overwrite, resume, progress, threads, log, 
     if threads:
         numba.set_num_threads(int(threads))
 
+    hint = "; free space and continue with --resume"
+
     def save_checkpoint(st):
+        with _Writing(paths.part, hint):
+            writer.commit()                   # the buffered rows the checkpoint counts
         kept = ("; the previous checkpoint is kept" if paths.ckpt.exists() else
                 "; there was no earlier checkpoint, so the run cannot be resumed: free space "
                 "and run it again")
@@ -698,7 +702,6 @@ def _run_owned(cfg, dataset, out, *, overwrite, resume, progress, threads, log, 
             _ckpt.save(paths.ckpt, st, physics_hash=cfg.physics_hash(),
                        config_hash=cfg.hash(), data_hash=dataset.hash())
 
-    hint = "; free space and continue with --resume"
     try:
         with _Writing(paths.part, hint), writer, _StopRequest(log) as stop:
             state = integrate(cfg, dataset, writer=writer, state=state, progress=progress,

@@ -17,6 +17,9 @@ Layout (documented in ``docs/format.md``)::
 Readers trust only the first ``n_frames`` / ``n_observations`` rows, so a killed writer leaves a
 readable file holding every committed row. The writer allocates every row of the run (and the
 disk space for it) when it creates the file, so appends never change the file's structure.
+Observations are buffered in memory and written as blocks (:data:`FLUSH_ROWS`,
+:data:`FLUSH_SECONDS`, and with every frame, checkpoint and the end of the run), each block
+committed by one counter update.
 
 The writer works in HDF5's single-writer/multiple-reader (SWMR) mode, so a run in progress can
 be read without disabling file locking: :func:`open_run` (and ``h5py.File(path, "r",
@@ -34,6 +37,7 @@ import os
 import platform
 import struct
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,6 +59,13 @@ OBSERVABLES = Observation.columns()
 LATER_OBSERVABLES = ("residuals_previous", "eta_lambda_max")
 #: Observables with one value per training point.
 PER_POINT = ("residuals", "residuals_previous")
+#: Buffered observations are written and committed as one block once this many are waiting
+#: (a row costs about 20 ms written alone: one write per dataset of every observable, and two
+#: flushes); a writer killed with SIGKILL loses at most this many rows...
+FLUSH_ROWS = 256
+#: ... or the rows of the last this many seconds: an observation arriving this long after the
+#: last commit is committed at once (with every row waiting before it).
+FLUSH_SECONDS = 2.0
 
 
 def provenance() -> dict:
@@ -264,7 +275,7 @@ def _rebuild(path) -> None:
 
 
 class RunWriter:
-    """Writes one run file in SWMR mode; flushes after every append and bumps the commit
+    """Writes one run file in SWMR mode; every commit writes rows, flushes, and bumps the commit
     counters last.
 
     The datasets are allocated for ``capacity`` rows when the file is created; row ``k`` of a
@@ -272,6 +283,13 @@ class RunWriter:
     ``k < n_observations`` (observables), the root attributes written after the rows.
     :meth:`mark_complete` trims the datasets to the committed rows, so a complete file is a
     plain H5MD file.
+
+    Observations are buffered (:meth:`append_observations`) and committed as one block by
+    :meth:`commit`: when ``flush_rows`` rows wait, at the first append ``flush_seconds`` or more
+    after the last commit, before every frame (so a reader never sees a frame without the
+    observations before it), and by :meth:`truncate`, :meth:`mark_complete` and :meth:`close`.
+    The owner of a checkpoint calls :meth:`commit` before saving it, so the rows it counts are
+    in the file. ``n_observations`` counts committed rows; ``pending`` the buffered ones.
 
     Parameters
     ----------
@@ -284,6 +302,11 @@ class RunWriter:
     capacity : tuple (n_frames, n_observations), optional
         Rows to allocate when creating (see :meth:`solvers.schedule.Schedule.row_counts`); appends
         beyond it grow the datasets.
+    flush_rows : int
+        Observations buffered before a block is committed (default :data:`FLUSH_ROWS`; 1 writes
+        every row at once).
+    flush_seconds : float
+        An append this long after the last commit commits (default :data:`FLUSH_SECONDS`).
 
     Raises
     ------
@@ -293,10 +316,16 @@ class RunWriter:
         The file cannot be created or written (permissions, full disk, file-size limit).
     """
 
-    def __init__(self, path, cfg=None, dataset=None, mode="w", capacity=(0, 0)):
+    def __init__(self, path, cfg=None, dataset=None, mode="w", capacity=(0, 0), *,
+                 flush_rows=FLUSH_ROWS, flush_seconds=FLUSH_SECONDS):
         self.path = Path(path)
         self.f = None
         self._lock = None
+        self._pending = []          # observations not yet written
+        self._broken = False        # a write failed: HDF5 may be inconsistent, write no more
+        self.flush_rows = max(1, int(flush_rows))
+        self.flush_seconds = float(flush_seconds)
+        self._last_commit = time.monotonic()
         if mode == "w":
             # Reserve the space first: a full disk or a file-size limit then fails here with a
             # plain OSError, before HDF5 writes anything (HDF5 does not survive failed writes).
@@ -399,30 +428,58 @@ class RunWriter:
         f.flush()
 
     def append_frame(self, theta, step, time, tau):
-        """Append one snapshot frame ``theta`` (N, d+2) at ``step``/``time`` and temperature ``tau``."""
-        neu = self.f["particles/neurons"]
-        k = self.n_frames
-        _write_rows(neu["position"], k, [step], [time], np.asarray(theta)[None])
-        _write_rows(neu["temperature"], k, [step], [time], [tau])
-        self.f.flush()
-        self.n_frames = k + 1
-        self.f.attrs.modify("n_frames", self.n_frames)
-        self.f.flush()
+        """Append one snapshot frame ``theta`` (N, d+2) at ``step``/``time`` and temperature
+        ``tau``; the buffered observations are committed first, the frame right after them."""
+        self.commit()
+        with self._writing():
+            neu = self.f["particles/neurons"]
+            k = self.n_frames
+            _write_rows(neu["position"], k, [step], [time], np.asarray(theta)[None])
+            _write_rows(neu["temperature"], k, [step], [time], [tau])
+            self.f.flush()
+            self.n_frames = k + 1
+            self.f.attrs.modify("n_frames", self.n_frames)
+            self.f.flush()
 
     def append_observations(self, rows):
-        """Append observations: a sequence of :class:`solvers.observation.Observation`."""
-        if not rows:
+        """Append observations: a sequence of :class:`solvers.observation.Observation`.
+
+        They are buffered and committed by :meth:`commit` when ``flush_rows`` rows wait or
+        ``flush_seconds`` have passed since the last commit."""
+        self._pending.extend(rows)
+        if self._pending and (len(self._pending) >= self.flush_rows
+                              or time.monotonic() - self._last_commit >= self.flush_seconds):
+            self.commit()
+
+    @property
+    def pending(self) -> int:
+        """Observations buffered, not yet in the file."""
+        return len(self._pending)
+
+    def commit(self):
+        """Write the buffered observations as one block, flush, then bump ``n_observations``
+        (readers see all of the block or none of it)."""
+        self._last_commit = time.monotonic()
+        if not self._pending:
             return
-        obs = self.f["observables"]
-        steps = [r.step for r in rows]
-        times = [r.time for r in rows]
-        k = self.n_observations
-        for name in OBSERVABLES:
-            _write_rows(obs[name], k, steps, times, np.asarray([getattr(r, name) for r in rows]))
-        self.f.flush()
-        self.n_observations = k + len(rows)
-        self.f.attrs.modify("n_observations", self.n_observations)
-        self.f.flush()
+        rows = self._pending
+        with self._writing():
+            obs = self.f["observables"]
+            steps = np.fromiter((r.step for r in rows), dtype=np.int64, count=len(rows))
+            times = np.fromiter((r.time for r in rows), dtype=np.float64, count=len(rows))
+            k = self.n_observations
+            for name in OBSERVABLES:
+                _write_rows(obs[name], k, steps, times,
+                            np.asarray([getattr(r, name) for r in rows]))
+            self.f.flush()
+            self.n_observations = k + len(rows)
+            self.f.attrs.modify("n_observations", self.n_observations)
+            self.f.flush()
+        self._pending = []
+
+    def _writing(self):
+        """Context of a write: a failure marks the writer broken (nothing more is written)."""
+        return _WriteGuard(self)
 
     def truncate(self, n_frames, n_observations):
         """Forget rows beyond the given counts (used when resuming from a checkpoint).
@@ -435,6 +492,7 @@ class RunWriter:
         RunFileError
             The file holds fewer committed rows than requested.
         """
+        self.commit()
         if n_frames > self.n_frames or n_observations > self.n_observations:
             raise RunFileError(str(self.path), "n_frames",
                                f"holds {self.n_frames} frames and {self.n_observations} "
@@ -447,7 +505,9 @@ class RunWriter:
         self.f.flush()
 
     def mark_complete(self):
-        """Trim the datasets to the committed rows and set ``complete``."""
+        """Commit the buffered rows, trim the datasets to the committed rows and set
+        ``complete``."""
+        self.commit()
         neu = self.f["particles/neurons"]
         for g in (neu["position"], neu["temperature"]):
             _shrink(g, self.n_frames)
@@ -462,19 +522,57 @@ class RunWriter:
         """The ``physics_hash`` of the config that created the file."""
         return str(self.f["parameters"].attrs.get("physics_hash", ""))
 
-    def close(self):
-        if getattr(self, "f", None) is not None:
-            self.f.close()
-            self.f = None
-        if getattr(self, "_lock", None) is not None:
-            os.close(self._lock)          # drops the writer lock
-            self._lock = None
+    def close(self, commit=True):
+        """Commit the buffered rows (unless ``commit`` is false or a write failed), close the
+        file and drop the writer lock.
+
+        Raises
+        ------
+        OSError, RuntimeError
+            From h5py, the commit failed (the file is closed all the same).
+        """
+        try:
+            if commit and getattr(self, "f", None) is not None and not self._broken:
+                self.commit()
+        finally:
+            if getattr(self, "f", None) is not None:
+                self.f.close()
+                self.f = None
+            if getattr(self, "_lock", None) is not None:
+                os.close(self._lock)          # drops the writer lock
+                self._lock = None
 
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, typ, exc, tb):
+        if typ is None:
+            self.close()
+            return
+        # leaving on an error or a signal: keep the rows computed so far (a failing commit must
+        # not hide the error in flight)
+        try:
+            self.close()
+        except Exception:           # noqa: BLE001
+            self.close(commit=False)
+
+
+class _WriteGuard:
+    """Marks a :class:`RunWriter` broken when a write inside it raises."""
+
+    def __init__(self, writer):
+        self.writer = writer
+
+    def __enter__(self):
+        if self.writer._broken:
+            raise RuntimeError(f"{self.writer.path}: an earlier write failed; nothing more is "
+                               "written (write failed)")
+        return self
+
+    def __exit__(self, typ, exc, tb):
+        if typ is not None:
+            self.writer._broken = True
+        return False
 
 
 #: What h5py raises on a file it cannot read: damaged metadata (a bad local heap or object

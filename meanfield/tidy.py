@@ -77,15 +77,52 @@ def run_dataset(run, frames: bool = True):
 
 # --- analysis results -------------------------------------------------------------------------
 
+#: The minus sign of the Markdown report (U+2212); tables and CSV files use ASCII ``-``.
+MINUS = "\u2212"
+
+
+def _jsonable(value):
+    """``value`` with non-finite floats as ``None`` (strict JSON) and U+2212 minus signs in
+    strings as ASCII ``-``."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, str):
+        return value.replace(MINUS, "-")
+    if isinstance(value, (float, np.floating)):
+        return float(value) if np.isfinite(value) else None
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.ndarray):
+        return _jsonable(value.tolist())
+    return value
+
+
+def _cell(value):
+    """One table cell: a nested value (dict, list) as compact JSON text with sorted keys, a
+    string with ASCII minus signs, anything else as it is."""
+    import json
+    if isinstance(value, (dict, list, tuple, np.ndarray)):
+        return json.dumps(_jsonable(value), sort_keys=True, separators=(",", ":"),
+                          ensure_ascii=False, allow_nan=False)
+    if isinstance(value, str):
+        return value.replace(MINUS, "-")
+    return value
+
+
 def ladder_table(rep):
     """One row per temperature of an analysis (``rep["ladder"]``), coldest last.
 
     Columns: ``tau, step, J, K, risk, halo_mass_fraction, w2_to_previous, w2_method,
-    w2_rays_to_previous, dist_to_reference`` and, where the report has them, the bounds
-    ``bound_2P_minus_1``, ``bound_P_minus_1``.
+    w2_rays_to_previous, dist_to_reference`` and, where the report has them, the convex counts
+    and ray matching, ``stationary``, ``stationarity``, ``J_measured``, ``K_measured`` and the
+    bounds ``bound_2P_minus_1``, ``bound_P_minus_1``. One value per cell: nested values (the
+    ``stationarity`` verdict, a dict; the index lists ``unmatched_measured`` and
+    ``unmatched_reference``) are JSON text (sorted keys, ``null`` for NaN), minus signs ASCII.
     """
     import pandas as pd
-    df = pd.DataFrame(list(rep["ladder"]))
+    df = pd.DataFrame([{k: _cell(v) for k, v in row.items()} for row in rep["ladder"]])
     if len(df):
         df["bound_2P_minus_1"] = rep.get("bound_2P_minus_1")
         df["bound_P_minus_1"] = rep.get("bound_P_minus_1")
@@ -102,8 +139,10 @@ def _last_per_tau(rep):
 def rays_table(rep, all_frames: bool = False):
     """One row per ray: ``tau, step, ray`` (index, by decreasing mass), ``sign``, ``weight``,
     ``mass_fraction``, ``spread`` (rad), ``n_particles``, ``n_cells``, ``G``,
-    ``pattern_margin``, ``pattern`` (``+0−`` string), ``v1..v{d+1}`` (the unit direction of
-    ``(w, b)``). The last snapshot at each temperature, or every snapshot (``all_frames``)."""
+    ``pattern_margin``, ``pattern`` (``+0-`` string, ASCII: one character per training point,
+    whether the ray's hyperplane passes above, through or below it), ``v1..v{d+1}`` (the unit
+    direction of ``(w, b)``). The last snapshot at each temperature, or every snapshot
+    (``all_frames``)."""
     import pandas as pd
     rows = []
     for s in (rep.get("snapshots", []) if all_frames else _last_per_tau(rep)):
@@ -111,28 +150,33 @@ def rays_table(rep, all_frames: bool = False):
             row = {"tau": s["tau"], "step": s["step"], "ray": i}
             row.update({k: r[k] for k in ("sign", "weight", "mass_fraction", "spread",
                                           "n_particles", "n_cells", "G", "pattern_margin")})
-            row["pattern"] = "".join({1: "+", 0: "0", -1: "−"}[int(t)] for t in r["pattern"])
+            row["pattern"] = "".join({1: "+", 0: "0", -1: "-"}[int(t)] for t in r["pattern"])
             row.update({f"v{k + 1}": x for k, x in enumerate(r["direction"])})
             rows.append(row)
     return pd.DataFrame(rows)
 
 
 def kinks_table(rep, all_frames: bool = False):
-    """One row per kink hyperplane ``{x : normal·x = offset}``: ``tau, step, hyperplane``,
-    ``offset``, ``n1..nd`` (unit normal), ``rays`` (indices of the rays on it, as in
-    :func:`rays_table`, e.g. ``"0 3"``), ``signs`` (the signs of ``a`` of those rays)."""
+    """The kink hyperplanes ``{x : normal·x = offset}`` in long format: one row per
+    hyperplane and ray on it, ``tau, step, hyperplane, offset, n1..nd`` (unit normal; the same
+    on every row of a hyperplane), ``ray`` (index of the ray, as in :func:`rays_table`) and
+    ``sign`` (``+1``/``-1``, the sign of ``a`` of that ray). A hyperplane without rays has one
+    row with ``ray`` and ``sign`` empty. The hyperplanes of a temperature are the distinct
+    ``hyperplane`` values of its rows."""
     import pandas as pd
     rows = []
     for s in (rep.get("snapshots", []) if all_frames else _last_per_tau(rep)):
         for i, kk in enumerate(s["kinks"]):
-            row = {"tau": s["tau"], "step": s["step"], "hyperplane": i,
-                   "offset": kk["offset"]}
-            row.update({f"n{k + 1}": x for k, x in enumerate(kk["normal"])})
-            row["rays"] = " ".join(str(r) for r in kk["rays"])
-            row["signs"] = " ".join("+" if s["rays"][r]["sign"] > 0 else "−"
-                                    for r in kk["rays"])
-            rows.append(row)
-    return pd.DataFrame(rows)
+            base = {"tau": s["tau"], "step": s["step"], "hyperplane": i, "offset": kk["offset"]}
+            base.update({f"n{k + 1}": x for k, x in enumerate(kk["normal"])})
+            on = [(int(r), 1 if s["rays"][r]["sign"] > 0 else -1) for r in kk["rays"]]
+            for r, sign in on or [(None, None)]:
+                rows.append({**base, "ray": r, "sign": sign})
+    df = pd.DataFrame(rows)
+    if len(df):
+        df["ray"] = df["ray"].astype("Int64")
+        df["sign"] = df["sign"].astype("Int64")
+    return df
 
 
 #: The tables of an analysis, by name (``Report.to_dataframe(name)``).
@@ -143,13 +187,14 @@ CSV_TABLES = {f"{name}.csv": table for name, table in TABLES.items()}
 
 def write_csv(rep, outdir) -> list:
     """Write ``ladder.csv``, ``rays.csv`` and ``kinks.csv`` of an analysis into ``outdir``
-    (each through a temporary file and a rename); returns the paths."""
+    (each through a temporary file and a rename); returns the paths. UTF-8, one value per cell,
+    ASCII minus signs (the tables of :data:`TABLES`)."""
     import os
     out = Path(outdir)
     written = []
     for name, table in CSV_TABLES.items():
         tmp = out / (name + ".tmp")
-        table(rep).to_csv(tmp, index=False)
+        table(rep).to_csv(tmp, index=False, encoding="utf-8")
         os.replace(tmp, out / name)
         written.append(out / name)
     return written

@@ -164,3 +164,17 @@ def one_thread():
     numba.set_num_threads(1)
     yield
     numba.set_num_threads(old)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _reference_cache(tmp_path_factory):
+    """The tests keep the disk cache of the exact references (``analysis.refcache``) in a folder
+    of their own, shared by the session (subprocesses inherit it), never the user's."""
+    import os
+    old = os.environ.get("MEANFIELD_CACHE_DIR")
+    os.environ["MEANFIELD_CACHE_DIR"] = str(tmp_path_factory.mktemp("refcache"))
+    yield
+    if old is None:
+        os.environ.pop("MEANFIELD_CACHE_DIR", None)
+    else:
+        os.environ["MEANFIELD_CACHE_DIR"] = old

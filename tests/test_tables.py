@@ -75,20 +75,24 @@ def test_tables_one_row_per_tau_ray_and_hyperplane(analysed):
     kinks = kinks_table(rep)
     for r in rep["ladder"]:
         assert (rays.tau == r["tau"]).sum() == r.get("J_measured", r["J"]) > 0
-        assert (kinks.tau == r["tau"]).sum() == r.get("K_measured", r["K"]) > 0
+        assert kinks[kinks.tau == r["tau"]].hyperplane.nunique() == \
+            r.get("K_measured", r["K"]) > 0
     last = rep["snapshots"][-1]
     mine = rays[rays.tau == last["tau"]]
     np.testing.assert_allclose(mine.weight, [q["weight"] for q in last["rays"]])
     np.testing.assert_allclose(mine[["v1", "v2", "v3"]].to_numpy(),
                                [q["direction"] for q in last["rays"]])
     # every ray of a frame lies on exactly one kink hyperplane of it (d = 2, no pure biases
-    # expected here), and each hyperplane lists the signs of a of its rays
+    # expected here), and each row of a hyperplane gives one of its rays and the sign of a
     k_last = kinks[kinks.tau == last["tau"]]
-    on = sorted(int(i) for rs in k_last.rays for i in rs.split())
+    on = sorted(int(i) for i in k_last.ray)
     assert on == sorted(set(on)) and set(on) <= set(range(len(last["rays"])))
-    for rs, signs in zip(k_last.rays, k_last.signs):
-        assert [("+" if last["rays"][int(i)]["sign"] > 0 else "−") for i in rs.split()] == \
-            signs.split()
+    groups = list(k_last.groupby("hyperplane", sort=True))
+    assert [h for h, _ in groups] == list(range(len(last["kinks"])))
+    for kk, (_, rows) in zip(last["kinks"], groups):
+        assert list(rows.ray) == list(kk["rays"])
+        assert list(rows.sign) == [1 if last["rays"][i]["sign"] > 0 else -1 for i in kk["rays"]]
+        assert rows.offset.nunique() == 1 and rows.offset.iloc[0] == kk["offset"]
     np.testing.assert_allclose(np.hypot(k_last.n1, k_last.n2), 1.0)
 
 
@@ -105,6 +109,48 @@ def test_analyze_csv_writes_the_tables(analysed):
         for col in want.columns:
             if want[col].dtype.kind in "fi":
                 np.testing.assert_allclose(back[col].astype(float), want[col].astype(float))
+
+
+def test_csv_files_are_tidy(analysed):
+    """One value per cell: nested values are JSON (the stationarity verdict reads back as the
+    report's dict), list columns are long rows, minus signs are ASCII."""
+    import csv
+    import json
+    _, rep, rep_dir = analysed
+    for name in ("ladder.csv", "rays.csv", "kinks.csv"):
+        text = (rep_dir / name).read_text(encoding="utf-8")
+        assert "\u2212" not in text, name
+        for row in csv.DictReader(text.splitlines()):
+            for key, cell in row.items():
+                assert "'" not in cell and not cell.startswith(("{'", "['")), (name, key, cell)
+    ladder = list(csv.DictReader((rep_dir / "ladder.csv").read_text().splitlines()))
+    assert [float(r["tau"]) for r in ladder] == [r["tau"] for r in rep["ladder"]]
+    for row, want in zip(ladder, rep["ladder"]):
+        assert json.loads(row["stationarity"]) == want["stationarity"]
+        assert isinstance(want["stationarity"], dict)
+    rays = list(csv.DictReader((rep_dir / "rays.csv").read_text().splitlines()))
+    last = rep["snapshots"][-1]
+    mine = [r for r in rays if float(r["tau"]) == last["tau"]]
+    assert [r["pattern"] for r in mine] == [
+        "".join({1: "+", 0: "0", -1: "-"}[int(t)] for t in q["pattern"]) for q in last["rays"]]
+    assert all(set(r["pattern"]) <= set("+0-") for r in rays)
+    kinks = list(csv.DictReader((rep_dir / "kinks.csv").read_text().splitlines()))
+    mine = [r for r in kinks if float(r["tau"]) == last["tau"]]
+    assert [(int(r["hyperplane"]), int(r["ray"]), int(r["sign"])) for r in mine] == [
+        (h, i, 1 if last["rays"][i]["sign"] > 0 else -1)
+        for h, kk in enumerate(last["kinks"]) for i in kk["rays"]]
+
+
+def test_ladder_table_cells_hold_one_value():
+    from meanfield.tidy import ladder_table
+    rep = {"ladder": [{"tau": 0.01, "J": 2, "stationarity": {"b": [1.5, float("nan")],
+                                                            "a": "1 \u2212 G"},
+                       "unmatched_measured": [0, 3], "w2_method": None}],
+           "bound_2P_minus_1": 7, "bound_P_minus_1": 3}
+    df = ladder_table(rep)
+    assert df.stationarity[0] == '{"a":"1 - G","b":[1.5,null]}'
+    assert df.unmatched_measured[0] == "[0,3]"
+    assert df.J[0] == 2 and df.bound_P_minus_1[0] == 3
 
 
 def test_study_results_is_a_dataset_over_the_axes(tmp_path, monkeypatch):

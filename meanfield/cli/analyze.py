@@ -54,6 +54,10 @@ def register(sub):
     p.add_argument("--no-references", action="store_true",
                    help="skip the comparison with the exact references (Gibbs fixed point at "
                         "each tau for d <= 2; the convex tau -> 0 limit at the coldest tau)")
+    p.add_argument("--no-cache", action="store_true",
+                   help="compute the exact references afresh, neither reading nor writing "
+                        "the reference cache ($MEANFIELD_CACHE_DIR, default "
+                        "~/.cache/meanfield/references; or set MEANFIELD_NO_CACHE=1)")
     p.add_argument("--against", metavar="OTHER.h5",
                    help="instead of the report: compare with another run of the same data "
                         "temperature by temperature (the difference of the time-averaged "
@@ -155,11 +159,12 @@ def _ladder(run):
     return out
 
 
-def _not_a_config(path) -> None:
-    """Refuse a config given where a run file belongs, saying how to make one."""
+def _not_a_config(path, then: str = "analyse") -> None:
+    """Refuse a config given where a run file belongs, saying how to make one (``then``: what
+    to do with the run file afterwards)."""
     if Path(path).suffix.lower() == ".toml":
         raise InputError(path, "", "is a config, not a run file: run it first "
-                                   f"(meanfield run {path} -o RUN.h5), then analyse RUN.h5")
+                                   f"(meanfield run {path} -o RUN.h5), then {then} RUN.h5")
 
 
 def _two_runs(args, option):
@@ -331,6 +336,9 @@ def main(args) -> int:
     """Run ``meanfield analyze`` with the parsed ``args``; returns the exit code."""
     from meanfield.report import FIGURES, analyze_run
     from meanfield.sweep.summary import is_study_dir
+    if getattr(args, "no_cache", False):
+        from analysis import refcache
+        refcache.disable()
     given = [f for f, v in (("--against", args.against), ("--extrapolate", args.extrapolate),
                             ("--extrapolate-n", args.extrapolate_n)) if v]
     if len(given) > 1:

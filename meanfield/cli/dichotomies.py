@@ -59,7 +59,22 @@ def load_inputs(path: str, target=None, features=None):
         raise DataError(str(path), "", f"unknown file type '{suffix}' (use a data file .csv, "
                                        ".npy or .npz, a config .toml, or a run file .h5 or "
                                        ".h5.part)")
-    return load_file(path, target, features).X
+    try:
+        return load_file(path, target, features).X
+    except DataError as exc:
+        # the loader names the config keys; here the columns are chosen by the flags
+        raise DataError(exc.source, _as_flags(exc.field), _as_flags(exc.reason)) from None
+
+
+#: The config keys of the CSV column choice, and the flags that set them in this command.
+_FLAGS = (("data.target = NAME", "--target NAME"), ("data.features = [NAMES]", "--features NAMES"),
+          ("data.target", "--target"), ("data.features", "--features"))
+
+
+def _as_flags(text: str) -> str:
+    for key, flag in _FLAGS:
+        text = text.replace(key, flag)
+    return text
 
 
 def main(args) -> int:

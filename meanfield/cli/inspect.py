@@ -54,6 +54,36 @@ def summary(run) -> dict:
             "stages": stages(run), "config": run.config}
 
 
+def config_lines(cfg: dict) -> list:
+    """The config a run was written with, one line per table (``[data]``, ``[model]``,
+    ``[dynamics]``, ``[output]``, then any other) and every field of it as ``key = value``
+    (TOML-like; an inline data array as its shape, e.g. ``X = <8 x 2 array>``)."""
+    order = ["data", "model", "dynamics", "output"]
+    tables = order + sorted(t for t in cfg if t not in order)
+    out = []
+    for t in tables:
+        body = cfg.get(t)
+        if not isinstance(body, dict):
+            continue
+        fields = [f"{k} = {_value(v)}" for k, v in sorted(body.items())]
+        out.append(f"[{t}] " + "  ".join(fields))
+    return out
+
+
+def _value(v) -> str:
+    if isinstance(v, list) and v and isinstance(v[0], list):
+        return f"<{len(v)} x {len(v[0])} array>"
+    if isinstance(v, list) and len(v) > 8:
+        return f"<{len(v)} values>"
+    if isinstance(v, list):
+        return "[" + ", ".join(_value(x) for x in v) + "]"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return json.dumps(v)
+    return repr(v)                      # floats exactly, as the config holds them
+
+
 def _progress_line(run) -> str:
     """One line on how far a run has come: step of total, temperature, risk, stationarity."""
     taus = run.taus
@@ -123,8 +153,10 @@ def follow(path, interval=10.0, out=sys.stdout, poll=None) -> int:
 
 def main(args) -> int:
     """Run ``meanfield inspect`` with the parsed ``args``; returns the exit code."""
+    from meanfield.cli.analyze import _not_a_config
     from meanfield.errors import InputError
     from meanfield.store import open_run
+    _not_a_config(args.run, then="inspect")
     if args.follow:
         if not args.interval > 0:
             raise InputError("command line", "--interval", f"must be > 0, got {args.interval}")
@@ -141,10 +173,10 @@ def main(args) -> int:
     print(f"run file      {run.path}")
     print(f"schema        {run.schema_version}   complete: {run.complete}")
     print(f"data          n={run.n} d={run.d}")
-    dyn = run.config["dynamics"]
     print(f"particles     N={run.n_particles}  activation={run.config['model']['activation']}")
-    print(f"dynamics      lam={dyn['lam']:g} eta={dyn['eta']:g} steps_per_tau={dyn['steps_per_tau']}"
-          f" seed={dyn['seed']}")
+    print("config")
+    for line in config_lines(run.config):
+        print(f"  {line}")
     print(f"observations  {len(obs['risk']['step'])}")
     print(f"frames        {run.n_frames}")
     for s, t, u in zip(run.frame_step, run.frame_time, run.frame_tau):

@@ -1,0 +1,91 @@
+"""What the commands say: flags named as the command spells them, one refusal for a config
+given where a run file belongs, and ``inspect`` printing the config it promises."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import tiny_toml
+
+from meanfield import config, data
+from meanfield.cli import main
+from meanfield.store import RunWriter
+from solvers.observation import Observation
+
+
+def one_line(capsys, code, want=2):
+    err = capsys.readouterr().err
+    assert code == want, err
+    assert "Traceback" not in err, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+@pytest.fixture
+def headed(tmp_path):
+    p = tmp_path / "pts.csv"
+    p.write_text("x1,x2,y\n0,1,2\n1,0,3\n2,2,1\n")
+    return p
+
+
+@pytest.mark.parametrize("extra,field,words", [
+    ([], "header", ["--target NAME, one of: x1, x2, y", "--features NAMES"]),
+    (["--target", "z"], "--target", ["no column 'z'"]),
+    (["--target", "y", "--features", "x3"], "--features", ["no column 'x3'"]),
+])
+def test_dichotomies_names_its_flags_not_config_keys(headed, capsys, extra, field, words):
+    line = one_line(capsys, main(["dichotomies", str(headed), *extra]))
+    assert line.startswith(f"meanfield: error: {headed}: {field}: ")
+    assert all(w in line for w in words) and "data." not in line
+
+
+def test_dichotomies_without_a_header_names_the_flag(tmp_path, capsys):
+    p = tmp_path / "plain.csv"
+    p.write_text("0,1,2\n1,0,3\n2,2,1\n")
+    line = one_line(capsys, main(["dichotomies", str(p), "--target", "y"]))
+    assert f"{p}: --target: the file has no header line" in line
+    assert "leave out --target and --features" in line and "data." not in line
+
+
+@pytest.mark.parametrize("follow", [[], ["--follow"], ["--json"]])
+def test_inspect_on_a_config_says_run_it_first_like_analyze(tmp_path, capsys, follow):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(tiny_toml())
+    analyze = one_line(capsys, main(["analyze", str(cfg)]))
+    inspect = one_line(capsys, main(["inspect", str(cfg), *follow]))
+    assert "run it first" in inspect and "not a readable HDF5 file" not in inspect
+    want = (f"meanfield: error: {cfg}: is a config, not a run file: run it first (meanfield run "
+            f"{cfg} -o RUN.h5), then ")
+    assert analyze == want + "analyse RUN.h5"
+    assert inspect == want + "inspect RUN.h5"
+
+
+def test_inspect_prints_every_field_of_the_config(tmp_path, capsys):
+    cfg = config.from_dict({"data": {"kind": "gaussian", "n": 3, "d": 2, "seed": 4},
+                            "model": {"n_particles": 5, "init_scale": 0.7},
+                            "dynamics": {"lam": 0.0123456789, "eta": 0.02,
+                                         "taus": [0.1, 0.003], "steps_per_tau": 40,
+                                         "seed": 11, "batch_size": 2},
+                            "output": {"observe_every": 10, "snapshots_per_tau": 1}})
+    ds = data.from_config(cfg)
+    path = tmp_path / "r.h5"
+    with RunWriter(path, cfg, ds, capacity=(1, 1)) as w:
+        w.append_observations([Observation(step=10, time=0.2, tau=0.1, risk=0.5,
+                                           regulariser=0.1, mean_sq_norm=1.0,
+                                           stationarity=np.nan, residuals=np.zeros(3),
+                                           residuals_previous=np.zeros(3),
+                                           eta_lambda_max=0.01)])
+        w.append_frame(np.zeros((5, 4)), 10, 0.2, 0.1)
+    assert main(["inspect", str(path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    canon = __import__("json").loads(cfg.canonical_json())
+    for table, body in canon.items():
+        (line,) = [ln.strip() for ln in out if ln.strip().startswith(f"[{table}]")]
+        for key, value in body.items():
+            shown = (repr(value) if isinstance(value, float) else
+                     f'"{value}"' if isinstance(value, str) else
+                     "[" + ", ".join(repr(v) for v in value) + "]" if isinstance(value, list)
+                     else str(value))
+            assert f" {key} = {shown}" in f" {line[len(table) + 2:]}", (table, key, line)
+    assert "lam = 0.0123456789" in "\n".join(out)          # exactly, not rounded
