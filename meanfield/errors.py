@@ -28,7 +28,7 @@ class CheckpointError(InputError):
 
 
 class Interrupted(Exception):
-    """The run stopped on SIGINT/SIGTERM after writing a checkpoint (CLI exit code 130).
+    """The run stopped on SIGINT/SIGTERM/SIGHUP after writing a checkpoint (CLI exit code 130).
 
     ``step`` is the global step of the checkpoint, ``checkpoint`` its path, ``message`` the
     one line for the user.
