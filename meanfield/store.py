@@ -680,8 +680,7 @@ def _need(group, name: str, src: str):
     """``group[name]``, or a :class:`RunFileError` naming the missing object."""
     if name not in group:
         where = f"{group.name.rstrip('/')}/{name}".lstrip("/")
-        raise RunFileError(src, where, "missing from the run file (damaged, or not written "
-                                       "by meanfield)")
+        raise RunFileError(src, where, "missing (damaged or incomplete run file)")
     return group[name]
 
 
@@ -689,8 +688,7 @@ def _need_attr(obj, name: str, src: str):
     """Attribute ``name`` of ``obj``, or a :class:`RunFileError` naming it."""
     if name not in obj.attrs:
         where = f"{obj.name.strip('/')}.{name}" if obj.name.strip("/") else name
-        raise RunFileError(src, where, "attribute missing from the run file (damaged, or not "
-                                       "written by meanfield)")
+        raise RunFileError(src, where, "attribute missing (damaged or incomplete run file)")
     return obj.attrs[name]
 
 

@@ -189,7 +189,7 @@ def _main(argv) -> int:
         sys.stderr.write(f"meanfield: {exc}\n")
         return 130
     except Terminated as exc:
-        sys.stderr.write(f"meanfield: terminated by {exc}; nothing half-written was left\n")
+        sys.stderr.write(f"meanfield: terminated by {exc}\n")
         return 130
     except KeyboardInterrupt:
         sys.stderr.write("meanfield: interrupted\n")
