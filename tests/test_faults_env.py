@@ -225,6 +225,7 @@ def test_the_pre_run_check_skips_with_a_note_where_it_would_take_minutes(monkeyp
     import solvers.stability
     from meanfield import config, data, runner
     calls = []
+    monkeypatch.setattr(runner, "_GUARD_CACHE", {})
     monkeypatch.setattr(solvers.stability, "reference_limits",
                         lambda *a, **kw: calls.append(a) or [])
     cfg = config.loads(tiny_toml({"data.n": 14, "data.d": 50}))
