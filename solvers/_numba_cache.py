@@ -8,11 +8,14 @@ not the user's fault:
 - a damaged cache file (an interrupted write, a full disk, a copied tree): unpickling it raises
   ``UnpicklingError``, ``EOFError`` or ``ValueError`` from inside the first kernel call;
 - no writable cache folder at all: ``RuntimeError: cannot cache function ...: no locator
-  available`` when the module is imported.
+  available`` when the module is imported;
+
+and silently ignores an unwritable ``NUMBA_CACHE_DIR`` (it caches elsewhere, or nowhere).
 
 :func:`install` (run when ``solvers._kernels`` or ``solvers._arrangement`` is imported) makes a
 damaged file a cache miss (the file is removed, the kernel compiled again and the cache
-rewritten) and a missing cache folder a compilation without cache. Each case is reported once
+rewritten), a missing cache folder a compilation without cache, and notes where the kernels
+are cached when ``NUMBA_CACHE_DIR`` cannot be written. Each case is reported once
 as a :class:`NumbaCacheWarning` of one line; the command line prints it as a note. Writing the
 cache is left as it is: a failure to write (full disk) is an error that names the cache file.
 """
@@ -53,6 +56,20 @@ def _drop(path: str, exc) -> None:
     _note(os.path.dirname(path),
           f"numba cache file {path} is damaged ({_first_line(exc)}); removed the damaged "
           "cache files, compiling the kernels again")
+
+
+def _check_user_dir(dispatcher) -> None:
+    """Note once when ``NUMBA_CACHE_DIR`` is set but numba, unable to write there, silently
+    caches somewhere else."""
+    from numba.core import caching, config
+    if not config.CACHE_DIR:
+        return
+    locator = getattr(getattr(getattr(dispatcher, "_cache", None), "_impl", None), "locator",
+                      None)
+    if locator is None or isinstance(locator, caching.UserProvidedCacheLocator):
+        return
+    _note("user dir", f"NUMBA_CACHE_DIR={config.CACHE_DIR} cannot be written; numba caches the "
+                      f"kernels in {locator.get_cache_path()} instead")
 
 
 def install() -> None:
@@ -97,6 +114,7 @@ def install() -> None:
     def _enable_caching(self):
         try:
             enable_caching(self)
+            _check_user_dir(self)
         except RuntimeError as exc:
             if "no locator available" not in str(exc):
                 raise

@@ -134,6 +134,30 @@ def test_no_writable_numba_cache_compiles_with_a_note(tmp_path):
     assert "NUMBA_CACHE_DIR" in notes and "|" not in notes
 
 
+def test_an_unwritable_numba_cache_dir_is_noted_not_ignored_in_silence(tmp_path):
+    """numba falls back from an unwritable NUMBA_CACHE_DIR to ``__pycache__`` without a word;
+    one note now says where the kernels are cached."""
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    mod = tmp_path / "mod"
+    mod.mkdir()
+    (mod / "kmod2.py").write_text("import numba\n@numba.njit(cache=True)\n"
+                                  "def k(x):\n    return x + 1.0\n")
+    code = ("import sys, warnings\nsys.path.insert(0, sys.argv[1])\n"
+            "from solvers._numba_cache import install\ninstall()\n"
+            "with warnings.catch_warnings(record=True) as w:\n"
+            "    warnings.simplefilter('always')\n"
+            "    import kmod2\n    print(kmod2.k(1.0))\n"
+            "print('|'.join(str(x.message) for x in w))\n")
+    r = subprocess.run([sys.executable, "-c", code, str(mod)], capture_output=True, text=True,
+                       timeout=300, env=env(NUMBA_CACHE_DIR=str(blocked / "numba")))
+    assert r.returncode == 0, r.stderr
+    value, notes = r.stdout.strip().splitlines()
+    assert value == "2.0"
+    assert notes == (f"NUMBA_CACHE_DIR={blocked / 'numba'} cannot be written; numba caches the "
+                     f"kernels in {mod / '__pycache__'} instead")
+
+
 # ------------------------------------------------------------- 2. the stability number at large n
 
 def dense_data_mode(theta, X, R, lam):
