@@ -133,40 +133,92 @@ def check_arrays(X, y, source: str = "<data>", rows=None) -> Dataset:
     return Dataset(X, y, Path(source).name)
 
 
-def _is_number(s: str) -> bool:
+def _is_number(s: str, sep: str = ",") -> bool:
     try:
-        float(s)
+        _number(s, sep)
     except ValueError:
         return False
     return True
 
 
+#: Field separators a CSV file may use; the first content line decides (the one of these it
+#: holds most often outside quotes; a file with none of them has one column).
+SEPARATORS = (",", ";", "\t")
+
+
+def _separator(line: str) -> str:
+    """The separator of a CSV file whose first content line is ``line``."""
+    counts, quoted = dict.fromkeys(SEPARATORS, 0), False
+    for ch in line:
+        if ch == '"':
+            quoted = not quoted
+        elif not quoted and ch in counts:
+            counts[ch] += 1
+    best = max(SEPARATORS, key=lambda c: counts[c])
+    return best if counts[best] else ","
+
+
+def _number(field: str, sep: str) -> float:
+    """The value of one CSV field; with ``;`` separators a decimal comma (``1,5``) is read
+    as a decimal point, as spreadsheet programs write it in many locales."""
+    try:
+        return float(field)
+    except ValueError:
+        if sep == ";" and field.count(",") == 1 and "." not in field:
+            return float(field.replace(",", "."))
+        raise
+
+
 def _read_csv(path: Path):
     """The header (list of names, or ``None``), the numeric rows (ndarray) and their 1-based
-    line numbers in the file, of a CSV file."""
+    line numbers in the file, of a CSV file.
+
+    Fields are separated by ``,``, ``;`` or a tab (:func:`_separator`) and may be quoted
+    (``"x1","x2","y"``, RFC 4180); blank lines and lines starting with ``#`` are skipped.
+    """
+    import csv
+
     rows, lines = [], []
     ncol = None
     names = None
+    sep = None
     # utf-8-sig: a byte-order mark (as spreadsheet programs write) is not part of the first field
-    with open(path, encoding="utf-8-sig") as fh:
+    with open(path, encoding="utf-8-sig", newline="") as fh:
         for lineno, line in enumerate(fh, start=1):
             s = line.strip()
             if not s or s.startswith("#"):
                 continue
-            parts = [p.strip() for p in s.split(",")]
+            if sep is None:
+                sep = _separator(s)
+            if '"' in s:
+                try:
+                    parts = next(csv.reader([s], delimiter=sep, skipinitialspace=True))
+                except csv.Error as exc:
+                    raise DataError(str(path), f"line {lineno}",
+                                    f"not valid CSV ({exc})") from None
+            else:
+                parts = s.split(sep)
+            parts = [p.strip() for p in parts]
             try:
-                vals = [float(p) for p in parts]
+                vals = [_number(p, sep) for p in parts]
             except ValueError:
-                if not rows and ncol is None and not any(_is_number(p) for p in parts):
+                numeric = [_is_number(p, sep) for p in parts]
+                if not rows and ncol is None and not any(numeric):
                     ncol = len(parts)              # a header line: no field is a number
                     names = parts
                     continue
-                raise DataError(str(path), f"line {lineno}", f"not a number in {s!r}") from None
+                bad = parts[numeric.index(False)]
+                hint = ""
+                if sep == "," and ";" in bad:
+                    hint = " (';' inside a field: separate every field by ';' or by ',')"
+                raise DataError(str(path), f"line {lineno}",
+                                f"not a number {bad!r} in {s!r}{hint}") from None
             if ncol is None:
                 ncol = len(vals)
             if len(vals) != ncol:
                 raise DataError(str(path), f"line {lineno}",
-                                f"expected {ncol} columns, got {len(vals)}")
+                                f"expected {ncol} columns, got {len(vals)}"
+                                + (f" (fields separated by {sep!r})" if sep != "," else ""))
             rows.append(vals)
             lines.append(lineno)
     if not rows:

@@ -34,7 +34,7 @@ class RunMismatch(InputError):
 
 
 class Interrupted(Exception):
-    """The run stopped on SIGINT/SIGTERM after writing a checkpoint (CLI exit code 130).
+    """The run stopped on SIGINT/SIGTERM/SIGHUP after writing a checkpoint (CLI exit code 130).
 
     ``step`` is the global step of the checkpoint, ``checkpoint`` its path, ``message`` the
     one line for the user.

@@ -38,7 +38,7 @@ import platform
 import struct
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import h5py
@@ -655,6 +655,9 @@ class Run:
     schema_version: int
     physics_hash: str = ""
     data_hash: str = ""
+    #: ``(st_dev, st_ino)`` of the file when it was opened: :meth:`frame` finds it again under
+    #: its final name when its writer renames ``RUN.h5.part`` into place in the meantime.
+    identity: tuple = field(default=(), repr=False, compare=False)
 
     @property
     def n(self):
@@ -706,6 +709,21 @@ class Run:
             lo = hi
         return sch.with_lengths(lengths)
 
+    def _current_path(self, k) -> str:
+        """Where the file opened as ``path`` is now: ``path`` itself, or, once its writer
+        renamed ``RUN.h5.part`` to ``RUN.h5``, the final name (the same file)."""
+        if os.path.exists(self.path) or not self.path.endswith(".part"):
+            return self.path
+        final = self.path[:-len(".part")]
+        try:
+            st = os.stat(final)
+        except OSError:
+            st = None
+        if st is not None and (not self.identity or (st.st_dev, st.st_ino) == self.identity):
+            return final
+        raise RunFileError(self.path, f"frame {k}", "the run file was removed while being read "
+                                                   "(and is not its finished run file)")
+
     def frame(self, k):
         """Particles of frame ``k``: ndarray of shape (N, d+2), rows (a, w, b).
 
@@ -714,20 +732,32 @@ class Run:
         IndexError
             ``k`` out of range.
         RunFileError
-            The frame cannot be read (damaged file) or has the wrong shape.
+            The frame cannot be read (damaged file), has the wrong shape or holds a
+            non-finite particle (the message names the frame and the particle).
         """
         if not -self.n_frames <= k < self.n_frames:
             raise IndexError(f"frame {k} out of range ({self.n_frames} frames)")
         k %= self.n_frames
+        name = "particles/neurons/position/value"
         try:
-            with _open_read(self.path) as f:
-                theta = np.asarray(f["particles/neurons/position/value"][k], dtype=np.float64)
+            with _open_read(self._current_path(k)) as f:
+                theta = np.asarray(_need(f, name, self.path)[k], dtype=np.float64)
+        except RunFileError:
+            raise
         except READ_ERRORS as exc:
             raise RunFileError(self.path, f"frame {k}", f"damaged run file, cannot read "
                                                        f"({_h5_reason(exc)})") from None
         if theta.ndim != 2 or theta.shape != (self.n_particles, self.d + 2):
             raise RunFileError(self.path, f"frame {k}", f"shape {theta.shape}, expected "
                                                        f"{(self.n_particles, self.d + 2)}")
+        bad = ~np.isfinite(theta)
+        if bad.any():
+            i, c = (int(v) for v in np.argwhere(bad)[0])
+            cols = ["a"] + [f"w{j + 1}" for j in range(self.d)] + ["b"]
+            count = int(bad.any(axis=1).sum())
+            raise RunFileError(self.path, f"frame {k}",
+                               f"particle {i} is not finite ({cols[c]} = {theta[i, c]}; "
+                               f"{count} of {theta.shape[0]} particles); the file is damaged")
         return theta
 
     def to_xarray(self, frames: bool = True):
@@ -736,6 +766,32 @@ class Run:
         rows only. See :func:`meanfield.tidy.run_dataset`."""
         from meanfield.tidy import run_dataset
         return run_dataset(self, frames=frames)
+
+
+def _identity(f, src: str) -> tuple:
+    """``(st_dev, st_ino)`` of the open HDF5 file ``f`` (of its path if the driver has no
+    descriptor); ``()`` when unknown."""
+    try:
+        st = os.fstat(f.id.get_vfd_handle()) if f.driver == "sec2" else os.stat(src)
+    except (OSError, TypeError, ValueError, RuntimeError):
+        return ()
+    return (st.st_dev, st.st_ino)
+
+
+def _need(group, name: str, src: str):
+    """``group[name]``, or a :class:`RunFileError` naming the missing object."""
+    if name not in group:
+        where = f"{group.name.rstrip('/')}/{name}".lstrip("/")
+        raise RunFileError(src, where, "missing (damaged or incomplete run file)")
+    return group[name]
+
+
+def _need_attr(obj, name: str, src: str):
+    """Attribute ``name`` of ``obj``, or a :class:`RunFileError` naming it."""
+    if name not in obj.attrs:
+        where = f"{obj.name.strip('/')}.{name}" if obj.name.strip("/") else name
+        raise RunFileError(src, where, "attribute missing (damaged or incomplete run file)")
+    return obj.attrs[name]
 
 
 def open_run(path: str | os.PathLike) -> Run:
@@ -776,17 +832,18 @@ def open_run(path: str | os.PathLike) -> Run:
         with f:
             check_schema(f, src)
             p = f["parameters"]
-            cfg_json = str(p.attrs["config_json"])
+            cfg_json = str(_need_attr(p, "config_json", src))
             nf = int(f.attrs.get("n_frames", 0))
             no = int(f.attrs.get("n_observations", 0))
-            pos = f["particles/neurons/position"]
-            temp = f["particles/neurons/temperature"]
+            pos = _need(f, "particles/neurons/position", src)
+            temp = _need(f, "particles/neurons/temperature", src)
+            observables = _need(f, "observables", src)
             names = [name for name in OBSERVABLES
-                     if name not in LATER_OBSERVABLES or name in f["observables"]]
+                     if name not in LATER_OBSERVABLES or name in observables]
             for g, rows, counter in ((pos, nf, "n_frames"), (temp, nf, "n_frames")) + tuple(
-                    (f["observables"][name], no, "n_observations") for name in names):
+                    (_need(observables, name, src), no, "n_observations") for name in names):
                 for k in ("step", "time", "value"):
-                    if not 0 <= rows <= g[k].shape[0]:
+                    if not 0 <= rows <= _need(g, k, src).shape[0]:
                         raise RunFileError(src, counter,
                                            f"damaged run file: {counter}={rows} but "
                                            f"{g.name}/{k} holds {g[k].shape[0]} rows")
@@ -795,7 +852,8 @@ def open_run(path: str | os.PathLike) -> Run:
                 g = f["observables"][name]
                 obs[name] = {k: np.asarray(g[k][:no]) for k in ("step", "time", "value")}
             return Run(path=src, config=json.loads(cfg_json), config_json=cfg_json,
-                       X=np.asarray(f["data/X"]), y=np.asarray(f["data/y"]),
+                       X=np.asarray(_need(f, "data/X", src)),
+                       y=np.asarray(_need(f, "data/y", src)),
                        frame_step=np.asarray(pos["step"][:nf]),
                        frame_time=np.asarray(pos["time"][:nf]),
                        frame_tau=np.asarray(temp["value"][:nf]),
@@ -803,7 +861,8 @@ def open_run(path: str | os.PathLike) -> Run:
                        provenance=json.loads(str(p.attrs.get("provenance", "{}"))),
                        schema_version=int(p.attrs["schema_version"]),
                        physics_hash=str(p.attrs.get("physics_hash", "")),
-                       data_hash=str(p.attrs.get("data_hash", "")))
+                       data_hash=str(p.attrs.get("data_hash", "")),
+                       identity=_identity(f, src))
     except RunFileError:
         raise
     except READ_ERRORS as exc:

@@ -23,6 +23,10 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from solvers._numba_cache import install as _install_cache_fallbacks
+
+_install_cache_fallbacks()   # a damaged or unwritable numba cache: recompile, with a note
+
 _PI = np.pi
 
 

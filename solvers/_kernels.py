@@ -65,6 +65,10 @@ from numba.core import cgutils as _cgutils
 from numba.core import types as _types
 from numba.extending import intrinsic as _intrinsic
 
+from solvers._numba_cache import install as _install_cache_fallbacks
+
+_install_cache_fallbacks()   # a damaged or unwritable numba cache: recompile, with a note
+
 #: Particles per block. Fixed (never derived from the thread count) so that the floating-point
 #: summation order, hence the result, is reproducible.
 BLOCK = 512

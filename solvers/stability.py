@@ -57,7 +57,19 @@ class DataMode:
         return STABILITY_LIMIT / self.curvature if self.curvature > 0 else float("inf")
 
 
-def data_mode(theta, X, R, lam, activation="relu", sharpness=10.0, cap=3.0) -> DataMode:
+#: Data sets with at most this many points form ``K`` (n, n) and decompose it densely
+#: (``n = 4096``: 128 MiB); larger ones find its top eigenpair by Lanczos iteration on
+#: products with the factors of ``K``, never forming it (``n = 10⁵`` would need 75 GiB).
+DENSE_MAX = 4096
+#: Bytes of the factors ``S, P, Q`` (3 n N doubles) kept between the Lanczos products; above,
+#: they are recomputed in blocks of rows for each product (slower, memory O(N · rows)).
+FACTOR_BUDGET = 1 << 30
+#: Rows of ``X`` per block of the factors.
+BLOCK_ROWS = 4096
+
+
+def data_mode(theta, X, R, lam, activation="relu", sharpness=10.0, cap=3.0, *,
+              dense_max=None, factor_budget=None, block_rows=None) -> DataMode:
     """Top curvature of the Euler step's drift at particles ``theta``.
 
     Parameters
@@ -73,16 +85,29 @@ def data_mode(theta, X, R, lam, activation="relu", sharpness=10.0, cap=3.0) -> D
         As in :class:`solvers.stepper.Stepper`. The residual curvature includes only the
         ``σ'`` cross term of ``∇²[a σ(u·x̃)]`` (exact for relu; the ``a σ''`` term of smooth
         activations is left out).
+    dense_max, factor_budget, block_rows : int, optional
+        Defaults :data:`DENSE_MAX`, :data:`FACTOR_BUDGET` (bytes), :data:`BLOCK_ROWS`.
 
     Returns
     -------
     DataMode
 
+    Raises
+    ------
+    scipy.sparse.linalg.ArpackNoConvergence
+        ``n > dense_max`` and the Lanczos iteration found no eigenvalue at all (not seen:
+        the top eigenvalue of ``K`` is well separated).
+
     Notes
     -----
-    Cost ``O(N n (d + n) + n³)``: the factors of ``K`` (numba, ``solvers._kernels``) and their
-    products (BLAS), one symmetric eigendecomposition of size ``n``, one more pass over the
-    particles for the correction.
+    ``n ≤ dense_max``: cost ``O(N n (d + n) + n³)``, memory ``O(n (n + N))``: the factors of
+    ``K`` (numba, ``solvers._kernels``) and their products (BLAS), one symmetric
+    eigendecomposition of size ``n``, one more pass over the particles for the correction.
+    ``n > dense_max``: ``K`` is never formed; ARPACK's Lanczos iteration
+    (``scipy.sparse.linalg.eigsh``, fixed start vector, so deterministic) multiplies by
+    ``K = (S Sᵀ + Σ_c D_c Q Qᵀ D_c)/N``, ``D_c = diag(x̃_{·c})``, at ``O(N n d)`` a product;
+    memory ``O(n N)`` for the factors within ``factor_budget``, ``O(N · block_rows + n)`` beyond.
+    The two paths agree to round-off (tests/test_stability.py).
     """
     from solvers import _kernels
     from solvers.stepper import ACT_CODES
@@ -93,6 +118,11 @@ def data_mode(theta, X, R, lam, activation="relu", sharpness=10.0, cap=3.0) -> D
     R = np.ascontiguousarray(R, dtype=np.float64)
     N, n = theta.shape[0], X.shape[0]
     T = np.ascontiguousarray(theta.T)
+    if n > (DENSE_MAX if dense_max is None else dense_max):
+        return _data_mode_lanczos(
+            T, X, R, lam, kind, p,
+            FACTOR_BUDGET if factor_budget is None else factor_budget,
+            BLOCK_ROWS if block_rows is None else block_rows)
     S, P, Q = np.empty((n, N)), np.empty((n, N)), np.empty((n, N))
     _kernels.gauss_newton_factors(T, X, kind, p, S, P, Q)
     K = (S @ S.T + (Q @ Q.T) * (X @ X.T + 1.0)) / N
@@ -102,6 +132,72 @@ def data_mode(theta, X, R, lam, activation="relu", sharpness=10.0, cap=3.0) -> D
         return DataMode(max(kappa, 0.0), float(lam), float(lam))
     # v = (α_i, a_i β_i) has |v|² = N κ (see the module docstring)
     corr = float(lam) + _kernels.residual_curvature(T, X, e, R, S, P) / (N * kappa)
+    return DataMode(kappa, kappa / n + corr, corr)
+
+
+def _factor_blocks(T, X, kind, p, budget, rows):
+    """A callable returning the blocks ``(lo, hi, S, P, Q)`` of the factors of ``K`` over rows
+    ``lo:hi`` of ``X``; kept in memory when ``3 n N`` doubles fit ``budget`` bytes, else
+    recomputed at each call."""
+    from solvers import _kernels
+    n, N = X.shape[0], T.shape[1]
+    rows = max(1, int(rows))
+
+    def compute():
+        for lo in range(0, n, rows):
+            hi = min(n, lo + rows)
+            S, P, Q = (np.empty((hi - lo, N)) for _ in range(3))
+            _kernels.gauss_newton_factors(T, X[lo:hi], kind, p, S, P, Q)
+            yield lo, hi, S, P, Q
+
+    if 3 * 8 * n * N <= budget:
+        kept = list(compute())
+        return lambda: kept
+    return compute
+
+
+def _data_mode_lanczos(T, X, R, lam, kind, p, budget, rows) -> DataMode:
+    """:func:`data_mode` for large ``n``: the top eigenpair of ``K`` by Lanczos iteration on
+    its factors, and the correction from the same blocks (NumPy)."""
+    from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigsh
+    n, d = X.shape
+    N = T.shape[1]
+    Xl = np.hstack([X, np.ones((n, 1))])
+    blocks = _factor_blocks(T, X, kind, p, budget, rows)
+
+    def matvec(v):
+        v = np.asarray(v, dtype=np.float64).ravel()
+        s = np.zeros(N)
+        W = np.zeros((N, d + 1))
+        for lo, hi, S, _, Q in blocks():
+            s += S.T @ v[lo:hi]
+            W += Q.T @ (v[lo:hi, None] * Xl[lo:hi])
+        out = np.empty(n)
+        for lo, hi, S, _, Q in blocks():
+            out[lo:hi] = S @ s + np.einsum("jc,jc->j", Q @ W, Xl[lo:hi])
+        return out / N
+
+    op = LinearOperator((n, n), matvec=matvec, dtype=np.float64)
+    v0 = np.random.default_rng(0).standard_normal(n)        # fixed: the result is reproducible
+    try:
+        vals, vecs = eigsh(op, k=1, which="LA", v0=v0, tol=1e-12)
+    except ArpackNoConvergence as exc:
+        if not len(exc.eigenvalues):
+            raise
+        vals, vecs = exc.eigenvalues, exc.eigenvectors
+    kappa, e = float(vals[-1]), np.ascontiguousarray(vecs[:, -1])
+    if not kappa > 0:
+        return DataMode(max(kappa, 0.0), float(lam), float(lam))
+    # the correction: Σ_i 2 α_i a_i (β_i·h_i) (see solvers._kernels.residual_curvature)
+    alpha = np.zeros(N)
+    B = np.zeros((N, d + 1))
+    H = np.zeros((N, d + 1))
+    for lo, hi, S, P, _ in blocks():
+        alpha += S.T @ e[lo:hi]
+        B += P.T @ (e[lo:hi, None] * Xl[lo:hi])
+        H += P.T @ (R[lo:hi, None] * Xl[lo:hi])
+    total = float(np.sum(2.0 * alpha * T[0] * np.einsum("ic,ic->i", B, H)))
+    corr = float(lam) + total / (N * kappa)
     return DataMode(kappa, kappa / n + corr, corr)
 
 

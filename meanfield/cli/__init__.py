@@ -5,14 +5,23 @@ adds a parser whose ``func(args) -> int`` does the work. To add a command, write
 list it in :data:`COMMANDS`.
 
 Exit codes (README, ``docs/cli.md``): 0 success; 2 bad input (one line naming the file, the field and the
-reason, no traceback); 130 interrupted (checkpoint kept); 1 anything else.
+reason, no traceback); 130 interrupted (SIGINT, SIGTERM or SIGHUP; a run keeps its checkpoint,
+any other command removes its temporary files); 1 the environment (stdout cannot be written, a
+compiled dependency does not load, out of memory) or anything else. A closed stdout (``| head``)
+ends the command quietly with 0, as ``cat`` and ``grep`` do under a shell that ignores SIGPIPE.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import importlib
+import os
+import signal
 import sys
+import threading
+import warnings
 
 from meanfield._version import __version__
 from meanfield.errors import DivergenceError, InputError, Interrupted
@@ -57,20 +66,130 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP outside ``meanfield run`` (which checkpoints on them): unwinds like
+    Ctrl-C, so that temporary files and folders are removed on the way out."""
+
+    def __init__(self, signum):
+        self.signum = signum
+        super().__init__(signal.Signals(signum).name)
+
+
+def _terminate(signum, frame):
+    raise Terminated(signum)
+
+
+@contextlib.contextmanager
+def _signals_unwind():
+    """SIGTERM and SIGHUP raise :class:`Terminated` in the main thread (a signal that is
+    ignored, as under ``nohup``, stays ignored)."""
+    old = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+            if sig is not None and signal.getsignal(sig) is signal.SIG_DFL:
+                old[sig] = signal.signal(sig, _terminate)
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+class StdoutError(OSError):
+    """Writing the command's standard output failed (full disk, ``/dev/full``, closed pipe)."""
+
+
+class _Stdout:
+    """``sys.stdout`` whose write failures are :class:`StdoutError` (told apart from the
+    failures of the files a command writes)."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def _call(self, name, *args):
+        try:
+            return getattr(self._stream, name)(*args)
+        except OSError as exc:
+            raise StdoutError(exc.errno, exc.strerror or str(exc)) from None
+
+    def write(self, text):
+        return self._call("write", text)
+
+    def writelines(self, lines):
+        return self._call("writelines", lines)
+
+    def flush(self):
+        return self._call("flush")
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def _silence_stdout(stream) -> None:
+    """Drop what is left in a failed stdout so that the interpreter's exit does not write it
+    again (which would print a second error)."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        fd = stream.fileno()
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, fd)
+        os.close(null)
+
+
+def _show_note(message, category, filename, lineno, file=None, line=None, _old=None):
+    from solvers._numba_cache import NumbaCacheWarning
+    if issubclass(category, NumbaCacheWarning):
+        sys.stderr.write(f"meanfield: note: {message}\n")
+        sys.stderr.flush()
+    else:
+        _old(message, category, filename, lineno, file, line)
+
+
+def _import_failure(exc: ImportError) -> str:
+    """One line for a dependency that does not load."""
+    name = exc.name or getattr(exc, "path", None) or "a dependency"
+    reason = (str(exc).splitlines() or [type(exc).__name__])[0]
+    hint = ""
+    if "failed to map segment" in reason or "cannot allocate memory" in reason.lower():
+        hint = "; the address-space limit (ulimit -v) is too low for it"
+    elif isinstance(exc, ModuleNotFoundError):
+        hint = "; install it (pip install -e . from the checkout installs every dependency)"
+    return f"cannot load the module '{name}' ({reason}){hint}"
+
+
 def main(argv=None) -> int:
     """Entry point of the ``meanfield`` console script; returns the exit code."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
+    out = sys.stdout
+    sys.stdout = _Stdout(out)
+    old_show = warnings.showwarning
+    warnings.showwarning = lambda *a, **kw: _show_note(*a, **kw, _old=old_show)
     try:
-        return int(args.func(args) or 0)
+        return _main(argv)
+    finally:
+        warnings.showwarning = old_show
+        if isinstance(sys.stdout, _Stdout):
+            sys.stdout = out
+
+
+def _main(argv) -> int:
+    stdout = sys.stdout._stream if isinstance(sys.stdout, _Stdout) else sys.stdout
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 2
+        with _signals_unwind():
+            code = int(args.func(args) or 0)
+            sys.stdout.flush()
+        return code
     except InputError as exc:
         sys.stderr.write(f"meanfield: error: {exc.line()}\n")
         return 2
     except Interrupted as exc:
         sys.stderr.write(f"meanfield: {exc}\n")
+        return 130
+    except Terminated as exc:
+        sys.stderr.write(f"meanfield: terminated by {exc}\n")
         return 130
     except KeyboardInterrupt:
         sys.stderr.write("meanfield: interrupted\n")
@@ -78,8 +197,16 @@ def main(argv=None) -> int:
     except DivergenceError as exc:
         sys.stderr.write(f"meanfield: error: {exc}\n")
         return 1
-    except BrokenPipeError:  # e.g. `meanfield inspect x.h5 --json | head`
-        return 0
+    except (BrokenPipeError, StdoutError) as exc:
+        _silence_stdout(stdout)
+        if isinstance(exc, BrokenPipeError) or exc.errno == errno.EPIPE:
+            return 0              # e.g. `meanfield inspect x.h5 --json | head`
+        sys.stderr.write(f"meanfield: error: cannot write the standard output "
+                         f"({exc.strerror})\n")
+        return 1
+    except ImportError as exc:
+        sys.stderr.write(f"meanfield: error: {_import_failure(exc)}\n")
+        return 1
     except MemoryError:
         sys.stderr.write("meanfield: error: out of memory; use fewer particles, a smaller data "
                          "set or fewer snapshot frames\n")

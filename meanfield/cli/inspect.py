@@ -101,7 +101,7 @@ def _progress_line(run) -> str:
             f"frames={run.n_frames}")
 
 
-def follow(path, interval=10.0, out=sys.stdout, poll=None) -> int:
+def follow(path, interval=10.0, out=None, poll=None) -> int:
     """Print the progress of the run written to ``path`` until it ends.
 
     Each read opens the file afresh as a SWMR reader and sees the rows committed by then.
@@ -116,6 +116,7 @@ def follow(path, interval=10.0, out=sys.stdout, poll=None) -> int:
     """
     from meanfield.errors import RunFileError
     from meanfield.store import open_run, writer_alive
+    out = sys.stdout if out is None else out      # looked up now: the CLI guards its stdout
     path = Path(path)
     final = path.with_name(path.name[:-len(".part")]) if path.name.endswith(".part") else path
     part = final.with_name(final.name + ".part")

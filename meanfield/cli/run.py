@@ -20,7 +20,7 @@ def register(sub):
                     "temperatures dynamics.taus (hot to cold, each warm-started from the "
                     "previous), writing snapshot frames and observables to an HDF5 run file. "
                     "While running, the file is RUN.h5.part with a checkpoint RUN.h5.ckpt "
-                    "(every output.checkpoint_every steps and on SIGINT/SIGTERM, exit code "
+                    "(every output.checkpoint_every steps and on SIGINT/SIGTERM/SIGHUP, exit "
                     "130); it becomes RUN.h5 when complete.",
         epilog="Without CONFIG the embedded default runs: eight points in the plane "
                "(data/plane8.csv), N=4000, lam=0.05, eta=0.05, taus=[1e-2, 1e-3, 1e-4]. "
