@@ -33,7 +33,7 @@ TINY = tiny_toml({"output.checkpoint_every": 100})
 
 
 def env(**extra):
-    e = dict(os.environ, PYTHONPATH=str(REPO))
+    e = dict(os.environ)
     e.update(extra)
     return e
 
