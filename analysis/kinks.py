@@ -78,8 +78,8 @@ def data_kinks(ray_directions, X, patterns=None, *, rel_tol: float = KINK_REL_TO
     zero_tol : float or array-like of shape (J,), optional
         Angle (radians) within which ray ``k``'s direction counts as on ``x̃_j``'s hyperplane
         when two splits are compared (default: the angular tolerance of
-        :func:`analysis.ternary.ternary_pattern`; for particle rays the larger of that and the
-        ray's spread, docs/theory.md §6.6).
+        :func:`analysis.ternary.ternary_pattern`; for particle rays the larger of that and three
+        times the ray's spread, :func:`ray_kinks`, docs/theory.md §6.6).
 
     Returns
     -------
@@ -142,16 +142,19 @@ def data_kinks(ray_directions, X, patterns=None, *, rel_tol: float = KINK_REL_TO
     return kinks
 
 
-def ray_kinks(rays, X, angle_tol: float | None = None, **kw) -> list:
+def ray_kinks(rays, X, angle_tol: float | None = None, spread_factor: float = 3.0,
+              **kw) -> list:
     """:func:`data_kinks` of particle rays (:class:`analysis.rays.Ray`): their directions and
     patterns, with each ray's zero tolerance the larger of ``angle_tol`` (default: the pattern
-    tolerance's) and its spread (docs/theory.md §6.6).
+    tolerance's) and ``spread_factor`` times its spread (the radius within which a particle
+    joins a ray, ``absorb`` of :func:`analysis.rays.find_rays`; docs/theory.md §6.6).
 
     Parameters
     ----------
     rays : list of Ray
     X : ndarray of shape (n, d)
     angle_tol : float, optional
+    spread_factor : float, default 3
     **kw
         Passed to :func:`data_kinks` (``rel_tol``, ``pure_bias_tol``, ``box_margin``).
 
@@ -164,4 +167,4 @@ def ray_kinks(rays, X, angle_tol: float | None = None, **kw) -> list:
         return []
     a = ANGLE_TOL if angle_tol is None else float(angle_tol)
     return data_kinks([q.direction for q in rays], X, [q.pattern for q in rays],
-                      zero_tol=[max(a, q.spread) for q in rays], **kw)
+                      zero_tol=[max(a, spread_factor * q.spread) for q in rays], **kw)

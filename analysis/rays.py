@@ -390,11 +390,11 @@ def _thermal_entry(c, info, members, theta, V, mass, N, gap, eps, baseline, abov
             "reason": "certificate gap" if above_baseline else "free-particle baseline"}
 
 
-def _near_boundaries(v, spread, L, angle_tol):
+def _near_boundaries(v, spread, L, angle_tol, absorb):
     """Per data point ``j``: the angle (radians) from unit direction ``v`` to the hyperplane
-    ``{u : u·x̃_j = 0}`` is at most ``max(2·spread, angle_tol)``."""
+    ``{u : u·x̃_j = 0}`` is at most ``max(absorb·spread, angle_tol)``."""
     z = np.abs(L @ v) / np.linalg.norm(L, axis=1)
-    return np.arcsin(np.clip(z, 0.0, 1.0)) <= max(2.0 * spread, angle_tol)
+    return np.arcsin(np.clip(z, 0.0, 1.0)) <= max(absorb * spread, angle_tol)
 
 
 def _summary(members, V, mass):
@@ -406,16 +406,17 @@ def _summary(members, V, mass):
     return vbar, float(np.sqrt(np.sum(mm * ang ** 2) / mm.sum()))
 
 
-def _merge_across_data_points(labels, signs, V, mass, X, ptol, max_spread):
+def _merge_across_data_points(labels, signs, V, mass, X, ptol, max_spread, absorb):
     """Join rays of one sign that are one ray split by a data point's cell boundary
     (docs/theory.md §6.6).
 
     Rays ``k`` and ``l`` of one sign are joined when (i) their patterns differ, and only at
     data points ``j`` where the pattern of the union is 0 (its kink passes within the pattern
     tolerance of ``x_j``: within ``angle_tol``, or the union straddles ``x̃_j``'s hyperplane
-    with at least ``mass_tol`` on the lighter side); (ii) each of the two lies within twice its
-    own RMS spread of that hyperplane (it touches the boundary); (iii) the union is compact
-    (RMS angle at most ``max_spread``). Repeated until no pair qualifies.
+    with at least ``mass_tol`` on the lighter side); (ii) each of the two lies within
+    ``absorb`` times its own RMS spread of that hyperplane (the radius within which a particle
+    joins a ray: it touches the boundary); (iii) the union is compact (RMS angle at most
+    ``max_spread``). Repeated until no pair qualifies.
 
     Returns
     -------
@@ -447,8 +448,8 @@ def _merge_across_data_points(labels, signs, V, mass, X, ptol, max_spread):
                 D = np.nonzero(ta != tb)[0]
                 if D.size == 0:
                     continue
-                if not (np.all(_near_boundaries(va, sa, L[D], ptol.angle_tol))
-                        and np.all(_near_boundaries(vb, sb, L[D], ptol.angle_tol))):
+                if not (np.all(_near_boundaries(va, sa, L[D], ptol.angle_tol, absorb))
+                        and np.all(_near_boundaries(vb, sb, L[D], ptol.angle_tol, absorb))):
                     continue
                 mu = np.concatenate([ma, mb])
                 vu, su = _summary(mu, V, mass)
@@ -726,7 +727,7 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
     merged = []
     if merge and len(cores) > 1:
         labels, ray_signs, merged = _merge_across_data_points(labels, ray_signs, V, mass, X,
-                                                              ptol, max_spread)
+                                                              ptol, max_spread, absorb)
     found = []
     for k, sgn in enumerate(ray_signs):
         members = np.nonzero(labels == k)[0]
