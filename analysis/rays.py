@@ -684,8 +684,14 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
         good = certified & ~thermal & (cn >= n_min)
         return lab, cm, cn, cdir, csign, cg, heavy, certified, good, thermal, gap
 
-    counts = np.array([int(clusters(t)[8].sum()) for t in thresholds])
-    lo, hi = _widest_plateau(counts)
+    scans = [clusters(t) for t in thresholds]
+    counts = np.array([int(c[8].sum()) for c in scans])
+    if counts.max(initial=0) == 0:
+        # no ray at any threshold: the plateau of the concentrations (thermal mass with at
+        # least n_min particles) fixes the resolution at which they are reported
+        lo, hi = _widest_plateau(np.array([int((c[9] & (c[2] >= n_min)).sum()) for c in scans]))
+    else:
+        lo, hi = _widest_plateau(counts)
     t_star = float(np.sqrt(thresholds[lo] * thresholds[hi]))
     lab, cm, cn, cdir, csign, cg, heavy, certified, good, thermal, gap = clusters(t_star)
     cores, rejected, small, hot = [], [], [], []
