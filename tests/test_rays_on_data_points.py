@@ -161,3 +161,27 @@ def test_report_prints_cell_conflicts_next_to_the_theorem6_verdict(tmp_path, w9_
     assert ("antichain under degeneration: False (t_k ⪯ t_l for [k, l] in [[0, 1]]); rays "
             "sharing an activation cell: [[0, 1]] (the failing pairs [[0, 1]] among them: not a "
             "verdict)") in md
+
+
+def test_theorem6_is_not_decided_when_cell_conflicts_explain_every_failure():
+    # the verdict of the run report: a split ray's comparable halves are no counterexample
+    from analysis.dichotomies import count_dichotomies
+    from analysis.run_analysis import FrameAnalysis, RunAnalysis
+    pats = [np.array([1, 1, 1, 1, 1, 0, -1, -1, -1]), np.array([1, 1, 1, 1, 1, -1, -1, -1, -1])]
+    dirs = np.array([_unit([-1.0, 0.25]), _unit([-1.0, 0.26])])
+    theta, _ = planted_rays(dirs, [0.3, 0.2], 2000, noise=0.001, halo_particles=0.0, seed=5)
+    res = find_rays(theta, XW, merge=False)
+
+    def verdict(conflicts):
+        fa = FrameAnalysis(tau=1e-4, step=1, risk=0.0, theta=theta, rays=res, kinks=[],
+                           f_train=np.zeros(9), theorem6=theorem6(pats, conflicts))
+        ra = RunAnalysis(run="r", d=1, n=9, X=XW, y=YW, dichotomies=count_dichotomies(XW),
+                         complete=True, frames=[fa], ladder=[])
+        return ra.theorem6
+
+    assert res.resolved
+    th = verdict([[0, 1]])
+    assert not th["antichain"] and not th["decided"]
+    assert "sharing an activation cell" in th["undecided_reason"]
+    th = verdict([])
+    assert not th["antichain"] and th["decided"]        # without a conflict: a real failure
