@@ -20,14 +20,20 @@ A neuron contributes ``a σ(u·x̃) = a|u| σ(v·x̃)`` with direction ``v = u/|
    of the widest plateau of the ray count is used. At each threshold a cluster is a ray when
    it holds at least ``min_mass_frac`` of the total mass ``Σ|a||u|``, is compact (RMS angle at
    most ``max_spread``), is not thermal (with ``tau``: mean particle mass at least
-   ``halo_ratio · (d+1)τ/λ``, the free-particle second moment of THEORY §5), passes the
+   ``halo_ratio · (d+1)τ/λ``, the free-particle second moment of THEORY §5), is not thermal
+   mass (with ``tau`` and the labels' weight scale ``c_y``: its certificate gap ``1 − |G|`` is
+   at most ``ε(τ) = κ (d+1)τ/(λ c_y)``, docs/theory.md §6.5; refused clusters are listed in
+   ``thermal`` with their weight, direction and ``G``), passes the
    certificate at an absolute level (with ``G``: ``−sign(a) G(v̄) ≥ g_ray``, ``G`` from the
    residuals ``R`` given, normally the stage's time average) and holds at least
    ``min_particles`` particles (default ``max(3, ⌈√N/2⌉)``). Heavy certified clusters refused
    only for their number of particles are listed in ``small``: the snapshot is then not
    resolved (``N`` too small for a verdict).
 4. The ray's outskirts, which single linkage leaves out at the chosen threshold, join it: every
-   particle of the ray's sign within ``absorb`` core spreads of its direction.
+   particle of the ray's sign within ``absorb`` core spreads of its direction. Rays of one sign
+   that are one ray cut by a data point's cell boundary (its kink on the data point) are
+   joined (docs/theory.md §6.6). When no cluster is a ray at any threshold, the plateau of the
+   thermal concentrations fixes the threshold at which they are reported.
 5. Per ray: mass-weighted mean direction, sign, weight ``c_k = (1/N) Σ_{i∈k} a_i |u_i|``, mass
    fraction, mass-weighted RMS angle to the direction (spread), ``G`` at the direction and the
    ternary pattern (:mod:`analysis.ternary`).
