@@ -299,8 +299,10 @@ def markdown(rep, figs=()) -> str:
     L += ["", "Method: directions (w, b)/|(w, b)| of one sign of a are linked by single linkage "
           "on the mutual-reachability chord distance; a cluster is a ray when it holds enough "
           "mass, its mean particle mass is well above the free-particle baseline (d+1)τ/λ, its "
-          "direction passes the certificate G of the stage's time-averaged residuals and it "
-          "holds enough particles; the linkage threshold is the middle of the widest plateau of "
+          "direction passes the certificate G of the stage's time-averaged residuals, its "
+          "certificate gap 1 − |G| is at most ε(τ) ∝ τ (else it is thermal mass, whose weight "
+          "vanishes with τ; docs/theory.md §6.5) and it holds enough particles; rays of one "
+          "sign cut by a data point's cell boundary are joined (§6.6); the linkage threshold is the middle of the widest plateau of "
           "the ray count (analysis/rays.py). Two rays share a kink hyperplane only when they "
           "split the training inputs alike and their hyperplanes coincide within a fraction of "
           "the data's spread (analysis/kinks.py; docs/theory.md)."]
