@@ -547,9 +547,10 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
         Straddling-mass tolerance of the 0 entries (overrides ``pattern_tol.mass_tol``).
     thermal_gap : float, default :data:`THERMAL_GAP` (1)
         With ``tau`` and ``lam``: the constant ``κ`` of the certificate-gap test
-        (docs/theory.md §6.5). A cluster is a ray only when its gap ``1 − |G|`` (the smaller of
+        (docs/theory.md §6.5). A cluster is a ray only when its gap ``1 − |G|`` (the larger of
         the gap of ``−sign(a) G(v̄)`` when ``G`` is available and the gap implied by its mean
-        particle mass, :func:`mass_gap`) is at most ``ε(τ) = κ (d+1)τ/(λ c_y)``
+        particle mass, :func:`mass_gap`: both must be small; the gap of ``G`` only with ``R``
+        given, since one snapshot's ``G`` is too noisy) is at most ``ε(τ) = κ (d+1)τ/(λ c_y)``
         (:func:`thermal_gap_threshold`); otherwise it is listed in ``thermal`` (weight,
         direction, ``G``), not counted. 0 switches the test off.
     weight_scale : float, optional
@@ -684,8 +685,8 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
         thermal = bulky & ~heavy                        # below the free-particle ratio
         if eps is not None:
             gap[bulky] = mass_gap(cm[bulky] / np.maximum(cn[bulky], 1), baseline)
-            if have_G:
-                gap[bulky] = np.minimum(gap[bulky], 1.0 + csign[bulky] * cg[bulky])
+            if G_source == "given residuals":   # one snapshot's G is too noisy (§6.1)
+                gap[bulky] = np.maximum(gap[bulky], 1.0 + csign[bulky] * cg[bulky])
             thermal |= certified & (gap > eps)
         good = certified & ~thermal & (cn >= n_min)
         return lab, cm, cn, cdir, csign, cg, heavy, certified, good, thermal, gap

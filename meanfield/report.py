@@ -228,7 +228,7 @@ def markdown(rep, figs=()) -> str:
         L += _thermal_markdown(s)
         gap = ("" if t.get("gap_threshold") is None else
                f"certificate gap 1 − |G| ≤ ε(τ) = κ(d+1)τ/(λ c_y) = {t['gap_threshold']:.3g} "
-               f"(κ = {t['thermal_gap']:g}, c_y = {t['weight_scale']:.3g}; the smaller of the "
+               f"(κ = {t['thermal_gap']:g}, c_y = {t['weight_scale']:.3g}; the larger of the "
                f"gap of G and the gap its mean particle mass implies), ")
         L += ["", f"Thresholds: linkage {t['linkage_chord']:.3g} (plateau "
               f"[{t['plateau'][0]:.3g}, {t['plateau'][1]:.3g}]), ray mass ≥ {t['min_mass_frac']} "
