@@ -6,10 +6,13 @@ The kink of a direction ``v = (w, b)`` with ``w ≠ 0`` is ``{x : normal·x = of
 * a direction gives no kink when ``|w| ≤ pure_bias_tol·|v|`` (pure bias) or when its
   hyperplane misses the data's bounding box by more than ``box_margin`` times the data's
   spread ``s`` (RMS distance of the inputs to their mean): such a kink is not seen by the data;
-* two rays share a hyperplane only when they split the training inputs the same way (equal or
-  opposite ternary patterns, THEORY §7) and their hyperplanes coincide within ``rel_tol·s``:
-  the signed distances ``normal·x − offset`` of the two differ by at most that at every
-  training input and every corner of the bounding box.
+* two rays share a hyperplane only when their hyperplanes coincide within ``rel_tol·s`` (the
+  signed distances ``normal·x − offset`` of the two differ by at most that at every training
+  input and every corner of the bounding box) and they split the training inputs the same way
+  up to the points on the kink (THEORY §7, docs/theory.md §6.6): with the patterns of the two
+  oriented alike, every input ``x_j`` where they differ lies on both kinks, i.e. within each
+  ray's zero tolerance (its pattern is 0 there, or its direction is within ``zero_tol`` radians
+  of ``x̃_j``'s hyperplane). A data point on a kink belongs to neither side.
 """
 
 from __future__ import annotations
@@ -43,8 +46,16 @@ def _probe_points(X, max_corners: int = 1024):
     return np.vstack([X, np.where(bits, hi, lo)])
 
 
+def _same_split(pk, pl, near_k, near_l) -> bool:
+    """Patterns ``pk``, ``pl`` (n,) split the inputs alike, up to a global sign, except at
+    inputs on both kinks (``near_k & near_l``)."""
+    both = near_k & near_l
+    return any(np.all((pk == o * pl) | both) for o in (1, -1))
+
+
 def data_kinks(ray_directions, X, patterns=None, *, rel_tol: float = KINK_REL_TOL,
-               pure_bias_tol: float = 1e-3, box_margin: float = 1.0) -> list:
+               pure_bias_tol: float = 1e-3, box_margin: float = 1.0,
+               zero_tol=None) -> list:
     """Distinct kink hyperplanes of rays, decided against the training inputs (module
     docstring).
 
@@ -64,6 +75,11 @@ def data_kinks(ray_directions, X, patterns=None, *, rel_tol: float = KINK_REL_TO
         ``|w| ≤ pure_bias_tol·|v|``: pure bias, no kink.
     box_margin : float, default 1.0
         A hyperplane further than ``box_margin`` spreads from the bounding box gives no kink.
+    zero_tol : float or array-like of shape (J,), optional
+        Angle (radians) within which ray ``k``'s direction counts as on ``x̃_j``'s hyperplane
+        when two splits are compared (default: the angular tolerance of
+        :func:`analysis.ternary.ternary_pattern`; for particle rays the larger of that and three
+        times the ray's spread, :func:`ray_kinks`, docs/theory.md §6.6).
 
     Returns
     -------
@@ -92,6 +108,13 @@ def data_kinks(ray_directions, X, patterns=None, *, rel_tol: float = KINK_REL_TO
         if pats.shape[1] != X.shape[0]:
             raise ValueError(f"patterns must have shape (J, n) = ({len(dirs)}, {X.shape[0]}), "
                              f"got {pats.shape}")
+    from analysis.ternary import ANGLE_TOL
+    from solvers.geometry import lifted
+    ztol = np.broadcast_to(np.asarray(ANGLE_TOL if zero_tol is None else zero_tol,
+                                      dtype=float), (len(dirs),))
+    L = lifted(X)
+    zang = np.arcsin(np.clip(np.abs(dirs @ L.T) / np.linalg.norm(L, axis=1), 0.0, 1.0))
+    near = (zang <= ztol[:, None]) | (pats == 0)            # (J, n): x_j on ray k's kink
     s = data_spread(X)
     probes = _probe_points(X)
     lo, hi = X.min(axis=0), X.max(axis=0)
@@ -108,12 +131,40 @@ def data_kinks(ray_directions, X, patterns=None, *, rel_tol: float = KINK_REL_TO
         if max(pmin - offset, offset - pmax, 0.0) > box_margin * s:
             continue
         dist = probes @ normal - offset
-        for kk, (p0, d0) in zip(kinks, members):
-            same_split = np.array_equal(p0, pats[k]) or np.array_equal(p0, -pats[k])
-            if same_split and np.max(np.abs(d0 - dist)) <= rel_tol * s:
+        for kk, (k0, d0) in zip(kinks, members):
+            if (np.max(np.abs(d0 - dist)) <= rel_tol * s
+                    and _same_split(pats[k0], pats[k], near[k0], near[k])):
                 kk.rays.append(k)
                 break
         else:
             kinks.append(Kink(normal, offset, [k]))
-            members.append((pats[k], dist))
+            members.append((k, dist))
     return kinks
+
+
+def ray_kinks(rays, X, angle_tol: float | None = None, spread_factor: float = 3.0,
+              **kw) -> list:
+    """:func:`data_kinks` of particle rays (:class:`analysis.rays.Ray`): their directions and
+    patterns, with each ray's zero tolerance the larger of ``angle_tol`` (default: the pattern
+    tolerance's) and ``spread_factor`` times its spread (the radius within which a particle
+    joins a ray, ``absorb`` of :func:`analysis.rays.find_rays`; docs/theory.md §6.6).
+
+    Parameters
+    ----------
+    rays : list of Ray
+    X : ndarray of shape (n, d)
+    angle_tol : float, optional
+    spread_factor : float, default 3
+    **kw
+        Passed to :func:`data_kinks` (``rel_tol``, ``pure_bias_tol``, ``box_margin``).
+
+    Returns
+    -------
+    list of Kink
+    """
+    from analysis.ternary import ANGLE_TOL
+    if not rays:
+        return []
+    a = ANGLE_TOL if angle_tol is None else float(angle_tol)
+    return data_kinks([q.direction for q in rays], X, [q.pattern for q in rays],
+                      zero_tol=[max(a, spread_factor * q.spread) for q in rays], **kw)

@@ -104,11 +104,10 @@ def convex_comparison(rays, cc: dict, max_angle: float = 0.2) -> dict:
 
 
 def _count(theta, X, ray_kw, kink_kw):
-    from analysis.kinks import data_kinks
+    from analysis.kinks import ray_kinks
     from analysis.rays import find_rays
     res = find_rays(theta, X, **ray_kw)
-    K = len(data_kinks([q.direction for q in res.rays], X, [q.pattern for q in res.rays],
-                       **kink_kw)) if res.rays else 0
+    K = len(ray_kinks(res.rays, X, res.pattern_tol.angle_tol, **kink_kw))
     return len(res.rays), K, res
 
 
@@ -142,7 +141,10 @@ def sensitivity(theta, X, ray_kw: dict, kink_kw: dict | None = None, conv=None,
         ``g_ray`` (with ``G``; levels 0, the value and (1+value)/2), ``min_particles``,
         ``max_spread``,
         ``linkage_chord`` (the chosen linkage threshold times each scale), ``rel_tol`` (the
-        kink tolerance), ``convex_floor``. ``robust``: every row gives the default ``J`` and
+        kink tolerance), ``pattern_angle_tol`` and ``pattern_mass_tol`` (the tolerances of a
+        pattern's 0 entries, which also decide the joins across data points and the kink
+        identity), ``thermal_gap`` (the constant of the certificate-gap test, with ``tau``
+        and a weight scale), ``convex_floor``. ``robust``: every row gives the default ``J`` and
         ``K``.
 
     Raises
@@ -150,8 +152,9 @@ def sensitivity(theta, X, ray_kw: dict, kink_kw: dict | None = None, conv=None,
     ValueError
         As :func:`analysis.rays.find_rays` (shapes, ``R``/``y``/``tau`` without ``lam``).
     """
-    from analysis.kinks import KINK_REL_TOL, data_kinks
-    from analysis.rays import min_particles_default
+    from analysis.kinks import KINK_REL_TOL, ray_kinks
+    from analysis.rays import THERMAL_GAP, min_particles_default
+    from analysis.ternary import PatternTolerance
     kink_kw = dict(kink_kw or {})
     J0, K0, res0 = _count(theta, X, ray_kw, kink_kw)
     rows = []
@@ -184,10 +187,23 @@ def sensitivity(theta, X, ray_kw: dict, kink_kw: dict | None = None, conv=None,
             add("linkage_chord", t, J, K)
     r0 = kink_kw.get("rel_tol", KINK_REL_TOL)
     for sc in scales:
-        K = len(data_kinks([q.direction for q in res0.rays], X,
-                           [q.pattern for q in res0.rays], **{**kink_kw, "rel_tol": r0 * sc})) \
-            if res0.rays else 0
+        K = len(ray_kinks(res0.rays, X, res0.pattern_tol.angle_tol,
+                          **{**kink_kw, "rel_tol": r0 * sc}))
         add("rel_tol", r0 * sc, J0, K)
+    a0, m0 = res0.pattern_tol.angle_tol, res0.pattern_tol.mass_tol
+    for sc in scales:
+        J, K, _ = _count(theta, X, {**ray_kw, "pattern_tol": PatternTolerance(a0 * sc, m0)},
+                         kink_kw)
+        add("pattern_angle_tol", a0 * sc, J, K)
+    for sc in scales:
+        J, K, _ = _count(theta, X, {**ray_kw, "pattern_tol": PatternTolerance(a0, m0 * sc)},
+                         kink_kw)
+        add("pattern_mass_tol", m0 * sc, J, K)
+    if res0.gap_threshold is not None:
+        k0 = ray_kw.get("thermal_gap", THERMAL_GAP)
+        for sc in scales:
+            J, K, _ = _count(theta, X, {**ray_kw, "thermal_gap": k0 * sc}, kink_kw)
+            add("thermal_gap", k0 * sc, J, K)
     if conv is not None:
         for sc in scales:
             cc = convex_counts(conv, X, floor * sc, **kink_kw)

@@ -20,14 +20,20 @@ A neuron contributes ``a σ(u·x̃) = a|u| σ(v·x̃)`` with direction ``v = u/|
    of the widest plateau of the ray count is used. At each threshold a cluster is a ray when
    it holds at least ``min_mass_frac`` of the total mass ``Σ|a||u|``, is compact (RMS angle at
    most ``max_spread``), is not thermal (with ``tau``: mean particle mass at least
-   ``halo_ratio · (d+1)τ/λ``, the free-particle second moment of THEORY §5), passes the
+   ``halo_ratio · (d+1)τ/λ``, the free-particle second moment of THEORY §5), is not thermal
+   mass (with ``tau`` and the labels' weight scale ``c_y``: its certificate gap ``1 − |G|`` is
+   at most ``ε(τ) = κ (d+1)τ/(λ c_y)``, docs/theory.md §6.5; refused clusters are listed in
+   ``thermal`` with their weight, direction and ``G``), passes the
    certificate at an absolute level (with ``G``: ``−sign(a) G(v̄) ≥ g_ray``, ``G`` from the
    residuals ``R`` given, normally the stage's time average) and holds at least
    ``min_particles`` particles (default ``max(3, ⌈√N/2⌉)``). Heavy certified clusters refused
    only for their number of particles are listed in ``small``: the snapshot is then not
    resolved (``N`` too small for a verdict).
 4. The ray's outskirts, which single linkage leaves out at the chosen threshold, join it: every
-   particle of the ray's sign within ``absorb`` core spreads of its direction.
+   particle of the ray's sign within ``absorb`` core spreads of its direction. Rays of one sign
+   that are one ray cut by a data point's cell boundary (its kink on the data point) are
+   joined (docs/theory.md §6.6). When no cluster is a ray at any threshold, the plateau of the
+   thermal concentrations fixes the threshold at which they are reported.
 5. Per ray: mass-weighted mean direction, sign, weight ``c_k = (1/N) Σ_{i∈k} a_i |u_i|``, mass
    fraction, mass-weighted RMS angle to the direction (spread), ``G`` at the direction and the
    ternary pattern (:mod:`analysis.ternary`).
@@ -118,6 +124,16 @@ class RayResult:
     small : list of dict                  heavy, certified clusters with too few particles
     cell_conflicts : list of [k, l]       rays of one sign sharing a cell (cross-check)
     labels : ndarray of shape (N,) int    ray index of each particle, −1 for the halo
+    thermal : list of dict                heavy, compact clusters that are thermal mass, not
+                                          rays (:func:`thermal_gap_threshold`): ``direction``,
+                                          ``sign``, ``weight``, ``mass_fraction``,
+                                          ``n_particles``, ``spread``, ``G``, ``gap``,
+                                          ``gap_threshold``, ``radial_weight``, ``reason``
+    thermal_gap : float or None           the constant κ of the gap threshold
+    weight_scale : float or None          ``c_y`` of the gap threshold (:func:`label_weight_scale`)
+    gap_threshold : float or None         ``ε(τ) = κ (d+1)τ / (λ c_y)`` (None: no test)
+    merged : list of list of int          clusters joined across a data point's cell boundary
+                                          (:func:`_merge_across_data_points`), per ray
     """
 
     rays: list
@@ -143,6 +159,11 @@ class RayResult:
     small: list
     cell_conflicts: list
     labels: np.ndarray = field(repr=False)
+    thermal: list = field(default_factory=list)
+    thermal_gap: float | None = None
+    weight_scale: float | None = None
+    gap_threshold: float | None = None
+    merged: list = field(default_factory=list)
 
     @property
     def resolved(self) -> bool:
@@ -168,7 +189,11 @@ class RayResult:
                 "pattern_mass_tol": float(self.pattern_tol.mass_tol),
                 "halo_mass_fraction": float(self.halo_mass_fraction),
                 "n_cells": int(self.n_cells),
-                "resolved": bool(self.resolved)}
+                "resolved": bool(self.resolved),
+                "thermal_gap": self.thermal_gap,
+                "weight_scale": self.weight_scale,
+                "gap_threshold": self.gap_threshold,
+                "thermal_mass_fraction": float(sum(t["mass_fraction"] for t in self.thermal))}
 
 
 def directions(theta):
@@ -302,13 +327,167 @@ def halo_baseline(d: int, tau: float, lam: float) -> float:
     return (d + 1) * float(tau) / float(lam)
 
 
+#: Default constant κ of the certificate-gap threshold ``ε(τ) = κ (d+1)τ / (λ c_y)``
+#: (docs/theory.md §6.5).
+THERMAL_GAP = 1.0
+
+
+def label_weight_scale(X, y) -> float | None:
+    """The weight scale of the labels ``c_y = rms_j(y_j) / rms_j(|x̃_j|)``: the weight of one
+    neuron whose output on the data has the labels' RMS (docs/theory.md §6.5). ``None`` when
+    the labels are all 0.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n, d)
+    y : ndarray of shape (n,)
+    """
+    y = np.asarray(y, dtype=float).ravel()
+    ry = float(np.sqrt(np.mean(y ** 2))) if y.size else 0.0
+    if not ry > 0:
+        return None
+    rx = float(np.sqrt(np.mean(np.sum(lifted(X) ** 2, axis=1))))
+    return ry / rx
+
+
+def thermal_gap_threshold(d: int, tau: float, lam: float, weight_scale: float,
+                          kappa: float = THERMAL_GAP) -> float:
+    """The largest certificate gap ``1 − |G|`` of a ray at temperature ``τ``:
+    ``ε(τ) = κ (d+1)τ / (λ c_y)`` (docs/theory.md §6.5). By the radial law a cluster whose
+    particles hold mean mass ``m`` has ``1 − G² = (d+1)τ/(λ m)``, so the test passes a ray
+    whose mean particle mass is at least about ``c_y / (2κ)`` at every ``τ``, and refuses, once
+    ``τ`` is small enough, a concentration whose gap stays bounded away from 0 (thermal mass,
+    weight ``∝ τ``). Linear in ``τ``; ``inf`` when ``κ`` or ``c_y`` is not positive."""
+    if not (kappa > 0 and weight_scale is not None and weight_scale > 0):
+        return float("inf")
+    return float(kappa) * (d + 1) * float(tau) / (float(lam) * float(weight_scale))
+
+
+def mass_gap(mean_mass, baseline):
+    """Certificate gap ``1 − |G|`` implied by the radial law from a cluster's mean particle
+    mass ``m`` and the baseline ``B = (d+1)τ/λ``: ``1 − sqrt(max(0, 1 − B/m))`` (1 for
+    ``m ≤ B``). Array in, array out."""
+    m = np.asarray(mean_mass, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.where(m > 0, 1.0 - baseline / np.where(m > 0, m, 1.0), 0.0)
+    return 1.0 - np.sqrt(np.clip(q, 0.0, 1.0))
+
+
+def _thermal_entry(c, info, members, theta, V, mass, N, gap, eps, baseline, above_baseline,
+                   cdir) -> dict:
+    """The ``thermal`` entry of a cluster refused as thermal mass: its weight, direction,
+    ``G``, gap and the weight the radial law gives thermal mass at that ``G``."""
+    mm = mass[members]
+    ang = np.arccos(np.clip(V[members] @ cdir, -1.0, 1.0))
+    r = np.linalg.norm(theta[members, 1:], axis=1)
+    G = info["G"]
+    g_abs = None
+    if G is not None and np.isfinite(G):
+        g_abs = abs(G)
+    elif baseline is not None and mm.size:
+        g_abs = float(1.0 - mass_gap(mm.mean(), baseline))
+    radial = None
+    if baseline is not None and g_abs is not None and g_abs < 1:
+        radial = float(info["sign"] * members.size / N * g_abs * baseline / (1.0 - g_abs ** 2))
+    return {**info, "weight": float(np.sum(theta[members, 0] * r) / N),
+            "spread": float(np.sqrt(np.sum(mm * ang ** 2) / max(mm.sum(), 1e-300))),
+            "gap": None if not np.isfinite(gap) else float(gap),
+            "gap_threshold": eps, "radial_weight": radial,
+            "reason": "certificate gap" if above_baseline else "free-particle baseline"}
+
+
+def _near_boundaries(v, spread, L, angle_tol, absorb):
+    """Per data point ``j``: the angle (radians) from unit direction ``v`` to the hyperplane
+    ``{u : u·x̃_j = 0}`` is at most ``max(absorb·spread, angle_tol)``."""
+    z = np.abs(L @ v) / np.linalg.norm(L, axis=1)
+    return np.arcsin(np.clip(z, 0.0, 1.0)) <= max(absorb * spread, angle_tol)
+
+
+def _summary(members, V, mass):
+    """Mass-weighted mean direction and RMS angle of a set of particles."""
+    mm = mass[members]
+    vbar = mm @ V[members]
+    vbar /= np.linalg.norm(vbar)
+    ang = np.arccos(np.clip(V[members] @ vbar, -1.0, 1.0))
+    return vbar, float(np.sqrt(np.sum(mm * ang ** 2) / mm.sum()))
+
+
+def _merge_across_data_points(labels, signs, V, mass, X, ptol, max_spread, absorb):
+    """Join rays of one sign that are one ray split by a data point's cell boundary
+    (docs/theory.md §6.6).
+
+    Rays ``k`` and ``l`` of one sign are joined when (i) their patterns differ, and only at
+    data points ``j`` where the pattern of the union is 0 (its kink passes within the pattern
+    tolerance of ``x_j``: within ``angle_tol``, or the union straddles ``x̃_j``'s hyperplane
+    with at least ``mass_tol`` on the lighter side); (ii) each of the two lies within
+    ``absorb`` times its own RMS spread of that hyperplane (the radius within which a particle
+    joins a ray: it touches the boundary); (iii) the union is compact (RMS angle at most
+    ``max_spread``). Repeated until no pair qualifies.
+
+    Returns
+    -------
+    labels : ndarray of shape (N,) int
+        Ray of each particle after the joins (consecutive from 0, −1 for the halo).
+    signs : list of int
+        Sign of each ray.
+    merged : list of dict
+        ``{"ray", "parts", "data_points"}`` per joined ray (indices after the joins).
+    """
+    L = lifted(X)
+    groups = {k: ([k], []) for k in range(len(signs))}
+    labels = labels.copy()
+    changed = True
+    while changed:
+        changed = False
+        keys = sorted(groups)
+        info = {}
+        for k in keys:
+            mem = np.nonzero(labels == k)[0]
+            vbar, sp = _summary(mem, V, mass)
+            info[k] = (mem, vbar, sp, ray_pattern(vbar, V[mem], mass[mem], X, ptol)[0])
+        for a in keys:
+            for b in keys:
+                if b <= a or signs[a] != signs[b]:
+                    continue
+                ma, va, sa, ta = info[a]
+                mb, vb, sb, tb = info[b]
+                D = np.nonzero(ta != tb)[0]
+                if D.size == 0:
+                    continue
+                if not (np.all(_near_boundaries(va, sa, L[D], ptol.angle_tol, absorb))
+                        and np.all(_near_boundaries(vb, sb, L[D], ptol.angle_tol, absorb))):
+                    continue
+                mu = np.concatenate([ma, mb])
+                vu, su = _summary(mu, V, mass)
+                if su > max_spread:
+                    continue
+                tu = ray_pattern(vu, V[mu], mass[mu], X, ptol)[0]
+                if np.any(tu[D] != 0):
+                    continue
+                labels[labels == b] = a
+                groups[a] = (groups[a][0] + groups[b][0], sorted(set(groups[a][1]) | set(D.tolist())))
+                del groups[b]
+                changed = True
+                break
+            if changed:
+                break
+    keys = sorted(groups)
+    new = -np.ones(len(signs) + 1, dtype=int)
+    new[keys] = np.arange(len(keys))
+    labels = np.where(labels >= 0, new[labels], -1)
+    merged = [{"ray": i, "parts": len(groups[k][0]), "data_points": [int(j) for j in groups[k][1]]}
+              for i, k in enumerate(keys) if len(groups[k][0]) > 1]
+    return labels, [signs[k] for k in keys], merged
+
+
 def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
               lam: float | None = None, tau: float | None = None, R: ArrayLike | None = None,
               min_mass_frac: float = 1e-2, halo_ratio: float = 3.0, particle_halo: float = 1.0,
               g_ray: float = 0.5, min_particles: int | None = None,
               light_frac: float = 1e-2, max_spread: float = 0.3, absorb: float = 3.0,
               thresholds: ArrayLike | None = None, pattern_tol: PatternTolerance | None = None,
-              pattern_mass_tol: float | None = None,
+              pattern_mass_tol: float | None = None, thermal_gap: float = THERMAL_GAP,
+              weight_scale: float | None = None, merge: bool = True,
               knn: int = 12) -> RayResult:
     """Cluster particles into rays (THEORY §6; method in the module docstring).
 
@@ -366,6 +545,20 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
         (default :class:`analysis.ternary.PatternTolerance()`).
     pattern_mass_tol : float, optional
         Straddling-mass tolerance of the 0 entries (overrides ``pattern_tol.mass_tol``).
+    thermal_gap : float, default :data:`THERMAL_GAP` (1)
+        With ``tau`` and ``lam``: the constant ``κ`` of the certificate-gap test
+        (docs/theory.md §6.5). A cluster is a ray only when its gap ``1 − |G|`` (the larger of
+        the gap of ``−sign(a) G(v̄)`` when ``G`` is available and the gap implied by its mean
+        particle mass, :func:`mass_gap`: both must be small; the gap of ``G`` only with ``R``
+        given, since one snapshot's ``G`` is too noisy) is at most ``ε(τ) = κ (d+1)τ/(λ c_y)``
+        (:func:`thermal_gap_threshold`); otherwise it is listed in ``thermal`` (weight,
+        direction, ``G``), not counted. 0 switches the test off.
+    weight_scale : float, optional
+        ``c_y`` of that threshold (default :func:`label_weight_scale` of ``X`` and ``y``; no
+        test without either).
+    merge : bool, default True
+        Join clusters of one sign split by a data point's cell boundary
+        (:func:`_merge_across_data_points`; docs/theory.md §6.6).
     knn : int, default 12
         Neighbours per particle in the linkage graph (at most ``max(3, min_particles − 1)``,
         so that a ray of ``min_particles`` particles has small core distances).
@@ -418,13 +611,21 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
     if have_G:
         Gmax = float(np.abs(certificate(V, X, R, lam)).max()) if N else 0.0
     baseline = None if tau is None else halo_baseline(X.shape[1], tau, lam)
+    if weight_scale is None and y is not None:
+        weight_scale = label_weight_scale(X, y)
+    eps = None
+    if baseline is not None and weight_scale is not None and thermal_gap > 0:
+        eps = thermal_gap_threshold(X.shape[1], tau, lam, weight_scale, thermal_gap)
     common = {"min_mass_frac": min_mass_frac, "light_frac": light_frac,
               "max_spread": max_spread, "absorb": absorb,
               "g_ray": g_ray if have_G else None, "G_max": Gmax, "G_source": G_source,
               "halo_ratio": halo_ratio if baseline is not None else None,
               "halo_baseline": baseline,
               "particle_halo": particle_halo if baseline is not None else None,
-              "min_particles": n_min, "pattern_tol": ptol}
+              "min_particles": n_min, "pattern_tol": ptol,
+              "thermal_gap": float(thermal_gap) if eps is not None else None,
+              "weight_scale": None if weight_scale is None else float(weight_scale),
+              "gap_threshold": eps}
 
     def empty():
         thr = np.zeros(0) if thresholds is None else np.asarray(thresholds, dtype=float)
@@ -469,28 +670,47 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
         compact = np.sqrt(np.maximum(2.0 * (1.0 - rho), 0.0)) <= max_spread
         csign = np.zeros(K, dtype=int)
         csign[lab] = sk
-        heavy = (cm >= min_mass_frac * total) & compact
+        bulky = (cm >= min_mass_frac * total) & compact
+        heavy = bulky.copy()
         if baseline is not None:
             heavy &= cm >= halo_ratio * baseline * cn
         cg = None
         certified = heavy
         if have_G:                         # G only where needed: few clusters are heavy
             cg = np.full(K, np.nan)
-            cg[heavy] = certificate(cdir[heavy], X, R, lam)
+            cg[bulky] = certificate(cdir[bulky], X, R, lam)
             certified = heavy.copy()
             certified[heavy] = -csign[heavy] * cg[heavy] >= g_ray
-        good = certified & (cn >= n_min)
-        return lab, cm, cn, cdir, csign, cg, heavy, certified, good
+        gap = np.full(K, np.nan)
+        thermal = bulky & ~heavy                        # below the free-particle ratio
+        if eps is not None:
+            gap[bulky] = mass_gap(cm[bulky] / np.maximum(cn[bulky], 1), baseline)
+            if G_source == "given residuals":   # one snapshot's G is too noisy (§6.1)
+                gap[bulky] = np.maximum(gap[bulky], 1.0 + csign[bulky] * cg[bulky])
+            thermal |= certified & (gap > eps)
+        good = certified & ~thermal & (cn >= n_min)
+        return lab, cm, cn, cdir, csign, cg, heavy, certified, good, thermal, gap
 
-    counts = np.array([int(clusters(t)[-1].sum()) for t in thresholds])
-    lo, hi = _widest_plateau(counts)
+    scans = [clusters(t) for t in thresholds]
+    counts = np.array([int(c[8].sum()) for c in scans])
+    if counts.max(initial=0) == 0:
+        # no ray at any threshold: the plateau of the concentrations (thermal mass with at
+        # least n_min particles) fixes the resolution at which they are reported
+        lo, hi = _widest_plateau(np.array([int((c[9] & (c[2] >= n_min)).sum()) for c in scans]))
+    else:
+        lo, hi = _widest_plateau(counts)
     t_star = float(np.sqrt(thresholds[lo] * thresholds[hi]))
-    lab, cm, cn, cdir, csign, cg, heavy, certified, good = clusters(t_star)
-    cores, rejected, small = [], [], []
-    for c in np.nonzero(heavy)[0]:
+    lab, cm, cn, cdir, csign, cg, heavy, certified, good, thermal, gap = clusters(t_star)
+    cores, rejected, small, hot = [], [], [], []
+    for c in np.nonzero(heavy | thermal)[0]:
         info = {"direction": [float(x) for x in cdir[c]], "sign": int(csign[c]),
                 "mass_fraction": float(cm[c] / total), "n_particles": int(cn[c]),
                 "G": None if cg is None else float(cg[c])}
+        if thermal[c]:
+            if cn[c] >= n_min:         # a lone heavy thermal particle is no concentration
+                hot.append(_thermal_entry(c, info, idx[lab == c], theta, V, mass, N, gap[c],
+                                          eps, baseline, heavy[c], cdir[c]))
+            continue
         if not certified[c]:
             rejected.append(info)
             continue
@@ -516,15 +736,20 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
     # a small cluster whose particles joined a ray as its outskirts is a fragment of that ray,
     # not an unresolved one
     small = [info for c, info in small if not np.any(labels[idx[lab == c]] >= 0)]
+    ray_signs = [int(csign[c]) for c, _, _ in cores]
+    merged = []
+    if merge and len(cores) > 1:
+        labels, ray_signs, merged = _merge_across_data_points(labels, ray_signs, V, mass, X,
+                                                              ptol, max_spread, absorb)
     found = []
-    for k, (c, _, _) in enumerate(cores):
+    for k, sgn in enumerate(ray_signs):
         members = np.nonzero(labels == k)[0]
         mm = mass[members]
         vbar = mm @ V[members]
         vbar /= np.linalg.norm(vbar)
         ang = np.arccos(np.clip(V[members] @ vbar, -1.0, 1.0))
         pat, info = ray_pattern(vbar, V[members], mm, X, ptol)
-        found.append(Ray(direction=vbar, sign=int(csign[c]),
+        found.append(Ray(direction=vbar, sign=sgn,
                          weight=float(np.sum(theta[members, 0] * r[members]) / N),
                          mass_fraction=float(mm.sum() / total),
                          spread=float(np.sqrt(np.sum(mm * ang ** 2) / mm.sum())),
@@ -537,10 +762,13 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
     relabel = -np.ones(len(found) + 1, dtype=int)
     relabel[order] = np.arange(len(found))
     labels = np.where(labels >= 0, relabel[labels], -1)
+    for m in merged:
+        m["ray"] = int(relabel[m["ray"]])
     halo = 1.0 - sum(q.mass_fraction for q in rays)
     conflicts = _cell_conflicts(labels, cell_all, mass, len(rays), ptol.mass_tol)
     return RayResult(rays=rays, threshold=t_star, thresholds=thresholds, counts=counts,
                      plateau=(float(thresholds[lo]), float(thresholds[hi])),
                      halo_mass_fraction=max(0.0, halo),
                      n_cells=int(np.unique(cell_all[idx]).size), rejected=rejected,
-                     small=small, cell_conflicts=conflicts, labels=labels, **common)
+                     small=small, cell_conflicts=conflicts, labels=labels, thermal=hot,
+                     merged=merged, **common)

@@ -20,10 +20,10 @@ from numpy.typing import ArrayLike
 
 from analysis import ternary, transport, two_point
 from analysis.dichotomies import DichotomyCount, count_dichotomies
-from analysis.kinks import data_kinks
+from analysis.kinks import ray_kinks
 from analysis.ray_checks import averaged_residuals, convex_comparison, convex_counts
 from analysis.ray_checks import sensitivity as ray_sensitivity
-from analysis.rays import RayResult, find_rays
+from analysis.rays import RayResult, find_rays, label_weight_scale
 from analysis.references import convex_reference, report_section
 from analysis.stationarity import annotate_report, run_verdicts
 from solvers import numpy_model
@@ -78,7 +78,8 @@ class FrameAnalysis:
                 "rays": [q.as_dict() for q in rays], "kinks": [k.as_dict() for k in self.kinks],
                 "f_train": [float(v) for v in self.f_train],
                 "thresholds": self.rays.thresholds_used(), "rejected": self.rays.rejected,
-                "small": self.rays.small,
+                "small": self.rays.small, "thermal_mass": self.rays.thermal,
+                "merged_across_data_points": self.rays.merged,
                 "cell_conflicts": self.rays.cell_conflicts, "patterns": self.patterns,
                 "theorem6": self.theorem6}
 
@@ -185,11 +186,16 @@ class RunAnalysis:
             return None
         last = self.frames[-1]
         res = last.rays
-        return {**last.theorem6, **ternary.bounds(self.dichotomies.P, len(res.rays)),
-                "decided": bool(res.resolved),
-                "undecided_reason": None if res.resolved else
-                (f"N = {len(last.theta)} is too small for a verdict: {len(res.small)} heavy "
-                 f"cluster(s) with fewer than {res.min_particles} particles")}
+        th = last.theorem6
+        reason = None
+        if not res.resolved:
+            reason = (f"N = {len(last.theta)} is too small for a verdict: {len(res.small)} "
+                      f"heavy cluster(s) with fewer than {res.min_particles} particles")
+        elif th.get("explained_by_cells"):
+            reason = (f"the failing pairs {th['conflicts_in_failures']} are rays of one sign "
+                      f"sharing an activation cell (one ray split, or not stationary)")
+        return {**th, **ternary.bounds(self.dichotomies.P, len(res.rays)),
+                "decided": reason is None, "undecided_reason": reason}
 
     def as_dict(self) -> dict:
         """The report document (``report.json``; keys in ``docs/cli.md``)."""
@@ -253,8 +259,7 @@ def analyze_frame(run: Any, k: int, **ray_kw) -> FrameAnalysis:
     theta = run.frame(k)
     kw = frame_ray_kw(run, k, **ray_kw)
     res = find_rays(theta, run.X, **kw)
-    kinks = data_kinks([q.direction for q in res.rays], run.X,
-                       [q.pattern for q in res.rays]) if res.rays else []
+    kinks = ray_kinks(res.rays, run.X, res.pattern_tol.angle_tol)
     step = int(run.frame_step[k])
     risk = _obs_at(run, "risk", step)
     f_train = numpy_model.predict(theta, run.X)
@@ -262,16 +267,19 @@ def analyze_frame(run: Any, k: int, **ray_kw) -> FrameAnalysis:
         tau=float(run.frame_tau[k]), step=step,
         risk=float(risk) if risk is not None else float(np.mean((f_train - run.y) ** 2)),
         theta=theta, rays=res, kinks=kinks, f_train=f_train,
-        theorem6=ternary.theorem6([q.pattern for q in res.rays]), ray_kw=kw)
+        theorem6=ternary.theorem6([q.pattern for q in res.rays], res.cell_conflicts),
+        ray_kw=kw)
 
 
 def frame_ray_kw(run: Any, k: int, **ray_kw) -> dict:
     """Keyword arguments of :func:`analysis.rays.find_rays` for frame ``k`` of a run: ``lam``,
-    the frame's ``tau`` (halo tests against ``(d+1)τ/λ``), the stage's time-averaged residuals
+    the frame's ``tau`` (halo tests against ``(d+1)τ/λ``), the labels' weight scale
+    ``weight_scale`` (the certificate-gap test, docs/theory.md §6.5), the stage's time-averaged residuals
     ``R`` (:func:`analysis.ray_checks.averaged_residuals`; else ``y``: the snapshot's own), and
     ``ray_kw``."""
     R = averaged_residuals(run, k)
-    kw = {"lam": float(run.lam), "tau": float(run.frame_tau[k])}
+    kw = {"lam": float(run.lam), "tau": float(run.frame_tau[k]),
+          "weight_scale": label_weight_scale(run.X, run.y)}
     kw.update({"R": R} if R is not None else {"y": run.y})
     kw.update(ray_kw)
     return kw

@@ -150,13 +150,18 @@ def _max_clique(adj: list) -> list:
     return sorted(best)
 
 
-def theorem6(patterns: Sequence[ArrayLike]) -> dict:
+def theorem6(patterns: Sequence[ArrayLike], cell_conflicts: Sequence | None = None) -> dict:
     """Check the claims of [LJM26] Theorem 6 on a list of ray patterns (THEORY §7).
 
     Parameters
     ----------
     patterns : sequence of array-like of shape (n,), entries in {−1, 0, +1}
         One pattern per ray, ray ``k`` at position ``k``.
+    cell_conflicts : sequence of [k, l], optional
+        Pairs of rays of one sign sharing an activation cell
+        (:attr:`analysis.rays.RayResult.cell_conflicts`): one ray split in two, or a snapshot
+        not yet stationary. A duplicate or comparable pair among them is no failure of the
+        theorem but of the ray count (``explained_by_cells``).
 
     Returns
     -------
@@ -167,7 +172,10 @@ def theorem6(patterns: Sequence[ArrayLike]) -> dict:
         antichain); ``max_per_binary`` (the largest number of patterns below one binary
         ``s ∈ {±1}^n``: a maximum clique of the "no opposite non-zero entry" graph),
         ``at_most_two_per_binary`` (bool), ``max_per_binary_rays`` (the rays of one largest set)
-        and ``binary_witness`` (an ``s`` above all of them; free entries set to +1).
+        and ``binary_witness`` (an ``s`` above all of them; free entries set to +1);
+        ``cell_conflicts`` (as given), ``conflicts_in_failures`` (the duplicate or comparable
+        pairs, unordered, whose rays share a cell) and ``explained_by_cells`` (True when some
+        check fails and every failing pair shares a cell: the verdict is not decided).
 
     Raises
     ------
@@ -196,8 +204,14 @@ def theorem6(patterns: Sequence[ArrayLike]) -> dict:
         for k in clique:
             s[T[k] != 0] = T[k][T[k] != 0]
         witness = [int(x) for x in s]
+    conf = {tuple(sorted(map(int, c))) for c in (cell_conflicts or [])}
+    failing = {tuple(sorted(c)) for c in dups + comp}
+    hit = sorted(failing & conf)
     return {"distinct": not dups, "duplicates": dups,
             "antichain": not comp, "comparable": comp,
+            "cell_conflicts": [list(c) for c in sorted(conf)],
+            "conflicts_in_failures": [list(c) for c in hit],
+            "explained_by_cells": bool(failing) and failing <= conf,
             "max_per_binary": len(clique), "at_most_two_per_binary": len(clique) <= 2,
             "max_per_binary_rays": clique, "binary_witness": witness}
 

@@ -198,12 +198,15 @@ def markdown(rep, figs=()) -> str:
         L += ["", f"J convex, K convex: rays of the convex τ → 0 reference with weight "
               f"|c_k| ≥ {c['floor']} Σ|c| (the ray mass floor) and their kink hyperplanes; "
               f"matched: measured rays paired one to one with them (same sign, within 0.2 rad)."]
-    L += ["", "Snapshots:", "", "| τ | step | risk | J | K | halo mass | threshold (chord) | "
-          "plateau |", "|---|---|---|---|---|---|---|---|"]
+    L += ["", "Snapshots:", "", "| τ | step | risk | J | K | halo mass | thermal mass "
+          "(clusters, Σ\\|c\\|) | threshold (chord) | plateau |",
+          "|---|---|---|---|---|---|---|---|---|"]
     for s in rep["snapshots"]:
         t = s["thresholds"]
+        hot = s.get("thermal_mass") or []
+        hot_s = f"{len(hot)}, {sum(abs(h['weight']) for h in hot):.3g}" if hot else "—"
         L.append(f"| {s['tau']:.2e} | {s['step']} | {s['risk']:.4e} | {s['n_rays']} | "
-                 f"{s['n_hyperplanes']} | {t['halo_mass_fraction']:.3f} | "
+                 f"{s['n_hyperplanes']} | {t['halo_mass_fraction']:.3f} | {hot_s} | "
                  f"{t['linkage_chord']:.3g} | [{t['plateau'][0]:.3g}, {t['plateau'][1]:.3g}] |")
     if rep["snapshots"]:
         s = rep["snapshots"][-1]
@@ -222,9 +225,14 @@ def markdown(rep, figs=()) -> str:
         cert = ("" if t.get("g_ray") is None else
                 f"certificate −sign(a)G ≥ {t['g_ray']} at the ray's direction (G from the "
                 f"{t['G_source']}; max|G| over the particles {_fmt(t['G_max'], '.4f')}), ")
+        L += _thermal_markdown(s)
+        gap = ("" if t.get("gap_threshold") is None else
+               f"certificate gap 1 − |G| ≤ ε(τ) = κ(d+1)τ/(λ c_y) = {t['gap_threshold']:.3g} "
+               f"(κ = {t['thermal_gap']:g}, c_y = {t['weight_scale']:.3g}; the larger of the "
+               f"gap of G and the gap its mean particle mass implies), ")
         L += ["", f"Thresholds: linkage {t['linkage_chord']:.3g} (plateau "
               f"[{t['plateau'][0]:.3g}, {t['plateau'][1]:.3g}]), ray mass ≥ {t['min_mass_frac']} "
-              f"of the total, {halo}{cert}at least {t['min_particles']} particles, "
+              f"of the total, {halo}{cert}{gap}at least {t['min_particles']} particles, "
               f"spread ≤ {t['max_spread']} rad, particle mass ≥ {t['light_frac']} × weighted "
               f"median; pattern zeros within "
               f"{t['pattern_angle_tol']} rad or straddled by ≥ {t['pattern_mass_tol']} of the "
@@ -235,6 +243,11 @@ def markdown(rep, figs=()) -> str:
         if s["rejected"]:
             L.append(f"Heavy clusters rejected by the certificate: {len(s['rejected'])} "
                      f"(mass {sum(r['mass_fraction'] for r in s['rejected']):.3f}).")
+        if s.get("merged_across_data_points"):
+            L.append("Rays joined across a data point's cell boundary (one ray whose kink lies "
+                     "on a data point): " + "; ".join(
+                         f"ray {m['ray']} from {m['parts']} clusters at data point(s) "
+                         f"{m['data_points']}" for m in s["merged_across_data_points"]) + ".")
         if s["cell_conflicts"]:
             L.append(f"Rays sharing an activation cell (not stationary?): {s['cell_conflicts']}")
         L += ["", "## Kink hyperplanes {x : normal·x = offset}", ""]
@@ -261,7 +274,8 @@ def markdown(rep, figs=()) -> str:
                   f"- patterns distinct: {th['distinct']}"
                   + ("" if th["distinct"] else f" (equal: {th['duplicates']})"),
                   f"- antichain under degeneration: {th['antichain']}"
-                  + ("" if th["antichain"] else f" (t_k ⪯ t_l for [k, l] in {th['comparable']})"),
+                  + ("" if th["antichain"] else f" (t_k ⪯ t_l for [k, l] in {th['comparable']})")
+                  + _conflict_note(th),
                   f"- at most two per binary pattern: {th['at_most_two_per_binary']} (max "
                   f"{th['max_per_binary']}"
                   + ("" if th["at_most_two_per_binary"] else
@@ -285,12 +299,44 @@ def markdown(rep, figs=()) -> str:
     L += ["", "Method: directions (w, b)/|(w, b)| of one sign of a are linked by single linkage "
           "on the mutual-reachability chord distance; a cluster is a ray when it holds enough "
           "mass, its mean particle mass is well above the free-particle baseline (d+1)τ/λ, its "
-          "direction passes the certificate G of the stage's time-averaged residuals and it "
-          "holds enough particles; the linkage threshold is the middle of the widest plateau of "
+          "direction passes the certificate G of the stage's time-averaged residuals, its "
+          "certificate gap 1 − |G| is at most ε(τ) ∝ τ (else it is thermal mass, whose weight "
+          "vanishes with τ; docs/theory.md §6.5) and it holds enough particles; rays of one "
+          "sign cut by a data point's cell boundary are joined (§6.6); the linkage threshold is the middle of the widest plateau of "
           "the ray count (analysis/rays.py). Two rays share a kink hyperplane only when they "
           "split the training inputs alike and their hyperplanes coincide within a fraction of "
           "the data's spread (analysis/kinks.py; docs/theory.md)."]
     return "\n".join(L) + "\n"
+
+
+def _conflict_note(th) -> str:
+    """The cell conflicts next to the Theorem 6 verdict: failing pairs whose rays share an
+    activation cell are a split ray or an unsettled stage, not a counterexample."""
+    conf = th.get("cell_conflicts") or []
+    if not conf:
+        return "; rays sharing an activation cell: none"
+    hit = th.get("conflicts_in_failures") or []
+    return (f"; rays sharing an activation cell: {conf}"
+            + (f" (the failing pairs {hit} among them: not a verdict)" if hit else ""))
+
+
+def _thermal_markdown(s) -> list:
+    """The thermal-mass table of a snapshot: concentrations refused as rays because their
+    certificate gap stays away from 0 (docs/theory.md §6.5)."""
+    hot = s.get("thermal_mass") or []
+    if not hot:
+        return []
+    L = ["", "Thermal mass (not rays: weight ∝ τ by the radial law, docs/theory.md §6.5):", "",
+         "| sign | weight | mass frac | particles | spread (rad) | G | gap 1−\\|G\\| | ε(τ) | "
+         "radial-law weight | reason | direction (w, b) |",
+         "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for h in hot:
+        L.append(f"| {'+' if h['sign'] > 0 else '−'} | {h['weight']:.3g} | "
+                 f"{h['mass_fraction']:.3f} | {h['n_particles']} | {h['spread']:.3f} | "
+                 f"{_fmt(h['G'], '.3f')} | {_fmt(h['gap'], '.3g')} | "
+                 f"{_fmt(h['gap_threshold'], '.3g')} | {_fmt(h['radial_weight'], '.3g')} | "
+                 f"{h['reason']} | ({', '.join(f'{x:.3f}' for x in h['direction'])}) |")
+    return L
 
 
 def _stationarity_markdown(rows) -> list:
@@ -326,7 +372,10 @@ def _sensitivity_markdown(sens) -> list:
           "particle_halo: particles lighter than this × (d+1)τ/λ are halo; "
           "g_ray: certificate level; min_particles; max_spread: compactness (rad); "
           "linkage_chord: fixed linkage threshold "
-          "(chord); rel_tol: kink tolerance (fraction of the data's spread); convex_floor: the "
+          "(chord); rel_tol: kink tolerance (fraction of the data's spread); "
+          "pattern_angle_tol, pattern_mass_tol: the tolerances of a pattern's 0 entries (they "
+          "also decide joins across data points and kink identity); thermal_gap: κ of the "
+          "certificate-gap threshold ε(τ) = κ(d+1)τ/(λ c_y); convex_floor: the "
           "weight floor of the convex reference's rays (J, K there are the reference's)."]
     return L
 

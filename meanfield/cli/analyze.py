@@ -391,14 +391,22 @@ def main(args) -> int:
                 f"  NOT STATIONARY: {'; '.join(r['stationarity']['reasons'])}"
             print(f"tau={r['tau']:.2e} step={r['step']:>8d} risk={r['risk']:.4e} "
                   f"rays J={r['J']!s:>3} hyperplanes K={r['K']!s:>3}{ref}{w2}{st}")
+        snaps = {sn["step"]: sn for sn in rep["snapshots"]}
+        for r in rep["ladder"]:
+            hot = (snaps.get(r["step"]) or {}).get("thermal_mass") or []
+            if hot:
+                print(f"tau={r['tau']:.2e} thermal mass (not rays): " + ", ".join(
+                    f"weight {h['weight']:.3g} at |G| = {_abs_or_dash(h['G'])}" for h in hot))
         th = rep["theorem6"]
         if th is not None and th.get("status", "checked") != "checked":
             print(f"Theorem 6 (lowest tau): {th['status']}")
         elif th is not None and not th.get("decided", True):
             print(f"Theorem 6 (lowest tau): not decided, {th['undecided_reason']}")
         elif th is not None:
+            conf = th.get("cell_conflicts") or []
             print(f"Theorem 6 (lowest tau): distinct={th['distinct']} antichain={th['antichain']} "
-                  f"max per binary pattern={th['max_per_binary']}")
+                  f"max per binary pattern={th['max_per_binary']}"
+                  + (f" (rays sharing an activation cell: {conf})" if conf else ""))
         refs = rep.get("references")
         if refs and "skipped" not in refs:
             for g in refs["gibbs"]:
@@ -410,3 +418,7 @@ def main(args) -> int:
                   f"{c['max_abs_diff']:.3e}")
         sys.stderr.write(f"meanfield: report in {outdir}/report.md\n")
     return 0
+
+
+def _abs_or_dash(G) -> str:
+    return "—" if G is None else f"{abs(G):.3f}"
