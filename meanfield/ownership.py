@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import signal
 from pathlib import Path
 
 from meanfield.errors import InputError
@@ -76,6 +77,44 @@ def claim(output, field: str = "", lock=None):
     out = Path(output)
     lock = lock_path(out) if lock is None else Path(lock)
     check_writable_dir(lock.absolute().parent, out, field)
+    # SIGTERM, SIGHUP and SIGINT wait while the lock is taken: a signal between creating the
+    # lock file and entering the ``try`` below would leave ``.NAME.lock`` behind. They are
+    # delivered as soon as the lock is held, inside the ``try``, whose ``finally`` removes it.
+    masked = _defer_signals()
+    try:
+        fd = _acquire(lock, out, field, fcntl)
+    except BaseException:
+        _restore_signals(masked)
+        raise
+    try:
+        _restore_signals(masked)
+        yield out
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(lock)
+        os.close(fd)
+
+
+_DEFERRED = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP", "SIGINT")
+                  if hasattr(signal, n))
+
+
+def _defer_signals():
+    """Block :data:`_DEFERRED` in this thread; returns the previous mask (``None`` where
+    signal masks are not available)."""
+    if not hasattr(signal, "pthread_sigmask"):
+        return None
+    return signal.pthread_sigmask(signal.SIG_BLOCK, _DEFERRED)
+
+
+def _restore_signals(mask) -> None:
+    if mask is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def _acquire(lock: Path, out: Path, field: str, fcntl) -> int:
+    """Create (or open) ``lock`` and take its exclusive ``flock``; returns the descriptor,
+    holding this process's id."""
     while True:
         try:
             fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
@@ -107,9 +146,4 @@ def claim(output, field: str = "", lock=None):
         os.write(fd, f"{os.getpid()}\n".encode())
     except OSError:
         pass                    # the pid is a courtesy for messages; the lock is what counts
-    try:
-        yield out
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(lock)
-        os.close(fd)
+    return fd
