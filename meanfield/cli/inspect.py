@@ -144,7 +144,8 @@ def main(args) -> int:
     dyn = run.config["dynamics"]
     print(f"particles     N={run.n_particles}  activation={run.config['model']['activation']}")
     print(f"dynamics      lam={dyn['lam']:g} eta={dyn['eta']:g} steps_per_tau={dyn['steps_per_tau']}"
-          f" seed={dyn['seed']}")
+          f" seed={dyn['seed']}" + (f" integrator=mala jumps={dyn['jumps']:g}"
+                                    if dyn.get("integrator") == "mala" else ""))
     print(f"observations  {len(obs['risk']['step'])}")
     print(f"frames        {run.n_frames}")
     for s, t, u in zip(run.frame_step, run.frame_time, run.frame_tau):
@@ -157,5 +158,8 @@ def main(args) -> int:
         v = st["stationarity"]
         verdict = ("no observations" if v is None else "stationary" if st["stationary"]
                    else "NOT stationary: " + "; ".join(v["reasons"]))
-        print(f"  tau={st['tau']:.2e}  steps={st['steps']:>9d}  {verdict}")
+        moves = "" if v is None else "".join(
+            f"  {k}={v[k]:.3g}" for k in ("acceptance", "jump_acceptance", "cell_exchange")
+            if v.get(k) is not None)
+        print(f"  tau={st['tau']:.2e}  steps={st['steps']:>9d}{moves}  {verdict}")
     return 0
