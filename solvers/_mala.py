@@ -68,7 +68,9 @@ from solvers._kernels import (
 )
 
 #: Other particles in the mixture of a jump proposal (bounds a jump at ``O(K d)``).
-JUMP_SUBSET = 32
+JUMP_SUBSET = 16
+#: Mixture terms this far (in log) below the largest are left out of the proposal density.
+MIXTURE_CUT = 60.0
 
 #: Below this many blocks of particles the predictor of a pass is summed on one thread (the
 #: same block sums in the same order as the parallel ``forward``, so the same bits); launching
@@ -100,47 +102,79 @@ def _act(z, kind, p):
 
 
 @nb.njit(inline="always")
-def _features(th, X, n, d, kind, p, z, s, ds):
-    """``z_j = b + w·x_j``, ``s_j = σ(z_j)``, ``ds_j = σ'(z_j)`` of one particle ``th``."""
-    for j in range(n):
-        zz = th[d + 1]
-        for k in range(d):
-            zz = _fma(th[1 + k], X[j, k], zz)
-        z[j] = zz
-        s[j], ds[j] = _act(zz, kind, p)
+def _dot(u, v, n):
+    """``Σ_{j<n} u_j v_j`` with four interleaved accumulators (``j mod 4``), added as
+    ``(s0 + s1) + (s2 + s3)`` and then the tail: a fixed order, and no single chain of ``n``
+    dependent additions."""
+    s0 = 0.0
+    s1 = 0.0
+    s2 = 0.0
+    s3 = 0.0
+    j = 0
+    while j + 4 <= n:
+        s0 = _fma(u[j], v[j], s0)
+        s1 = _fma(u[j + 1], v[j + 1], s1)
+        s2 = _fma(u[j + 2], v[j + 2], s2)
+        s3 = _fma(u[j + 3], v[j + 3], s3)
+        j += 4
+    acc = (s0 + s1) + (s2 + s3)
+    while j < n:
+        acc = _fma(u[j], v[j], acc)
+        j += 1
+    return acc
 
 
 @nb.njit(inline="always")
-def _gradient(th, X, n, d, e, s, ds, lam, g):
+def _features(th, XT, n, d, kind, p, z, s, ds):
+    """``z_j = b + w·x_j``, ``s_j = σ(z_j)``, ``ds_j = σ'(z_j)`` of one particle ``th``
+    (``XT`` the (d, n) transposed inputs; loops over ``j`` vectorise)."""
+    b = th[d + 1]
+    for j in range(n):
+        z[j] = b
+    for k in range(d):
+        w = th[1 + k]
+        for j in range(n):
+            z[j] = _fma(w, XT[k, j], z[j])
+    if kind == ACT_RELU:
+        for j in range(n):
+            zz = z[j]
+            s[j] = zz if zz > 0.0 else 0.0
+            ds[j] = 1.0 if zz > 0.0 else 0.0
+    else:
+        for j in range(n):
+            s[j], ds[j] = _act_pair(z[j], kind, p)
+
+
+@nb.njit(inline="always")
+def _gradient(th, XT, n, d, e, s, ds, lam, h, ones, g):
     """``g = ∇_θ U`` of one particle from its features and the errors ``e_j = f_j − y_j``:
-    ``g_a = Σ_j (e_j/n) s_j + λ a``, ``g_u = a Σ_j (e_j/n) ds_j x̃_j + λ u``."""
+    ``g_a = (1/n) Σ_j e_j s_j + λ a``, ``g_u = (a/n) Σ_j e_j ds_j x̃_j + λ u``
+    (:func:`_dot` for the sums; ``h`` is scratch, ``ones`` a vector of ones)."""
     D = d + 2
-    for c in range(D):
-        g[c] = 0.0
-    for j in range(n):
-        r = e[j] / n
-        g[0] = _fma(r, s[j], g[0])
-        rd = r * ds[j]
-        for k in range(d):
-            g[1 + k] = _fma(rd, X[j, k], g[1 + k])
-        g[D - 1] += rd
+    inv_n = 1.0 / n
     a = th[0]
-    g[0] = _fma(lam, a, g[0])
-    for c in range(1, D):
-        g[c] = _fma(a, g[c], lam * th[c])
+    for j in range(n):
+        h[j] = e[j] * ds[j]
+    g[0] = _fma(lam, a, _dot(e, s, n) * inv_n)
+    an = a * inv_n
+    for k in range(d):
+        g[1 + k] = _fma(an, _dot(h, XT[k], n), lam * th[1 + k])
+    g[D - 1] = _fma(an, _dot(h, ones, n), lam * th[D - 1])
 
 
 @nb.njit(inline="always")
-def _delta_u(th, thp, n, D, N, e, s, sp, lam, df, data):
-    """``ΔU`` of replacing ``th`` by ``thp`` (features ``s``, ``sp``); fills ``df`` with ``Δf``."""
+def _delta_u(th, thp, n, D, inv_N, N, e, s, sp, lam, df, t, data):
+    """``ΔU`` of replacing ``th`` by ``thp`` (features ``s``, ``sp``); fills ``df`` with ``Δf``
+    (``t`` is scratch)."""
     du = 0.0
     if data:
-        acc = 0.0
+        a = th[0]
+        ap = thp[0]
         for j in range(n):
-            dfj = (thp[0] * sp[j] - th[0] * s[j]) / N
+            dfj = (ap * sp[j] - a * s[j]) * inv_N
             df[j] = dfj
-            acc = _fma(dfj, 2.0 * e[j] + dfj, acc)
-        du = acc * (N / (2.0 * n))
+            t[j] = 2.0 * e[j] + dfj
+        du = _dot(df, t, n) * (N / (2.0 * n))
     nq = 0.0
     for c in range(D):
         nq += (thp[c] - th[c]) * (thp[c] + th[c])
@@ -148,26 +182,25 @@ def _delta_u(th, thp, n, D, N, e, s, sp, lam, df, data):
 
 
 @nb.njit(inline="always")
-def _log_mixture(x, T, sub, K, D, inv2s2):
-    """``log Σ_k exp(−|x − θ_{sub_k}|² / (2 s²))`` (``inv2s2 = 1/(2 s²)``), stably."""
+def _log_mixture(x, T, sub, K, D, inv2s2, buf):
+    """``log Σ_k exp(−|x − θ_{sub_k}|² / (2 s²))`` (``inv2s2 = 1/(2 s²)``), stably; terms
+    more than ``MIXTURE_CUT`` below the largest are dropped (each is below e^-60 of it)."""
     best = -math.inf
     for k in range(K):
         o = sub[k]
         q = 0.0
         for c in range(D):
             dv = x[c] - T[c, o]
-            q += dv * dv
+            q = _fma(dv, dv, q)
         v = -q * inv2s2
+        buf[k] = v
         if v > best:
             best = v
     acc = 0.0
     for k in range(K):
-        o = sub[k]
-        q = 0.0
-        for c in range(D):
-            dv = x[c] - T[c, o]
-            q += dv * dv
-        acc += math.exp(-q * inv2s2 - best)
+        t = buf[k] - best
+        if t > -MIXTURE_CUT:
+            acc += math.exp(t)
     return best + math.log(acc)
 
 
@@ -197,7 +230,7 @@ def mala_steps(T, X, y, XT, partial, scratch, work, sub, f, R, counts, f_sum, la
     partial, scratch : ndarray
         Work space of ``solvers._kernels.forward``: ``(ceil(N/BLOCK), n)`` and
         :func:`solvers._kernels.scratch_shape`.
-    work : ndarray (9, n) ; sub : int64 ndarray (JUMP_SUBSET,)
+    work : ndarray (12, n) ; sub : int64 ndarray (JUMP_SUBSET,)
         Work space.
     f, R : ndarray (n,)
         Out: predictor and scaled residuals ``(f − y)/n`` after the last pass.
@@ -240,7 +273,14 @@ def mala_steps(T, X, y, XT, partial, scratch, work, sub, f, R, counts, f_sum, la
     dsp = work[6]
     df = work[7]
     ep = work[8]
+    hb = work[9]
+    tb = work[10]
+    ones = work[11]
+    for j in range(n):
+        ones[j] = 1.0
+    inv_N = 1.0 / N
     th = np.empty(D)
+    mbuf = np.empty(K)
     thp = np.empty(D)
     g = np.empty(D)
     gp = np.empty(D)
@@ -272,7 +312,7 @@ def mala_steps(T, X, y, XT, partial, scratch, work, sub, f, R, counts, f_sum, la
             u_type = _uniform(_hash(k3, _position(step, 3 * i)))
             jump = can_jump and u_type < jumps
             if data_term:
-                _features(th, X, n, d, kind, p, z, s, ds)
+                _features(th, XT, n, d, kind, p, z, s, ds)
             if jump:
                 for k in range(K):
                     o = _below(k5, step, i * K + k, N - 1)
@@ -283,23 +323,23 @@ def mala_steps(T, X, y, XT, partial, scratch, work, sub, f, R, counts, f_sum, la
                     thp[c] = T[c, c0] + s_jump * _normal(k4, _position(step, i * D + c))
             else:
                 if data_term:
-                    _gradient(th, X, n, d, e, s, ds, lam, g)
+                    _gradient(th, XT, n, d, e, s, ds, lam, hb, ones, g)
                 else:
                     for c in range(D):
                         g[c] = lam * th[c]
                 for c in range(D):
                     thp[c] = th[c] - eta * g[c] + sd * _normal(k1, _position(step, i * D + c))
             if data_term:
-                _features(thp, X, n, d, kind, p, zp, sp, dsp)
-            du = _delta_u(th, thp, n, D, N, e, s, sp, lam, df, data_term)
+                _features(thp, XT, n, d, kind, p, zp, sp, dsp)
+            du = _delta_u(th, thp, n, D, inv_N, N, e, s, sp, lam, df, tb, data_term)
             if jump:
-                log_a = -du / tau + (_log_mixture(th, T, sub, K, D, inv2s2)
-                                     - _log_mixture(thp, T, sub, K, D, inv2s2))
+                log_a = -du / tau + (_log_mixture(th, T, sub, K, D, inv2s2, mbuf)
+                                     - _log_mixture(thp, T, sub, K, D, inv2s2, mbuf))
             else:
                 if data_term:
                     for j in range(n):
                         ep[j] = e[j] + df[j]          # the errors after the move
-                    _gradient(thp, X, n, d, ep, sp, dsp, lam, gp)
+                    _gradient(thp, XT, n, d, ep, sp, dsp, lam, hb, ones, gp)
                 else:
                     for c in range(D):
                         gp[c] = lam * thp[c]

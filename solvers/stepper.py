@@ -146,7 +146,7 @@ class Stepper:
         self.f_sum = np.zeros(n)
         if integrator == "mala":
             self.XT = np.ascontiguousarray(self.X.T)
-            self.work = np.empty((9, n))
+            self.work = np.empty((12, n))
             self.sub = np.empty(_mala.JUMP_SUBSET, dtype=np.int64)
 
     def reset_counts(self) -> None:
