@@ -62,6 +62,15 @@ def test_run_file_holds_acceptance_and_inspect_shows_it(mala_ref, tmp_path):
     assert r.returncode == 0, r.stderr
     assert "integrator=mala jumps=0.3" in r.stdout
     assert r.stdout.count(" acceptance=") == 2 and r.stdout.count("jump_acceptance=") == 2
+    from meanfield.report import analyze_run, markdown
+    rep = analyze_run(ref, None, figures=False, w2=False)
+    for row in rep["ladder"]:
+        v = row["stationarity"]
+        sel = np.asarray(obs["tau"]["value"]) == row["tau"]
+        half = np.asarray(obs["acceptance"]["value"])[sel]
+        assert v["acceptance"] == pytest.approx(half[len(half) // 2:].mean())
+        assert 0 < v["jump_acceptance"] < 1 and v["cell_exchange"] >= 0
+    assert markdown(rep).count("jump acceptance") == 2
 
 
 def test_em_run_file_has_nan_acceptance(tmp_path):
