@@ -72,6 +72,10 @@ class Verdict:
         Threshold of the drift and parity tests.
     reasons : list of str
         Why the stage is not stationary (empty when it is).
+    acceptance, jump_acceptance, cell_exchange : float
+        ``integrator = "mala"`` (:func:`run_verdicts` only): the Langevin and jump
+        acceptance rates and the mass moved between activation patterns per unit of time,
+        averaged over the second half (``nan`` for the other integrators or without jumps).
     """
 
     stationary: bool
@@ -83,6 +87,9 @@ class Verdict:
     ess: float
     z_crit: float
     reasons: list = field(default_factory=list)
+    acceptance: float = math.nan
+    jump_acceptance: float = math.nan
+    cell_exchange: float = math.nan
 
     def to_dict(self) -> dict:
         """Plain JSON types; ``nan`` becomes ``None``."""
@@ -274,6 +281,10 @@ def stage_observations(run, stage: int) -> np.ndarray:
     return np.asarray(run.observables["tau"]["value"], dtype=float) == taus[stage]
 
 
+#: The ``"mala"`` observables a verdict carries (means over the second half of the stage).
+MOVE_OBSERVABLES = ("acceptance", "jump_acceptance", "cell_exchange")
+
+
 def run_verdicts(run, **kw) -> list:
     """:func:`verdict` of every stage of a run file.
 
@@ -311,6 +322,11 @@ def run_verdicts(run, **kw) -> list:
         v = verdict(steps, F_all[sel], None if eh_all is None else eh_all[sel],
                     [run.frame(int(k)) for k in frames] if len(frames) > 1 else None,
                     run.X, None if Fp_all is None else Fp_all[sel], **kw)
+        for name in MOVE_OBSERVABLES:
+            if name in obs:
+                vals = np.asarray(obs[name]["value"], dtype=float)[sel][len(steps) // 2:]
+                if np.any(np.isfinite(vals)):
+                    setattr(v, name, float(np.nanmean(vals)))
         lo, hi = stage_bounds(run, s)
         if auto and not v.stationary and hi - lo >= budget:
             v.reasons.append(f"budget spent: max_steps_per_tau = {budget} steps run")

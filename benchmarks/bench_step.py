@@ -53,10 +53,12 @@ FLOOR_MS = (0.15, 0.2)   # 2.4 MFLOP + 4·10^4 normals per step at N=10^4, n=20,
 class Ours:
     name = "meanfield numba kernel"
 
-    def __init__(self, X, y, theta, seed=0, lam=LAM, eta=ETA, integrator="em"):
+    def __init__(self, X, y, theta, seed=0, lam=LAM, eta=ETA, integrator="em", jumps=None):
         from solvers.stepper import Stepper
         self.th = theta.copy()
-        self.st = Stepper(X, y, len(theta), lam=lam, eta=eta, seed=seed, integrator=integrator)
+        kw = {"jumps": jumps} if integrator == "mala" else {}
+        self.st = Stepper(X, y, len(theta), lam=lam, eta=eta, seed=seed, integrator=integrator,
+                          **kw)
         self.step = 0
 
     def run(self, k, tau=TAU):
@@ -305,6 +307,15 @@ def main(argv=None):
         best, med = time_per_step(lambda impl=impl: impl.run(args.steps), args.steps, budget_s=budget)
         rows.append((Ours.name + ", 1 thread", best, med))
         set_threads(args.threads)
+    # one Metropolis-adjusted pass over all particles (integrator = "mala"): sequential within
+    # the system, so it is compared with the Euler step on the same threads
+    mala = {}
+    for jumps in (0.1, 0.0):
+        impl = Ours(X, y, theta, integrator="mala", jumps=jumps)
+        best, med = time_per_step(lambda impl=impl: impl.run(args.steps), args.steps, budget_s=budget)
+        mala[jumps] = best
+        rows.append((f"mala pass (jumps={jumps:g}; acc. {impl.st.counts[1] / impl.st.counts[0]:.2f})",
+                     best, med))
 
     cli = None
     if not args.no_cli:
@@ -323,6 +334,9 @@ def main(argv=None):
               f"{cli - ours:+.3f} ms/step over the kernel alone = per-observation work "
               f"(layout conversion, residuals, stationarity statistic, HDF5 append, progress) "
               f"spread over observe_every = 1000 steps, and the machine's load")
+
+    print(f"mala pass / Euler step: {mala[0.1] / ours:.2f} (jumps 0.1), {mala[0.0] / ours:.2f} "
+          f"(no jumps); target <= 3 at N=10^4, n=20, d=2")
 
     if (N, n, d) == (10_000, 20, 2):
         lo, hi = FLOOR_MS

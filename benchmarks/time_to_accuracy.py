@@ -28,7 +28,9 @@ Integrators: ``em``, ``lm`` (``solvers.stepper.Stepper``) and ``em-richardson``:
 Euler–Maruyama chains from the same start at ``η`` and ``η/2`` (independent noise, equal
 simulated time, both counted in the wall time and the steps), whose averages are combined by
 Richardson extrapolation to ``η → 0`` (``analysis.ladders.extrapolate_ladders``, THEORY §2.3),
-as ``meanfield analyze FINE.h5 --extrapolate COARSE.h5`` does with two runs.
+as ``meanfield analyze FINE.h5 --extrapolate COARSE.h5`` does with two runs. ``mala`` and
+``mala-nojump``: the Metropolis-adjusted passes of ``integrator = "mala"`` (docs/theory.md
+§2.6; jump share 0.1 and 0), which have no step bias; one pass counts as one step.
 
 The peer is what a researcher would otherwise write: noisy full-batch gradient descent in
 vectorised NumPy (``benchmarks.bench_step.NumpyStep``: Euler–Maruyama, the same update), its η
@@ -109,6 +111,9 @@ def make_impl(who, X, y, theta, lam, eta, seed):
         return NumpyStep(X, y, theta, seed=seed, lam=lam, eta=eta)
     if who == "em-richardson":
         return RichardsonPair(X, y, theta, seed, lam, eta)
+    if who in ("mala", "mala-nojump"):
+        return Ours(X, y, theta, seed=seed, lam=lam, eta=eta, integrator="mala",
+                    jumps=0.1 if who == "mala" else 0.0)
     return Ours(X, y, theta, seed=seed, lam=lam, eta=eta, integrator=who)
 
 

@@ -60,6 +60,8 @@ class RunConfig:
         """The canonical config as a plain dict (the four tables)."""
         dyn = dataclasses.asdict(self.dynamics)
         dyn["taus"] = list(dyn["taus"])
+        if dyn.get("jumps") is None:        # "mala" only: other configs keep their hash
+            dyn.pop("jumps", None)
         data = {"kind": self.data.KIND, **dataclasses.asdict(self.data)}
         for key in ("target", "features"):      # only when given: older configs keep their hash
             if key in data:

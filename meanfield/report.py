@@ -351,13 +351,22 @@ def _stationarity_markdown(rows) -> list:
             continue
         nums = (f"MCSE {_fmt(v['mcse'], '.1e')}, drift z {_fmt(v['drift_z'], '.2f')}, "
                 f"parity z {_fmt(v['parity_z'], '.2f')} (threshold {v['z_crit']:.2f}), "
-                f"η h {_fmt(v['eta_lambda_max'], '.3f')}, ESS {v['ess']:.0f}")
+                f"η h {_fmt(v['eta_lambda_max'], '.3f')}, ESS {v['ess']:.0f}"
+                + _moves_text(v))
         if v["stationary"]:
             L.append(f"- τ = {r['tau']:.2e}: stationary ({nums})")
         else:
             L.append(f"- τ = {r['tau']:.2e}: **not stationary**: {'; '.join(v['reasons'])} "
                      f"({nums}); J, K and Theorem 6 of this stage are not results")
     return L
+
+
+def _moves_text(v) -> str:
+    """``integrator = "mala"``: its acceptance rates (second half of the stage); else ''."""
+    parts = [f"{label} {v[k]:.3g}" for k, label in
+             (("acceptance", "acceptance"), ("jump_acceptance", "jump acceptance"),
+              ("cell_exchange", "cell exchange per unit time")) if v.get(k) is not None]
+    return (", " + ", ".join(parts)) if parts else ""
 
 
 def _sensitivity_markdown(sens) -> list:

@@ -387,8 +387,10 @@ def _stability_guard(cfg, dataset, log) -> None:
     """One-line warning when ``eta`` is above the stability limit of the data mode predicted
     by the exact references (``solvers.stability.reference_limits``; relu, ``n ≤
     GUARD_MAX_N`` and at most ``GUARD_MAX_PATTERNS`` activation patterns, else one note that
-    the check is skipped). The run itself stops at the first observation with ``η h ≥ 2``."""
-    if cfg.model.activation != "relu" or dataset.n > GUARD_MAX_N:
+    the check is skipped; not for ``"mala"``, exact at any step). The run itself stops at the
+    first observation with ``η h ≥ 2``."""
+    if cfg.model.activation != "relu" or dataset.n > GUARD_MAX_N \
+            or cfg.dynamics.integrator == "mala":       # exact at any step
         return
     patterns = _pattern_bound(dataset.n, dataset.d)
     if patterns > GUARD_MAX_PATTERNS:
@@ -438,7 +440,8 @@ def make_stepper(cfg: _config.RunConfig, dataset: _data.Dataset) -> Stepper:
     mod, dyn = cfg.model, cfg.dynamics
     return Stepper(dataset.X, dataset.y, mod.n_particles, lam=dyn.lam, eta=dyn.eta,
                    activation=mod.activation, sharpness=mod.sharpness, cap=mod.cap,
-                   batch_size=dyn.batch_size, seed=dyn.seed, integrator=dyn.integrator)
+                   batch_size=dyn.batch_size, seed=dyn.seed, integrator=dyn.integrator,
+                   jumps=dyn.jumps)
 
 
 #: Seconds of kernel preparation after which ``run`` says it is compiling.

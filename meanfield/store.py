@@ -11,7 +11,7 @@ Layout (documented in ``docs/format.md``)::
     /particles/neurons/temperature/{step, time, value (F,)}                 tau of each frame
     /observables/<name>/{step (M,), time (M,), value (M, ...)}
         tau, risk, regulariser, mean_sq_norm, residuals (M, n), stationarity,
-        residuals_previous (M, n), eta_lambda_max
+        residuals_previous (M, n), eta_lambda_max, acceptance, jump_acceptance, cell_exchange
     root attrs  n_frames, n_observations (commit counters, written last), complete (bool)
 
 Readers trust only the first ``n_frames`` / ``n_observations`` rows, so a killed writer leaves a
@@ -56,7 +56,8 @@ CREATOR = "meanfield"
 #: The observables of a run file: the columns of :class:`solvers.observation.Observation`.
 OBSERVABLES = Observation.columns()
 #: Observables added after the first files of schema 1 were written; absent from those files.
-LATER_OBSERVABLES = ("residuals_previous", "eta_lambda_max")
+LATER_OBSERVABLES = ("residuals_previous", "eta_lambda_max", "acceptance", "jump_acceptance",
+                     "cell_exchange")
 #: Observables with one value per training point.
 PER_POINT = ("residuals", "residuals_previous")
 #: Buffered observations are written and committed as one block once this many are waiting

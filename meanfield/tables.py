@@ -23,8 +23,11 @@ from meanfield.errors import ConfigError
 
 #: Activations the kernels implement (THEORY §3).
 ACTIVATIONS = ("relu", "softplus", "capped")
-#: Integrators (THEORY §2, §2.1): Euler–Maruyama, Leimkuhler–Matthews.
-INTEGRATORS = ("em", "lm")
+#: Integrators (THEORY §2, §2.1): Euler–Maruyama, Leimkuhler–Matthews, and the
+#: Metropolis-adjusted sweep that samples the N-particle law exactly (docs/theory.md).
+INTEGRATORS = ("em", "lm", "mala")
+#: Default share of jump moves of ``integrator = "mala"``.
+DEFAULT_JUMPS = 0.1
 #: Initialisations: i.i.d. Gaussian, or the convex τ → 0 solution's rays (THEORY §2.2).
 INITS = ("random", "convex")
 
@@ -360,8 +363,10 @@ class DynamicsConfig(_Table):
         Weight decay ``λ > 0``.
     eta : float
         Step size ``η > 0`` (``η λ < 2``).
-    integrator : {"em", "lm"}
-        Euler–Maruyama or Leimkuhler–Matthews (THEORY §2.1).
+    integrator : {"em", "lm", "mala"}
+        Euler–Maruyama, Leimkuhler–Matthews (THEORY §2.1), or ``"mala"``: Metropolis-adjusted
+        passes over the particles that sample ``π_N ∝ exp(−U/τ)`` exactly (full batch,
+        ``τ > 0``; docs/theory.md).
     taus : tuple of float
         Temperatures ``τ >= 0`` in the order run (hot to cold; cold to hot from
         ``init = "convex"``).
@@ -375,6 +380,10 @@ class DynamicsConfig(_Table):
         ``0`` for full batch, else the minibatch size.
     seed : int
         Key of the noise, the minibatches and the initial particles, ``0 <= seed < 2**63``.
+    jumps : float or None
+        ``"mala"`` only: share of the moves that are jumps near another particle, in
+        ``[0, 1]`` (0: none; default :data:`DEFAULT_JUMPS`). ``None`` for the other
+        integrators (the key is then refused, and left out of the config's hash).
     """
 
     lam: float = 0.05
@@ -385,6 +394,7 @@ class DynamicsConfig(_Table):
     max_steps_per_tau: int = 0
     batch_size: int = 0
     seed: int = 0
+    jumps: float | None = None
 
     @staticmethod
     def _checked(dyn: dict, src: str) -> dict:
@@ -428,7 +438,22 @@ class DynamicsConfig(_Table):
              why="a 64-bit seed")
         dyn["lam"] = float(dyn["lam"])
         dyn["eta"] = float(dyn["eta"])
-        _check(dyn["eta"] * dyn["lam"] < 2.0, src, "dynamics.eta",
+        if dyn["integrator"] == "mala":
+            _check(dyn["batch_size"] == 0, src, "dynamics.batch_size",
+                   f"must be 0 with integrator = \"mala\" (it samples the full-batch "
+                   f"N-particle law; minibatches are not supported), got {dyn['batch_size']!r}")
+            for i, t in enumerate(dyn["taus"]):
+                _check(t > 0, src, f"dynamics.taus[{i}]", "must be > 0 with integrator = "
+                       f"\"mala\" (it samples exp(-U/tau)), got {t!r}")
+            if dyn["jumps"] is None:
+                dyn["jumps"] = DEFAULT_JUMPS
+            _num(dyn, "jumps", src, "dynamics", nonneg=True, maximum=1.0,
+                 why="a share of the moves")
+            dyn["jumps"] = float(dyn["jumps"])
+        else:
+            _check(dyn["jumps"] is None, src, "dynamics.jumps",
+                   "only with integrator = \"mala\"")
+        _check(dyn["integrator"] == "mala" or dyn["eta"] * dyn["lam"] < 2.0, src, "dynamics.eta",
                f"eta*lam = {dyn['eta'] * dyn['lam']:g} >= 2 makes the weight-decay step unstable")
         return dyn
 

@@ -129,6 +129,25 @@ def stationarity(resid_history: list) -> float:
     return float(n * np.max(np.abs(H[-k:].mean(axis=0) - H[:k].mean(axis=0))))
 
 
+def move_rates(counts, n_particles: int, nsteps: int, eta: float) -> dict:
+    """The ``"mala"`` observables of one observation interval from the move counters
+    (``Stepper.counts``, order ``solvers._mala.COUNTS``) of its ``nsteps`` passes.
+
+    Returns
+    -------
+    dict
+        ``acceptance`` and ``jump_acceptance`` (shares of the Langevin and jump moves
+        accepted, ``nan`` without such moves) and ``cell_exchange`` (accepted jumps that
+        changed the particle's activation pattern per particle and unit of time
+        ``nsteps · η``; ``nan`` without jump moves).
+    """
+    moves, acc, jumps, jacc, jcell = (int(c) for c in counts)
+    return {"acceptance": acc / moves if moves else math.nan,
+            "jump_acceptance": jacc / jumps if jumps else math.nan,
+            "cell_exchange": (jcell / (n_particles * nsteps * eta) if jumps and nsteps
+                              else math.nan)}
+
+
 def simulate(stepper: Stepper, schedule: Schedule, state: SolverState, *,
              init_scale: float,
              stage_done: Callable[[SolverState], bool] | None = None,
@@ -178,19 +197,22 @@ def simulate(stepper: Stepper, schedule: Schedule, state: SolverState, *,
         likely cause).
     UnstableStepError
         Full batch and ``η h ≥ 2`` at an observation (``solvers.stability``): the step is
-        linearly unstable on the data mode. Raised after that observation is yielded.
+        linearly unstable on the data mode. Raised after that observation is yielded. Never
+        for ``"mala"``.
     """
     theta = np.ascontiguousarray(state.theta, dtype=np.float64)
     state.theta = theta
     n, d, eta, lam = stepper.n, stepper.d, stepper.eta, stepper.lam
     runaway = RUNAWAY_FACTOR * second_moment_scale(lam, init_scale, schedule.taus, stepper.y, d)
     full_batch = stepper.batch_size == 0
+    mala = stepper.integrator == "mala"
     if schedule.auto:
         schedule = schedule.with_lengths(state.stage_lengths)
     while state.stage < schedule.n_stages:
         tau = schedule.taus[state.stage]
         target = schedule.next_boundary(state.stage, state.step_in_stage)
         nsteps = target - state.step_in_stage
+        stepper.reset_counts()
         # the last step separately: the residuals of both parities are observed
         code = stepper.advance(theta, tau, state.step, nsteps - 1)
         R_prev = stepper.R.copy()
@@ -213,9 +235,14 @@ def simulate(stepper: Stepper, schedule: Schedule, state: SolverState, *,
                 f"{msq:.3g} is over {RUNAWAY_FACTOR:.0e} times its expected scale; the step "
                 f"size eta={eta:g} is likely too large for this data scale (try eta/2)")
         R = stepper.R.copy()
-        mode = data_mode(theta, stepper.X, R, lam, stepper.activation, stepper.sharpness,
-                         stepper.cap)
-        eta_h = mode.eta_lambda_max(eta)
+        if mala:      # exact at any step: no data-mode stability limit, no parity effect
+            eta_h = math.nan
+            rates = move_rates(stepper.counts, stepper.n_particles, nsteps, eta)
+        else:
+            mode = data_mode(theta, stepper.X, R, lam, stepper.activation, stepper.sharpness,
+                             stepper.cap)
+            eta_h = mode.eta_lambda_max(eta)
+            rates = {}
         state.stage_residuals.append(R)
         state.stage_previous.append(R_prev)
         state.stage_eta_h.append(eta_h)
@@ -223,7 +250,8 @@ def simulate(stepper: Stepper, schedule: Schedule, state: SolverState, *,
         obs = Observation(step=state.step, time=state.step * eta, tau=tau,
                           risk=float(np.sum((n * R) ** 2) / n), regulariser=0.5 * lam * msq,
                           mean_sq_norm=msq, stationarity=stationarity(state.stage_residuals),
-                          residuals=R, residuals_previous=R_prev, eta_lambda_max=eta_h)
+                          residuals=R, residuals_previous=R_prev, eta_lambda_max=eta_h,
+                          **rates)
         snapshot = target in schedule.snapshots(state.stage)
         done = state.step_in_stage >= schedule.stage_length(state.stage)
         if not done and stage_done is not None and \
@@ -240,7 +268,7 @@ def simulate(stepper: Stepper, schedule: Schedule, state: SolverState, *,
             state.stage_eta_h = []
             state.stage_steps = []
         yield state, obs, snapshot
-        if eta_h >= STABILITY_LIMIT and full_batch:
+        if not mala and eta_h >= STABILITY_LIMIT and full_batch:
             raise UnstableStepError(
                 obs.step, tau,
                 f"unstable step: eta={eta:g} is above the stability limit "

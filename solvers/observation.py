@@ -36,7 +36,19 @@ class Observation:
     residuals_previous : ndarray of shape (n,)
         The residuals one step earlier (parity test of the stationarity verdict).
     eta_lambda_max : float
-        Stability number ``η h`` of the step on the data mode (:mod:`solvers.stability`).
+        Stability number ``η h`` of the step on the data mode (:mod:`solvers.stability`);
+        ``nan`` for ``"mala"`` (a Metropolis-adjusted sweep has no such limit).
+    acceptance : float
+        ``"mala"``: share of the Langevin moves accepted since the previous observation
+        (``nan`` for the other integrators, or when there were none).
+    jump_acceptance : float
+        ``"mala"``: share of the jump moves accepted since the previous observation (``nan``
+        for the other integrators, or when there were none).
+    cell_exchange : float
+        ``"mala"``: mass moved between activation patterns by accepted jumps per unit of time
+        since the previous observation, ``(jumps accepted that changed the particle's
+        activation pattern) / (N · steps · η)`` (``nan`` for the other integrators, or
+        without jumps).
     """
 
     step: int
@@ -49,6 +61,9 @@ class Observation:
     residuals: np.ndarray
     residuals_previous: np.ndarray
     eta_lambda_max: float
+    acceptance: float = float("nan")
+    jump_acceptance: float = float("nan")
+    cell_exchange: float = float("nan")
 
     @classmethod
     def columns(cls) -> tuple[str, ...]:

@@ -1,8 +1,9 @@
-"""Python front end of the tuned Langevin kernels (``solvers._kernels``).
+"""Python front end of the tuned Langevin kernels (``solvers._kernels``, ``solvers._mala``).
 
 :class:`Stepper` owns the work space of one run (allocated once) and advances particles by
 whole chunks of Euler–Maruyama (``"em"``) or Leimkuhler–Matthews (``"lm"``) steps
-(THEORY §2)::
+(THEORY §2), or of Metropolis-adjusted passes (``"mala"``, exact for the N-particle law
+``π_N ∝ exp(−U/τ)``; ``solvers._mala``)::
 
     em:  θ_i ← θ_i − η ∇_θ Ψ(θ_i; ρ̂_N) + sqrt(2 η τ) ξ_i(k),
     lm:  θ_i ← θ_i − η ∇_θ Ψ(θ_i; ρ̂_N) + sqrt(2 η τ) (ξ_i(k) + ξ_i(k+1)) / 2,
@@ -20,13 +21,18 @@ from __future__ import annotations
 import numpy as np
 
 from solvers import _kernels as kernels
+from solvers import _mala
 
 #: Activation names of the config and their kernel codes (THEORY §3).
 ACT_CODES = {"relu": kernels.ACT_RELU, "softplus": kernels.ACT_SOFTPLUS,
              "capped": kernels.ACT_CAPPED}
 
-#: Integrators: Euler–Maruyama and Leimkuhler–Matthews (THEORY §2).
-INTEGRATORS = ("em", "lm")
+#: Integrators: Euler–Maruyama, Leimkuhler–Matthews (THEORY §2), and the Metropolis-adjusted
+#: sweep that samples the N-particle law exactly (``solvers._mala``).
+INTEGRATORS = ("em", "lm", "mala")
+
+#: Default share of jump moves of ``"mala"``.
+DEFAULT_JUMPS = 0.1
 
 
 class Stepper:
@@ -64,6 +70,12 @@ class Stepper:
         temperature change the shared draw ``ξ(k+1)`` thus enters with half the old and half
         the new amplitude (one step's noise off by ``O(|sqrt τ_new − sqrt τ_old|)``, forgotten
         within the new stage's relaxation time).
+        ``"mala"``: one step is one systematic-scan pass of Metropolis–Hastings moves, one per
+        particle in the order ``0..N−1``: a Langevin proposal at step ``η`` or (share
+        ``jumps``) a jump near another particle, each accepted with the exact ratio of
+        ``π_N ∝ exp(−U/τ)`` (``solvers._mala``). Full batch only.
+    jumps : float
+        ``"mala"`` only: the share of jump moves, in ``[0, 1]`` (0: Langevin moves only).
 
     Attributes
     ----------
@@ -71,17 +83,25 @@ class Stepper:
         Predictor on all training points after the last :meth:`advance`.
     R : ndarray of shape (n,)
         Scaled residuals ``(f − y)/n`` on all training points after the last :meth:`advance`.
+    counts : int64 ndarray of shape (5,)
+        ``"mala"``: moves proposed and accepted since the last :meth:`reset_counts`, in the
+        order of ``solvers._mala.COUNTS`` (Langevin moves, accepted ones, jumps, accepted
+        jumps, accepted jumps that changed the particle's activation pattern). Zero otherwise.
+    f_sum : ndarray of shape (n,)
+        ``"mala"``: the sum of the predictor after every pass since the last
+        :meth:`reset_counts` (``f_sum / counts.sum() * N`` is its time average at pass
+        resolution). Zero otherwise.
 
     Raises
     ------
     ValueError
         Inconsistent shapes, unknown activation or integrator, ``batch_size`` outside
-        ``[0, n]``, or
+        ``[0, n]`` (or not 0 with ``"mala"``), ``jumps`` outside ``[0, 1]``, or
         ``N (d+2) >= 2**32`` (beyond the noise counter).
     """
 
     def __init__(self, X, y, n_particles, *, lam, eta, activation="relu", sharpness=10.0,
-                 cap=3.0, batch_size=0, seed=0, integrator="em"):
+                 cap=3.0, batch_size=0, seed=0, integrator="em", jumps=None):
         self.X = np.ascontiguousarray(X, dtype=np.float64)
         self.y = np.ascontiguousarray(y, dtype=np.float64)
         if self.X.ndim != 2 or self.y.shape != (self.X.shape[0],):
@@ -97,6 +117,12 @@ class Stepper:
             raise ValueError(f"batch_size must be in [0, n={n}], got {B}")
         if integrator not in INTEGRATORS:
             raise ValueError(f"unknown integrator {integrator!r}; one of {', '.join(INTEGRATORS)}")
+        if integrator == "mala" and B != 0:
+            raise ValueError("integrator 'mala' samples the full-batch N-particle law; "
+                             f"batch_size must be 0, got {B}")
+        jumps = DEFAULT_JUMPS if jumps is None else float(jumps)
+        if not 0.0 <= jumps <= 1.0:
+            raise ValueError(f"jumps must be in [0, 1], got {jumps}")
         if not 0 <= int(seed) < 2**63:
             raise ValueError(f"seed must be in [0, 2**63), got {seed}")
         self.n_particles, self.n, self.d = N, n, d
@@ -107,6 +133,7 @@ class Stepper:
         self.batch_size = B
         self.seed = int(seed)
         self.integrator = integrator
+        self.jumps = jumps if integrator == "mala" else 0.0
         self.dims = (0,) * d   # its length selects the kernels' compile-time specialisation
         self.T = np.empty((d + 2, N))
         self.partial = np.empty(((N + kernels.BLOCK - 1) // kernels.BLOCK, n))
@@ -115,6 +142,17 @@ class Stepper:
         self.fbuf = np.empty((2 * d + 2, n))
         self.f = np.empty(n)
         self.R = np.empty(n)
+        self.counts = np.zeros(len(_mala.COUNTS), dtype=np.int64)
+        self.f_sum = np.zeros(n)
+        if integrator == "mala":
+            self.XT = np.ascontiguousarray(self.X.T)
+            self.work = np.empty((12, n))
+            self.sub = np.empty(_mala.JUMP_SUBSET, dtype=np.int64)
+
+    def reset_counts(self) -> None:
+        """Zero :attr:`counts` and :attr:`f_sum`."""
+        self.counts[:] = 0
+        self.f_sum[:] = 0.0
 
     def advance(self, theta, tau, step0, nsteps, *, data_term=True) -> int:
         """Advance ``theta`` in place by ``nsteps`` steps, the first with global index ``step0``.
@@ -124,7 +162,8 @@ class Stepper:
         theta : ndarray of shape (N, d+2), float64, C-contiguous
             Particles, rows ``(a, w_1..w_d, b)``; updated in place.
         tau : float
-            Temperature ``τ >= 0`` of these steps (noise amplitude ``sqrt(2 η τ)`` per step).
+            Temperature ``τ >= 0`` of these steps (noise amplitude ``sqrt(2 η τ)`` per step);
+            ``τ > 0`` for ``"mala"`` unless ``nsteps = 0``.
         step0 : int
             Global index of the first step (keys the noise and the minibatches).
         nsteps : int
@@ -145,6 +184,17 @@ class Stepper:
         if step0 < 0 or nsteps < 0 or step0 + nsteps > kernels.MAX_STEP:
             raise ValueError(f"steps must lie in [0, 2**31), got {step0} + {nsteps}")
         kernels.to_columns(theta, self.T)
+        if self.integrator == "mala":
+            if nsteps > 0 and not float(tau) > 0.0:
+                raise ValueError(f"integrator 'mala' needs tau > 0, got {tau}")
+            code = _mala.mala_steps(self.T, self.X, self.y, self.XT, self.partial, self.scratch,
+                                    self.work, self.sub, self.f, self.R, self.counts, self.f_sum,
+                                    self.lam,
+                                    self.eta, float(tau), self.seed, int(step0), int(nsteps),
+                                    self.kind, self.params, bool(data_term), self.jumps,
+                                    self.dims)
+            finite = kernels.to_rows(self.T, theta)
+            return int(code) if code else (0 if finite else 1)
         code = kernels.run_steps(self.T, self.X, self.y, self.batch_size, self.partial,
                                  self.scratch, self.ibuf, self.fbuf, self.f, self.R, self.lam,
                                  self.eta, float(tau), self.seed, int(step0), int(nsteps),

@@ -190,5 +190,8 @@ def main(args) -> int:
         v = st["stationarity"]
         verdict = ("no observations" if v is None else "stationary" if st["stationary"]
                    else "NOT stationary: " + "; ".join(v["reasons"]))
-        print(f"  tau={st['tau']:.2e}  steps={st['steps']:>9d}  {verdict}")
+        moves = "" if v is None else "".join(
+            f"  {k}={v[k]:.3g}" for k in ("acceptance", "jump_acceptance", "cell_exchange")
+            if v.get(k) is not None)
+        print(f"  tau={st['tau']:.2e}  steps={st['steps']:>9d}{moves}  {verdict}")
     return 0
