@@ -13,9 +13,24 @@ full batch or noisy minibatch SGD, with the noise ``ξ`` a pure function of
 
 Memory: the particles in column layout ``(d+2) N``, block partial sums ``⌈N/512⌉ n`` and a
 per-thread scratch of ``(2d+4)·512 + n`` doubles, i.e. ``O(N (d+2) + N n / 512)`` floats.
+
+Compilation. The kernels come in two kinds (``solvers._kernels``): specialised for one input
+dimension ``d`` (the loops over coordinates unrolled at compile time), used for ``d`` in
+:data:`SPECIALISED_DIMS`, where they were measured faster (``benchmarks/bench_dims.py``), and
+one kernel for every other ``d`` (read at run time). The two give bitwise equal results. numba
+caches every compiled kernel on disk; :meth:`Stepper.prepare` compiles the kernels a step needs
+and, when that was a first compile, the other kinds ahead in parallel subprocesses
+(:func:`compile_ahead`), so that a later run on data of another ``d`` loads them from the cache.
 """
 
 from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
 
 import numpy as np
 
@@ -27,6 +42,123 @@ ACT_CODES = {"relu": kernels.ACT_RELU, "softplus": kernels.ACT_SOFTPLUS,
 
 #: Integrators: Euler–Maruyama and Leimkuhler–Matthews (THEORY §2).
 INTEGRATORS = ("em", "lm")
+
+#: Input dimensions ``d`` with kernels specialised per ``d``; every other ``d`` shares the kernels
+#: that read ``d`` at run time. See benchmarks/README.md ("Compile time and input dimension").
+SPECIALISED_DIMS = (1, 2, 3)
+
+
+def kernel_dims(d: int) -> tuple:
+    """The ``dims`` argument of the kernels for input dimension ``d``: a ``d``-tuple for a
+    specialised kernel (``d`` in :data:`SPECIALISED_DIMS`), else ``()`` (``d`` at run time)."""
+    return (0,) * d if d in SPECIALISED_DIMS else ()
+
+
+def kernel_variants() -> list[int]:
+    """One input dimension per compiled kind of kernel: each specialised ``d``, then one ``d``
+    served by the run-time kernels."""
+    return [*SPECIALISED_DIMS, max(SPECIALISED_DIMS) + 1]
+
+
+def compile_variant(d: int) -> None:
+    """Compile (or load from numba's cache) every kernel a step on ``d``-dimensional data uses,
+    by one step of a tiny problem."""
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((3, d)), rng.standard_normal(3)
+    theta = rng.standard_normal((8, d + 2))
+    Stepper(X, y, 8, lam=0.1, eta=0.01).advance(theta, 0.01, 0, 1)
+
+
+_CHILD = "import sys\nfrom solvers.stepper import compile_variant\ncompile_variant(int(sys.argv[1]))"
+
+
+def compile_ahead(ds, jobs=None) -> list[int]:
+    """Compile the kernels for each input dimension of ``ds`` in subprocesses, ``jobs`` at a
+    time (default: the number of CPUs; numba compiles on one thread), and wait for them.
+
+    The subprocesses import this very ``solvers`` package (its folder first on their
+    ``PYTHONPATH``, the current folder not on their path), so they fill the numba cache that
+    this installation's later runs read. Interrupting the wait ends them. One process at a
+    time compiles ahead for an installation (a lock file in the temporary folder): when another
+    one holds the lock (the parallel jobs of a sweep starting together), this returns at once.
+
+    Parameters
+    ----------
+    ds : iterable of int
+        Input dimensions (see :func:`kernel_variants`).
+    jobs : int, optional
+        Subprocesses at a time, ``>= 1``.
+
+    Returns
+    -------
+    list of int
+        The dimensions whose subprocess failed (their kernels then compile on first use).
+    """
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with _ahead_lock(root) as mine:
+        if not mine:
+            return []
+        return _compile_in_subprocesses(root, [int(d) for d in ds], jobs)
+
+
+@contextlib.contextmanager
+def _ahead_lock(root):
+    """Yield True when this process holds the compile-ahead lock of the installation at
+    ``root``, False when another process holds it (no lock on systems without ``fcntl``)."""
+    try:
+        import fcntl
+    except ImportError:                      # pragma: no cover - not POSIX
+        yield True
+        return
+    key = hashlib.sha256(root.encode()).hexdigest()[:16]
+    path = os.path.join(tempfile.gettempdir(), f"meanfield-compile-{key}.lock")
+    try:
+        fh = open(path, "a")
+    except OSError:
+        yield True
+        return
+    with fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _compile_in_subprocesses(root, todo, jobs):
+    """:func:`compile_variant` of each ``d`` in ``todo`` in a subprocess importing ``solvers``
+    from ``root``, ``jobs`` at a time; returns the ``d`` whose subprocess failed."""
+    env = dict(os.environ, PYTHONSAFEPATH="1",
+               PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    jobs = max(1, int(jobs or os.cpu_count() or 1))
+    running: list[tuple[int, subprocess.Popen]] = []
+    failed = []
+    try:
+        while todo or running:
+            while todo and len(running) < jobs:
+                d = todo.pop(0)
+                proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(d)], env=env,
+                                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL)
+                running.append((d, proc))
+            d, proc = running.pop(0)
+            if proc.wait() != 0:
+                failed.append(d)
+    finally:
+        for _, proc in running:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return failed
+
+
+def _compiles() -> int:
+    """How many signatures of the step driver this process compiled (numba cache misses)."""
+    return sum(kernels.run_steps.stats.cache_misses.values())
 
 
 class Stepper:
@@ -107,7 +239,7 @@ class Stepper:
         self.batch_size = B
         self.seed = int(seed)
         self.integrator = integrator
-        self.dims = (0,) * d   # its length selects the kernels' compile-time specialisation
+        self.dims = kernel_dims(d)   # selects a specialised kernel, or d at run time
         self.T = np.empty((d + 2, N))
         self.partial = np.empty(((N + kernels.BLOCK - 1) // kernels.BLOCK, n))
         self.scratch = np.empty(kernels.scratch_shape(d, n))
@@ -152,6 +284,36 @@ class Stepper:
                                  self.integrator == "lm", self.dims)
         finite = kernels.to_rows(self.T, theta)
         return int(code) if code else (0 if finite else 1)
+
+    def prepare(self, theta, step0=0, *, ahead=True) -> bool:
+        """Compile the kernels of this stepper (or load them from numba's cache) by a zero-step
+        :meth:`advance` on a copy of ``theta``; when that compiled them (a first run), also
+        compile the kernels of the other input dimensions ahead (:func:`compile_ahead`), so
+        that no later run compiles again.
+
+        Parameters
+        ----------
+        theta : ndarray of shape (N, d+2)
+            Particles (not changed).
+        step0 : int
+            Global step index, as for :meth:`advance`.
+        ahead : bool
+            False: compile this stepper's kernels only.
+
+        Returns
+        -------
+        bool
+            True when this call compiled.
+        """
+        before = _compiles()
+        self.advance(np.array(theta, dtype=np.float64, order="C"), 0.0, int(step0), 0)
+        if _compiles() == before:
+            return False
+        if ahead:
+            kinds = kernel_variants()
+            mine = self.d if self.d in SPECIALISED_DIMS else kinds[-1]
+            compile_ahead([d for d in kinds if d != mine])
+        return True
 
     def noise(self, step):
         """The noise ``ξ`` of shape (N, d+2) that step ``step`` adds (before the factor
