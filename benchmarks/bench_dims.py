@@ -49,14 +49,18 @@ d, variant = int(sys.argv[1]), sys.argv[2]
 X, y, theta = problem(1000, 8, d)
 st = Stepper(X, y, len(theta), lam=0.05, eta=0.01)
 st.dims = (0,) * d if variant == "specialised" else ()
+c1 = time.process_time()
 st.advance(theta, 0.01, 0, 1)
 t2 = time.perf_counter()
-print(json.dumps({"import_s": t1 - t0, "first_step_s": t2 - t1}))
+print(json.dumps({"import_s": t1 - t0, "first_step_s": t2 - t1,
+                  "first_step_cpu_s": time.process_time() - c1}))
 """
 
 
 def _child(d, variant, cache):
-    """Seconds of the first step of a fresh process on the numba cache folder ``cache``."""
+    """Wall and CPU seconds of the first step of a fresh process on the numba cache folder
+    ``cache`` (numba compiles on one thread: on a busy machine the CPU seconds are what an
+    idle core would take)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, NUMBA_CACHE_DIR=cache,
                PYTHONPATH=os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), root) if p))
@@ -64,21 +68,28 @@ def _child(d, variant, cache):
                          capture_output=True, text=True, timeout=3600)
     if res.returncode:
         raise SystemExit(f"bench_dims: the compile child failed:\n{res.stderr}")
-    return json.loads(res.stdout.strip().splitlines()[-1])["first_step_s"]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    return out["first_step_s"], out["first_step_cpu_s"]
 
 
 def compile_times(ds):
     """One row per d for the specialised kernels and one for the run-time kernel (the same
     for every d): cold compile, warm load, and (run-time d) the next d on that cache."""
-    print(f"{'d':>3} {'variant':>12} {'cold s':>8} {'warm s':>8} {'next d s':>9}")
+    print("seconds of the first step, wall (CPU): cold = empty cache, warm = the filled cache, "
+          "next d = d+1 on it")
+    print(f"{'d':>3} {'variant':>12} {'cold':>15} {'warm':>13} {'next d':>13}")
     rows = [(d, VARIANTS[0]) for d in ds] + [(ds[0], VARIANTS[1])]
+
+    def fmt(t, width):
+        return f"{t[0]:.1f} ({t[1]:.1f})".rjust(width)
+
     for d, variant in rows:
         with tempfile.TemporaryDirectory(prefix="numba-cache-") as cache:
             cold = _child(d, variant, cache)
             warm = _child(d, variant, cache)
             other = _child(d + 1, variant, cache) if variant == VARIANTS[1] else None
-        nxt = f"{other:9.2f}" if other is not None else f"{'-':>9}"
-        print(f"{d:>3} {variant:>12} {cold:8.1f} {warm:8.2f} {nxt}", flush=True)
+        nxt = fmt(other, 13) if other is not None else f"{'-':>13}"
+        print(f"{d:>3} {variant:>12} {fmt(cold, 15)} {fmt(warm, 13)} {nxt}", flush=True)
 
 
 def speeds(ds, N, n, reps, steps):
