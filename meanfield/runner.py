@@ -280,10 +280,10 @@ COMPILE_NOTE_AFTER = 3.0
 #: The line ``run`` prints while it compiles.
 COMPILE_NOTE = ("run: compiling the numba kernels, once per installation for every input "
                 "dimension (about {minutes} min on an idle 2-core machine, longer on a busy one)")
-#: Minutes the first compile takes on an idle 2-core machine: measured 150 s (180 s of CPU), the
-#: kernels of this run and then the four other kinds on two cores (benchmarks/README.md,
-#: "Compile time and input dimension").
-COMPILE_MINUTES = "2.5"
+#: Minutes the first compile takes on an idle 2-core machine: measured 103 s (186 s of CPU), the
+#: kernels of this run alongside the four other kinds (benchmarks/README.md, "Compile time and
+#: input dimension").
+COMPILE_MINUTES = "2"
 
 
 def _warm_up(stepper: Stepper, state: SolverState, progress) -> None:

@@ -31,6 +31,8 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 
 import numpy as np
 
@@ -73,7 +75,7 @@ def compile_variant(d: int) -> None:
 _CHILD = "import sys\nfrom solvers.stepper import compile_variant\ncompile_variant(int(sys.argv[1]))"
 
 
-def compile_ahead(ds, jobs=None) -> list[int]:
+def compile_ahead(ds, jobs=None, cancel=None) -> list[int]:
     """Compile the kernels for each input dimension of ``ds`` in subprocesses, ``jobs`` at a
     time (default: the number of CPUs; numba compiles on one thread), and wait for them.
 
@@ -89,6 +91,8 @@ def compile_ahead(ds, jobs=None) -> list[int]:
         Input dimensions (see :func:`kernel_variants`).
     jobs : int, optional
         Subprocesses at a time, ``>= 1``.
+    cancel : threading.Event, optional
+        When set, the subprocesses still running are ended and this returns.
 
     Returns
     -------
@@ -99,7 +103,7 @@ def compile_ahead(ds, jobs=None) -> list[int]:
     with _ahead_lock(root) as mine:
         if not mine:
             return []
-        return _compile_in_subprocesses(root, [int(d) for d in ds], jobs)
+        return _compile_in_subprocesses(root, [int(d) for d in ds], jobs, cancel)
 
 
 @contextlib.contextmanager
@@ -130,25 +134,30 @@ def _ahead_lock(root):
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _compile_in_subprocesses(root, todo, jobs):
+def _compile_in_subprocesses(root, todo, jobs, cancel=None):
     """:func:`compile_variant` of each ``d`` in ``todo`` in a subprocess importing ``solvers``
-    from ``root``, ``jobs`` at a time; returns the ``d`` whose subprocess failed."""
+    from ``root``, ``jobs`` at a time, until done or ``cancel`` is set; returns the ``d`` whose
+    subprocess failed."""
     env = dict(os.environ, PYTHONSAFEPATH="1",
                PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
     jobs = max(1, int(jobs or os.cpu_count() or 1))
     running: list[tuple[int, subprocess.Popen]] = []
     failed = []
     try:
-        while todo or running:
+        while (todo or running) and not (cancel is not None and cancel.is_set()):
             while todo and len(running) < jobs:
                 d = todo.pop(0)
                 proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(d)], env=env,
                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                         stderr=subprocess.DEVNULL)
                 running.append((d, proc))
-            d, proc = running.pop(0)
-            if proc.wait() != 0:
-                failed.append(d)
+            time.sleep(0.1)
+            for d, proc in list(running):
+                code = proc.poll()
+                if code is not None:
+                    running.remove((d, proc))
+                    if code != 0:
+                        failed.append(d)
     finally:
         for _, proc in running:
             if proc.poll() is None:
@@ -160,6 +169,17 @@ def _compile_in_subprocesses(root, todo, jobs):
 def _compiles() -> int:
     """How many signatures of the step driver this process compiled (numba cache misses)."""
     return sum(kernels.run_steps.stats.cache_misses.values())
+
+
+def _cache_is_empty() -> bool:
+    """True when numba's cache holds no index for the step driver at all (a fresh install or
+    cache folder: everything will compile); False when it does, or when this numba does not
+    tell (then a compile is only detected afterwards)."""
+    try:
+        index = kernels.run_steps._cache._cache_file._index_path
+    except AttributeError:                   # pragma: no cover - another numba layout
+        return False
+    return not os.path.exists(index)
 
 
 class Stepper:
@@ -306,14 +326,30 @@ class Stepper:
         bool
             True when this call compiled.
         """
+        kinds = kernel_variants()
+        mine = self.d if self.d in SPECIALISED_DIMS else kinds[-1]
+        others = [d for d in kinds if d != mine]
         before = _compiles()
-        self.advance(np.array(theta, dtype=np.float64, order="C"), 0.0, int(step0), 0)
+        background = None
+        if ahead and _cache_is_empty():
+            # nothing is cached: compile the other kinds alongside this one
+            cancel = threading.Event()
+            background = threading.Thread(target=compile_ahead, args=(others,),
+                                          kwargs={"cancel": cancel}, daemon=True)
+            background.start()
+        try:
+            self.advance(np.array(theta, dtype=np.float64, order="C"), 0.0, int(step0), 0)
+            if background is not None:
+                background.join()
+        except BaseException:
+            if background is not None:       # interrupted: end the subprocesses
+                cancel.set()
+                background.join()
+            raise
         if _compiles() == before:
             return False
-        if ahead:
-            kinds = kernel_variants()
-            mine = self.d if self.d in SPECIALISED_DIMS else kinds[-1]
-            compile_ahead([d for d in kinds if d != mine])
+        if ahead and background is None:
+            compile_ahead(others)
         return True
 
     def noise(self, step):

@@ -365,3 +365,8 @@ def test_compile_ahead_reports_failed_subprocesses_and_defers_to_a_holder_of_the
     # while the lock is held (here, or by a run compiling ahead), nothing is started
     with stepper_mod._ahead_lock(root):
         assert stepper_mod.compile_ahead([-1]) == []
+    # cancelled while its subprocess still imports numba, it ends it before it can fail
+    import threading
+    cancel = threading.Event()
+    threading.Timer(0.2, cancel.set).start()
+    assert stepper_mod._compile_in_subprocesses(root, [-1], 1, cancel) == []
