@@ -16,7 +16,8 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+# after site-packages: an installed solvers is imported (and its numba cache used) as by the CLI
+sys.path.append(os.path.join(os.path.dirname(__file__), ".."))
 
 from analysis.dichotomies import count_dichotomies, cover
 

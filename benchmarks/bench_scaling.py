@@ -20,7 +20,8 @@ import argparse
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# after site-packages: an installed solvers is imported (and its numba cache used) as by the CLI
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.common import (
     ETA,

@@ -27,7 +27,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+# after site-packages: an installed solvers is imported (and its numba cache used) as by the CLI
+sys.path.append(os.path.join(os.path.dirname(__file__), ".."))
 
 try:
     import tomllib

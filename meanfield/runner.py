@@ -448,24 +448,33 @@ def make_stepper(cfg: _config.RunConfig, dataset: _data.Dataset) -> Stepper:
 COMPILE_NOTE_AFTER = 3.0
 
 
+#: The line ``run`` prints while it compiles.
+COMPILE_NOTE = ("run: compiling the numba kernels, once per installation for every input "
+                "dimension (about {minutes} min on an idle 2-core machine, longer on a busy one)")
+#: Minutes the first compile takes on an idle 2-core machine: measured 103 s (186 s of CPU), the
+#: kernels of this run alongside the four other kinds (benchmarks/README.md, "Compile time and
+#: input dimension").
+COMPILE_MINUTES = "2"
+
+
 def _warm_up(stepper: Stepper, state: SolverState, progress) -> None:
     """Compile the kernels (or load them from numba's cache) before the progress clock starts,
     so that the first progress line's rate is the stepping rate (it read "about 100 h left" on
-    a first run). A zero-step advance on a copy of the particles leaves the run unchanged. When
-    preparation takes longer than :data:`COMPILE_NOTE_AFTER` seconds and progress is shown,
-    one line on stderr says why nothing moves yet."""
+    a first run); a first compile also compiles the kernels of the other input dimensions
+    (:meth:`solvers.stepper.Stepper.prepare`). Preparing works on a copy of the particles and
+    leaves the run unchanged. When it takes longer than :data:`COMPILE_NOTE_AFTER` seconds and
+    progress is shown, one line on stderr says why nothing moves yet and for how long."""
     import sys
     note = None
     if progress is not False:
         def say():
-            sys.stderr.write("run: compiling the numba kernels (first run only, about a "
-                             "minute)\n")
+            sys.stderr.write(COMPILE_NOTE.format(minutes=COMPILE_MINUTES) + "\n")
             sys.stderr.flush()
         note = threading.Timer(COMPILE_NOTE_AFTER, say)
         note.daemon = True
         note.start()
     try:
-        stepper.advance(state.theta.copy(), 0.0, int(state.step), 0)
+        stepper.prepare(state.theta.copy(), int(state.step))
     finally:
         if note is not None:
             note.cancel()

@@ -365,8 +365,16 @@ def activation_values(z, kind, p, out, dout):
 # ---------------------------------------------------------------------------------------------
 # Block routines (inlined into the parallel passes)
 #
-# ``dims`` is a tuple of length d: its length is a compile-time constant, so that the loops over
-# coordinates unroll and the loops over particles vectorise (one specialisation per d).
+# ``dims`` is either a tuple of length d or the empty tuple ``()``. A d-tuple's length is a
+# compile-time constant, so that the loops over coordinates unroll and the loops over particles
+# vectorise (one specialisation per d). ``()`` means "d at run time", ``d = T.shape[0] - 2``:
+# one compiled kernel serves every d. numba types ``()`` distinctly and prunes the branches on
+# ``len(dims) == 0`` of a jitted function's own argument at compile time; the parallel passes
+# use that to run the run-time-d block routines (``*_rt``: loops over coordinates outside, over
+# particles or points inside, so that the inner loops still vectorise). Both variants do the same
+# floating-point operations in the same order (FMAs included), hence give bitwise equal results.
+# The inlined helpers below (``_z``, ``_grad_block``, ...) accept ``()`` too, through
+# :func:`_ndim` (correct, but their loops over coordinates then do not unroll).
 # Indices inside a block are unsigned so that no negative-index wraparound blocks unit-stride
 # vector loads. Per-thread scratch row ``sc[t]`` (L = BLOCK):
 #     [0, L) ga   [L, 2L) gb   [(2+k)L, (3+k)L) gw_k   [(2+d+c)L, (3+d+c)L) flags of the
@@ -383,9 +391,18 @@ def scratch_shape(d: int, n: int) -> tuple[int, int]:
 
 
 @nb.njit(inline="always")
+def _ndim(T, dims):
+    """The input dimension ``d``: ``len(dims)`` for a d-tuple (a compile-time constant), else
+    (``dims = ()``) the run-time ``T.shape[0] - 2`` of the column layout ``T`` (d+2, N)."""
+    if len(dims) == 0:
+        return T.shape[0] - 2
+    return len(dims)
+
+
+@nb.njit(inline="always")
 def _z(T, i, XT, j, dims):
     """Pre-activation ``z_ij = b_i + Σ_k w_ik x_jk``: FMAs in this order, everywhere."""
-    d = len(dims)
+    d = _ndim(T, dims)
     z = T[d + 1, i]
     for k in range(d):
         z = _fma(T[1 + k, i], XT[k, j], z)
@@ -444,7 +461,7 @@ def _grad_block(T, lo, m, XT, Rb, nb_pts, sc, t, kind, p, dims):
     """Data gradient of the block into the scratch: ``ga = Σ_j R_j σ(z_ij)``,
     ``gb = Σ_j R_j σ'(z_ij)``, ``gw_k = Σ_j R_j σ'(z_ij) x_jk``: serial in ``j`` for each
     particle (four points per sweep, added in order), vectorised over particles."""
-    d = len(dims)
+    d = _ndim(T, dims)
     L = _U(BLOCK)
     for ii in range(m):
         sc[t, ii] = 0.0
@@ -546,7 +563,7 @@ def _update_block(T, lo, m, sc, t, lam, eta, sd, k, step, lm, dims):
     The noise ``ξ(step, i, c)`` comes from the vectorised fast path; the draws it rejects are
     flagged in the scratch and redone exactly in a second sweep. ``sd = 0``: no noise.
     """
-    d = len(dims)
+    d = _ndim(T, dims)
     D = d + 2
     L = _U(BLOCK)
     if sd > 0.0 and lm:
@@ -611,22 +628,174 @@ def _update_block(T, lo, m, sc, t, lam, eta, sd, k, step, lm, dims):
 
 
 # ---------------------------------------------------------------------------------------------
+# Block routines with d at run time (``dims = ()``): the same operations in the same order as
+# the routines above, with the loops over coordinates outside the loops over particles
+# (gradient, update) or points (forward), so that the inner loops vectorise for any d
+# ---------------------------------------------------------------------------------------------
+
+@nb.njit(inline="always")
+def _forward_block_rt(T, lo, m, XT, nb_pts, partial, blk, sc, t, zoff, kind, p):
+    """:func:`_forward_block` for ``d = T.shape[0] - 2``: per particle, its pre-activations on
+    all points into the scratch row at ``zoff`` (``b`` then one FMA per coordinate), then its
+    term added to every point's sum; each sum still runs over particles in order."""
+    d = T.shape[0] - 2
+    for j in range(nb_pts):
+        partial[blk, j] = 0.0
+    for ii in range(m):
+        i = lo + ii
+        a = T[0, i]
+        bi = T[d + 1, i]
+        for j in range(nb_pts):
+            sc[t, zoff + _U(j)] = bi
+        for k in range(d):
+            w = T[1 + k, i]
+            for j in range(nb_pts):
+                o = zoff + _U(j)
+                sc[t, o] = _fma(w, XT[k, j], sc[t, o])
+        if kind == ACT_RELU:
+            for j in range(nb_pts):
+                partial[blk, j] = _fma(a, _relu(sc[t, zoff + _U(j)]), partial[blk, j])
+        else:
+            for j in range(nb_pts):
+                s, _ = _act_pair(sc[t, zoff + _U(j)], kind, p)
+                partial[blk, j] = _fma(a, s, partial[blk, j])
+
+
+@nb.njit(inline="always")
+def _grad_block_rt(T, lo, m, XT, Rb, nb_pts, sc, t, kind, p):
+    """:func:`_grad_block` for ``d = T.shape[0] - 2``, one point per sweep: the block's
+    pre-activations on point ``j`` go to the scratch rows of the noise flags (free until the
+    update), are replaced by ``g_i = R_j σ'(z_ij)``, and each coordinate's ``gw_k`` gets its
+    FMA; every sum still runs over ``j`` in order."""
+    d = T.shape[0] - 2
+    L = _U(BLOCK)
+    zo = _U(2 + d) * L
+    for ii in range(m):
+        sc[t, ii] = 0.0
+        sc[t, L + ii] = 0.0
+    for k in range(d):
+        for ii in range(m):
+            sc[t, _U(2 + k) * L + ii] = 0.0
+    for j in range(nb_pts):
+        r = Rb[j]
+        for ii in range(m):
+            sc[t, zo + ii] = T[d + 1, lo + ii]
+        for k in range(d):
+            x = XT[k, j]
+            for ii in range(m):
+                sc[t, zo + ii] = _fma(T[1 + k, lo + ii], x, sc[t, zo + ii])
+        if kind == ACT_RELU:
+            for ii in range(m):
+                z = sc[t, zo + ii]
+                g = r if z > 0.0 else 0.0
+                sc[t, ii] = _fma(r, _relu(z), sc[t, ii])
+                sc[t, L + ii] += g
+                sc[t, zo + ii] = g
+        else:
+            for ii in range(m):
+                s, ds = _act_pair(sc[t, zo + ii], kind, p)
+                g = r * ds
+                sc[t, ii] = _fma(r, s, sc[t, ii])
+                sc[t, L + ii] += g
+                sc[t, zo + ii] = g
+        for k in range(d):
+            x = XT[k, j]
+            o = _U(2 + k) * L
+            for ii in range(m):
+                sc[t, o + ii] = _fma(sc[t, zo + ii], x, sc[t, o + ii])
+
+
+@nb.njit(inline="always")
+def _update_block_rt(T, lo, m, sc, t, lam, eta, sd, k, step, lm):
+    """:func:`_update_block` for ``d = T.shape[0] - 2``, one coordinate per sweep over the
+    block (``w`` and ``b`` from the old ``a``, ``a`` last); the same expressions and draws."""
+    D = T.shape[0]
+    d = D - 2
+    L = _U(BLOCK)
+    nz = _U(2 + d) * L
+    p0 = _position(step, 0)
+    p1 = _position(step + 1, 0)
+    hsd = 0.5 * sd
+    for c in range(d + 1):
+        row = 1 + c                                   # w_1..w_d, then b (row d+1)
+        g = _U(2 + c) * L if c < d else L             # its gradient's scratch row
+        fo = nz + _U(row) * L                         # its noise flags
+        if sd > 0.0 and lm:
+            for ii in range(m):
+                i = lo + ii
+                a = T[0, i]
+                w = T[row, i]
+                u = w - eta * (a * sc[t, g + ii] + lam * w)
+                q = i * _U(D) + _U(row)
+                _add_noise_lm(T, row, i, u, hsd, k, p0 + q, p1 + q, sc, t, fo + ii)
+        elif sd > 0.0:
+            for ii in range(m):
+                i = lo + ii
+                a = T[0, i]
+                w = T[row, i]
+                u = w - eta * (a * sc[t, g + ii] + lam * w)
+                _add_noise(T, row, i, u, sd, k, p0 + i * _U(D) + _U(row), sc, t, fo + ii)
+        else:
+            for ii in range(m):
+                i = lo + ii
+                a = T[0, i]
+                w = T[row, i]
+                T[row, i] = w - eta * (a * sc[t, g + ii] + lam * w)
+    if sd > 0.0 and lm:
+        for ii in range(m):
+            i = lo + ii
+            a = T[0, i]
+            u = a - eta * (sc[t, ii] + lam * a)
+            _add_noise_lm(T, 0, i, u, hsd, k, p0 + i * _U(D), p1 + i * _U(D), sc, t, nz + ii)
+    elif sd > 0.0:
+        for ii in range(m):
+            i = lo + ii
+            a = T[0, i]
+            u = a - eta * (sc[t, ii] + lam * a)
+            _add_noise(T, 0, i, u, sd, k, p0 + i * _U(D), sc, t, nz + ii)
+    else:
+        for ii in range(m):
+            i = lo + ii
+            a = T[0, i]
+            T[0, i] = a - eta * (sc[t, ii] + lam * a)
+    if sd > 0.0:
+        for c in range(D):
+            off = nz + _U(c) * L
+            for ii in range(m):
+                if sc[t, off + ii] != 0.0:
+                    i = lo + ii
+                    q = i * _U(D) + _U(c)
+                    if lm:
+                        T[c, i] += hsd * (_normal(k, p0 + q) + _normal(k, p1 + q))
+                    else:
+                        T[c, i] += sd * _normal(k, p0 + q)
+
+
+# ---------------------------------------------------------------------------------------------
 # Parallel passes
 # ---------------------------------------------------------------------------------------------
 
 @nb.njit(parallel=True, cache=True)
 def forward(T, XT, nb_pts, partial, scratch, kind, p, dims):
     """Block partial sums of the predictor: ``partial[blk, j] = Σ_{i∈blk} a_i σ(z_ij)`` for the
-    points ``XT[:, :nb_pts]`` (``XT`` of shape (d, ≥nb_pts); ``dims`` a d-tuple)."""
+    points ``XT[:, :nb_pts]`` (``XT`` of shape (d, ≥nb_pts); ``dims`` a d-tuple, or ``()``
+    for d at run time)."""
     N = T.shape[1]
-    d = len(dims)
     nblocks = (N + BLOCK - 1) // BLOCK
-    zoff = _U((2 * d + 4) * BLOCK)
-    for blk in nb.prange(nblocks):
-        t = nb.get_thread_id()
-        lo = _U(blk * BLOCK)
-        m = _U(min(BLOCK, N - blk * BLOCK))
-        _forward_block(T, lo, m, XT, nb_pts, partial, blk, scratch, t, zoff, kind, p, dims)
+    if len(dims) == 0:       # d at run time (pruned at compile time: one branch is compiled)
+        zoff = _U((2 * (T.shape[0] - 2) + 4) * BLOCK)
+        for blk in nb.prange(nblocks):
+            t = nb.get_thread_id()
+            lo = _U(blk * BLOCK)
+            m = _U(min(BLOCK, N - blk * BLOCK))
+            _forward_block_rt(T, lo, m, XT, nb_pts, partial, blk, scratch, t, zoff, kind, p)
+    else:
+        zoff = _U((2 * len(dims) + 4) * BLOCK)
+        for blk in nb.prange(nblocks):
+            t = nb.get_thread_id()
+            lo = _U(blk * BLOCK)
+            m = _U(min(BLOCK, N - blk * BLOCK))
+            _forward_block(T, lo, m, XT, nb_pts, partial, blk, scratch, t, zoff, kind, p, dims)
 
 
 @nb.njit(parallel=True, cache=True)
@@ -638,19 +807,28 @@ def fused_step(T, XcT, Rc, nc, XnT, nn, partial, scratch, lam, eta, sd, k, step,
 
     ``Rc[:nc]`` are the (scaled) residuals on the current points ``XcT[:, :nc]``; ``nc = 0``
     drops the data term. ``sd = sqrt(2 η τ)``; the noise is keyed by ``(k, step)`` (and
-    ``(k, step + 1)`` for Leimkuhler–Matthews).
+    ``(k, step + 1)`` for Leimkuhler–Matthews). ``dims``: as for :func:`run_steps`.
     """
     N = T.shape[1]
-    d = len(dims)
     nblocks = (N + BLOCK - 1) // BLOCK
-    zoff = _U((2 * d + 4) * BLOCK)
-    for blk in nb.prange(nblocks):
-        t = nb.get_thread_id()
-        lo = _U(blk * BLOCK)
-        m = _U(min(BLOCK, N - blk * BLOCK))
-        _grad_block(T, lo, m, XcT, Rc, nc, scratch, t, kind, p, dims)
-        _update_block(T, lo, m, scratch, t, lam, eta, sd, k, step, lm, dims)
-        _forward_block(T, lo, m, XnT, nn, partial, blk, scratch, t, zoff, kind, p, dims)
+    if len(dims) == 0:       # d at run time (pruned at compile time: one branch is compiled)
+        zoff = _U((2 * (T.shape[0] - 2) + 4) * BLOCK)
+        for blk in nb.prange(nblocks):
+            t = nb.get_thread_id()
+            lo = _U(blk * BLOCK)
+            m = _U(min(BLOCK, N - blk * BLOCK))
+            _grad_block_rt(T, lo, m, XcT, Rc, nc, scratch, t, kind, p)
+            _update_block_rt(T, lo, m, scratch, t, lam, eta, sd, k, step, lm)
+            _forward_block_rt(T, lo, m, XnT, nn, partial, blk, scratch, t, zoff, kind, p)
+    else:
+        zoff = _U((2 * len(dims) + 4) * BLOCK)
+        for blk in nb.prange(nblocks):
+            t = nb.get_thread_id()
+            lo = _U(blk * BLOCK)
+            m = _U(min(BLOCK, N - blk * BLOCK))
+            _grad_block(T, lo, m, XcT, Rc, nc, scratch, t, kind, p, dims)
+            _update_block(T, lo, m, scratch, t, lam, eta, sd, k, step, lm, dims)
+            _forward_block(T, lo, m, XnT, nn, partial, blk, scratch, t, zoff, kind, p, dims)
 
 
 @nb.njit(parallel=True, cache=True)
@@ -744,8 +922,10 @@ def run_steps(T, X, y, B, partial, scratch, ibuf, fbuf, f, R, lam, eta, tau, see
         False drops the data drift (pure Ornstein–Uhlenbeck; for tests).
     lm : bool
         Leimkuhler–Matthews instead of Euler–Maruyama.
-    dims : tuple of length d
-        Only its length is used (a compile-time constant).
+    dims : tuple of length d, or ()
+        Only its length is used: a compile-time constant that selects the kernel specialised
+        for d, or ``()`` for the kernel that reads ``d = T.shape[0] - 2`` at run time (one
+        compile for every d; bitwise the same results, slower: benchmarks/README.md).
 
     Returns
     -------
@@ -755,7 +935,7 @@ def run_steps(T, X, y, B, partial, scratch, ibuf, fbuf, f, R, lam, eta, tau, see
     """
     N = T.shape[1]
     n = X.shape[0]
-    d = len(dims)
+    d = _ndim(T, dims)
     k1, _ = _seed_keys(seed)
     sd = math.sqrt(2.0 * eta * tau)
     perm = ibuf[0]

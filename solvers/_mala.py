@@ -58,8 +58,10 @@ from solvers._kernels import (
     _below,
     _fma,
     _forward_block,
+    _forward_block_rt,
     _hash,
     _mix,
+    _ndim,
     _normal,
     _position,
     _seed_keys,
@@ -206,14 +208,18 @@ def _log_mixture(x, T, sub, K, D, inv2s2, buf):
 
 @nb.njit(inline="always")
 def _forward_serial(T, XT, n, partial, scratch, kind, p, dims):
-    """``solvers._kernels.forward`` on one thread (block by block)."""
+    """``solvers._kernels.forward`` on one thread (block by block); ``dims = ()``: ``d`` at
+    run time, as there."""
     N = T.shape[1]
-    d = len(dims)
+    d = _ndim(T, dims)
     zoff = np.uint64((2 * d + 4) * BLOCK)
     for blk in range((N + BLOCK - 1) // BLOCK):
         lo = np.uint64(blk * BLOCK)
         m = np.uint64(min(BLOCK, N - blk * BLOCK))
-        _forward_block(T, lo, m, XT, n, partial, blk, scratch, 0, zoff, kind, p, dims)
+        if len(dims) == 0:
+            _forward_block_rt(T, lo, m, XT, n, partial, blk, scratch, 0, zoff, kind, p)
+        else:
+            _forward_block(T, lo, m, XT, n, partial, blk, scratch, 0, zoff, kind, p, dims)
 
 
 @nb.njit(cache=True)
@@ -247,7 +253,9 @@ def mala_steps(T, X, y, XT, partial, scratch, work, sub, f, R, counts, f_sum, la
         False drops the data term of ``U`` (pure Gaussian target; for tests).
     jumps : float
         Share of jump moves in ``[0, 1]``.
-    dims : tuple of length d
+    dims : tuple
+        ``()`` (``d = T.shape[0] - 2`` at run time: one compile for every input dimension,
+        what :class:`solvers.stepper.Stepper` passes) or a d-tuple (specialised).
 
     Returns
     -------
@@ -256,7 +264,7 @@ def mala_steps(T, X, y, XT, partial, scratch, work, sub, f, R, counts, f_sum, la
     """
     N = T.shape[1]
     n = X.shape[0]
-    d = len(dims)
+    d = _ndim(T, dims)
     D = d + 2
     k1, k3, k4, k5 = _keys(seed)
     sd = math.sqrt(2.0 * eta * tau)

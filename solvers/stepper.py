@@ -14,9 +14,26 @@ full batch or noisy minibatch SGD, with the noise ``ξ`` a pure function of
 
 Memory: the particles in column layout ``(d+2) N``, block partial sums ``⌈N/512⌉ n`` and a
 per-thread scratch of ``(2d+4)·512 + n`` doubles, i.e. ``O(N (d+2) + N n / 512)`` floats.
+
+Compilation. The kernels come in two kinds (``solvers._kernels``): specialised for one input
+dimension ``d`` (the loops over coordinates unrolled at compile time), used for ``d`` in
+:data:`SPECIALISED_DIMS`, where they were measured faster (``benchmarks/bench_dims.py``), and
+one kernel for every other ``d`` (read at run time). The two give bitwise equal results. numba
+caches every compiled kernel on disk; :meth:`Stepper.prepare` compiles the kernels a step needs
+and, when that was a first compile, the other kinds ahead in parallel subprocesses
+(:func:`compile_ahead`), so that a later run on data of another ``d`` loads them from the cache.
 """
 
 from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
 
 import numpy as np
 
@@ -33,6 +50,142 @@ INTEGRATORS = ("em", "lm", "mala")
 
 #: Default share of jump moves of ``"mala"``.
 DEFAULT_JUMPS = 0.1
+
+#: Input dimensions ``d`` with kernels specialised per ``d`` (measured 1.3-1.8x faster per step
+#: than the run-time kernel; 1.06x at d = 5); every other ``d`` shares the kernels that read ``d``
+#: at run time. See benchmarks/README.md ("Compile time and input dimension").
+SPECIALISED_DIMS = (1, 2, 3, 4)
+
+
+def kernel_dims(d: int) -> tuple:
+    """The ``dims`` argument of the kernels for input dimension ``d``: a ``d``-tuple for a
+    specialised kernel (``d`` in :data:`SPECIALISED_DIMS`), else ``()`` (``d`` at run time)."""
+    return (0,) * d if d in SPECIALISED_DIMS else ()
+
+
+def kernel_variants() -> list[int]:
+    """One input dimension per compiled kind of kernel: each specialised ``d``, then one ``d``
+    served by the run-time kernels."""
+    return [*SPECIALISED_DIMS, max(SPECIALISED_DIMS) + 1]
+
+
+def compile_variant(d: int) -> None:
+    """Compile (or load from numba's cache) every kernel a step on ``d``-dimensional data uses,
+    by one step of a tiny problem."""
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((3, d)), rng.standard_normal(3)
+    theta = rng.standard_normal((8, d + 2))
+    Stepper(X, y, 8, lam=0.1, eta=0.01).advance(theta, 0.01, 0, 1)
+
+
+_CHILD = "import sys\nfrom solvers.stepper import compile_variant\ncompile_variant(int(sys.argv[1]))"
+
+
+def compile_ahead(ds, jobs=None, cancel=None) -> list[int]:
+    """Compile the kernels for each input dimension of ``ds`` in subprocesses, ``jobs`` at a
+    time (default: the number of CPUs; numba compiles on one thread), and wait for them.
+
+    The subprocesses import this very ``solvers`` package (its folder first on their
+    ``PYTHONPATH``, the current folder not on their path), so they fill the numba cache that
+    this installation's later runs read. Interrupting the wait ends them. One process at a
+    time compiles ahead for an installation (a lock file in the temporary folder): when another
+    one holds the lock (the parallel jobs of a sweep starting together), this returns at once.
+
+    Parameters
+    ----------
+    ds : iterable of int
+        Input dimensions (see :func:`kernel_variants`).
+    jobs : int, optional
+        Subprocesses at a time, ``>= 1``.
+    cancel : threading.Event, optional
+        When set, the subprocesses still running are ended and this returns.
+
+    Returns
+    -------
+    list of int
+        The dimensions whose subprocess failed (their kernels then compile on first use).
+    """
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with _ahead_lock(root) as mine:
+        if not mine:
+            return []
+        return _compile_in_subprocesses(root, [int(d) for d in ds], jobs, cancel)
+
+
+@contextlib.contextmanager
+def _ahead_lock(root):
+    """Yield True when this process holds the compile-ahead lock of the installation at
+    ``root``, False when another process holds it (no lock on systems without ``fcntl``)."""
+    try:
+        import fcntl
+    except ImportError:                      # pragma: no cover - not POSIX
+        yield True
+        return
+    key = hashlib.sha256(root.encode()).hexdigest()[:16]
+    path = os.path.join(tempfile.gettempdir(), f"meanfield-compile-{key}.lock")
+    try:
+        fh = open(path, "a")
+    except OSError:
+        yield True
+        return
+    with fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _compile_in_subprocesses(root, todo, jobs, cancel=None):
+    """:func:`compile_variant` of each ``d`` in ``todo`` in a subprocess importing ``solvers``
+    from ``root``, ``jobs`` at a time, until done or ``cancel`` is set; returns the ``d`` whose
+    subprocess failed."""
+    env = dict(os.environ, PYTHONSAFEPATH="1",
+               PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    jobs = max(1, int(jobs or os.cpu_count() or 1))
+    running: list[tuple[int, subprocess.Popen]] = []
+    failed = []
+    try:
+        while (todo or running) and not (cancel is not None and cancel.is_set()):
+            while todo and len(running) < jobs:
+                d = todo.pop(0)
+                proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(d)], env=env,
+                                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL)
+                running.append((d, proc))
+            time.sleep(0.1)
+            for d, proc in list(running):
+                code = proc.poll()
+                if code is not None:
+                    running.remove((d, proc))
+                    if code != 0:
+                        failed.append(d)
+    finally:
+        for _, proc in running:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return failed
+
+
+def _compiles() -> int:
+    """How many signatures of the step driver this process compiled (numba cache misses)."""
+    return sum(kernels.run_steps.stats.cache_misses.values())
+
+
+def _cache_is_empty() -> bool:
+    """True when numba's cache holds no index for the step driver at all (a fresh install or
+    cache folder: everything will compile); False when it does, or when this numba does not
+    tell (then a compile is only detected afterwards)."""
+    try:
+        index = kernels.run_steps._cache._cache_file._index_path
+    except AttributeError:                   # pragma: no cover - another numba layout
+        return False
+    return not os.path.exists(index)
 
 
 class Stepper:
@@ -134,7 +287,7 @@ class Stepper:
         self.seed = int(seed)
         self.integrator = integrator
         self.jumps = jumps if integrator == "mala" else 0.0
-        self.dims = (0,) * d   # its length selects the kernels' compile-time specialisation
+        self.dims = kernel_dims(d)   # selects a specialised kernel, or d at run time
         self.T = np.empty((d + 2, N))
         self.partial = np.empty(((N + kernels.BLOCK - 1) // kernels.BLOCK, n))
         self.scratch = np.empty(kernels.scratch_shape(d, n))
@@ -192,7 +345,7 @@ class Stepper:
                                     self.lam,
                                     self.eta, float(tau), self.seed, int(step0), int(nsteps),
                                     self.kind, self.params, bool(data_term), self.jumps,
-                                    self.dims)
+                                    ())     # sequential moves: d at run time, one compile
             finite = kernels.to_rows(self.T, theta)
             return int(code) if code else (0 if finite else 1)
         code = kernels.run_steps(self.T, self.X, self.y, self.batch_size, self.partial,
@@ -202,6 +355,52 @@ class Stepper:
                                  self.integrator == "lm", self.dims)
         finite = kernels.to_rows(self.T, theta)
         return int(code) if code else (0 if finite else 1)
+
+    def prepare(self, theta, step0=0, *, ahead=True) -> bool:
+        """Compile the kernels of this stepper (or load them from numba's cache) by a zero-step
+        :meth:`advance` on a copy of ``theta``; when that compiled them (a first run), also
+        compile the kernels of the other input dimensions ahead (:func:`compile_ahead`), so
+        that no later run compiles again.
+
+        Parameters
+        ----------
+        theta : ndarray of shape (N, d+2)
+            Particles (not changed).
+        step0 : int
+            Global step index, as for :meth:`advance`.
+        ahead : bool
+            False: compile this stepper's kernels only.
+
+        Returns
+        -------
+        bool
+            True when this call compiled.
+        """
+        kinds = kernel_variants()
+        mine = self.d if self.d in SPECIALISED_DIMS else kinds[-1]
+        others = [d for d in kinds if d != mine]
+        before = _compiles()
+        background = None
+        if ahead and _cache_is_empty():
+            # nothing is cached: compile the other kinds alongside this one
+            cancel = threading.Event()
+            background = threading.Thread(target=compile_ahead, args=(others,),
+                                          kwargs={"cancel": cancel}, daemon=True)
+            background.start()
+        try:
+            self.advance(np.array(theta, dtype=np.float64, order="C"), 0.0, int(step0), 0)
+            if background is not None:
+                background.join()
+        except BaseException:
+            if background is not None:       # interrupted: end the subprocesses
+                cancel.set()
+                background.join()
+            raise
+        if _compiles() == before:
+            return False
+        if ahead and background is None:
+            compile_ahead(others)
+        return True
 
     def noise(self, step):
         """The noise ``ξ`` of shape (N, d+2) that step ``step`` adds (before the factor

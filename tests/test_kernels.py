@@ -4,7 +4,9 @@ Oracles: the NumPy reference step of solvers.numpy_model given the same noise an
 (THEORY §2), the exact Ornstein–Uhlenbeck variances of the Euler–Maruyama and
 Leimkuhler–Matthews chains with the data term off, and the kernel itself run with other
 thread counts and other chunkings (bitwise).
-All tests use d = 2 so that the kernels compile once (one specialisation per d).
+All tests use d = 2 so that the kernels compile once (one specialisation per d), except those
+of the kernel with d at run time (dims = ()), which compiles once for d = 2 and d = 4 alike and
+is checked bitwise against the specialised one and against the reference at d = 4.
 """
 
 import json
@@ -18,6 +20,7 @@ import pytest
 
 from solvers import _kernels as kernels
 from solvers import numpy_model as model
+from solvers import stepper as stepper_mod
 from solvers.stepper import Stepper
 
 D_IN = 2
@@ -132,6 +135,7 @@ def test_chunking_does_not_change_the_run(integrator):
 THREADS_SCRIPT = r"""
 import hashlib, json, sys
 import numba, numpy as np
+from solvers import stepper as stepper_mod
 from solvers.stepper import Stepper
 rng = np.random.default_rng(0)
 X = rng.standard_normal((9, 2)); y = rng.standard_normal(9)
@@ -140,14 +144,16 @@ out = {}
 for threads, chunk in ((1, 0), (2, 0), (3, 0), (3, 1)):
     numba.set_num_threads(threads)
     numba.set_parallel_chunksize(chunk)
-    for act, B, integ in (("relu", 0, "em"), ("softplus", 4, "em"), ("relu", 0, "lm"),
-                          ("softplus", 4, "lm")):
+    for act, B, integ, dims in (("relu", 0, "em", (0, 0)), ("softplus", 4, "em", (0, 0)),
+                                ("relu", 0, "lm", (0, 0)), ("softplus", 4, "lm", (0, 0)),
+                                ("relu", 0, "em", ()), ("softplus", 4, "lm", ())):
         st = Stepper(X, y, len(theta0), lam=0.1, eta=0.05, activation=act, batch_size=B, seed=3,
                      integrator=integ)
+        st.dims = dims
         th = theta0.copy()
         st.advance(th, 0.05, 0, 25)
         h = hashlib.sha256(th.tobytes() + st.R.tobytes()).hexdigest()
-        out.setdefault(f"{act}-{B}-{integ}", []).append(h)
+        out.setdefault(f"{act}-{B}-{integ}-{len(dims)}", []).append(h)
 print(json.dumps(out))
 """
 
@@ -285,3 +291,82 @@ def test_stepper_rejects_bad_arguments():
         st.advance(theta[:, :3].copy(), 0.1, 0, 1)
     with pytest.raises(ValueError, match="steps"):
         st.advance(theta, 0.1, 2**31 - 2, 5)
+
+
+# ---------------------------------------------------------------------------------------------
+# The kernel with d at run time (dims = ()) and the compile-ahead
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("integrator", ["em", "lm"])
+@pytest.mark.parametrize("act,sharp,cap", CASES)
+def test_run_time_d_kernel_is_bitwise_the_specialised_one(act, sharp, cap, integrator):
+    """The same operations in the same order: equal bits after many steps, with minibatches,
+    a noiseless call and a block that is not full (N = 1300)."""
+    X, y, theta = problem(N=1300, n=7, seed=6)
+    out = []
+    for dims in ((0,) * D_IN, ()):
+        for B in (0, 3):
+            st = Stepper(X, y, len(theta), lam=0.2, eta=0.05, activation=act, sharpness=sharp,
+                         cap=cap, batch_size=B, seed=4, integrator=integrator)
+            st.dims = dims
+            th = theta.copy()
+            assert st.advance(th, 0.03, 10, 15) == 0 and st.advance(th, 0.0, 25, 3) == 0
+            out.append(th.tobytes() + st.f.tobytes() + st.R.tobytes())
+    assert out[0] == out[2] and out[1] == out[3]
+    assert out[0] != out[1]
+
+
+@pytest.mark.parametrize("integrator", ["em", "lm"])
+@pytest.mark.parametrize("act,sharp,cap", CASES)
+def test_run_time_d_kernel_equals_reference_beyond_the_specialised_dims(act, sharp, cap,
+                                                                         integrator):
+    d = max(stepper_mod.SPECIALISED_DIMS) + 1
+    rng = np.random.default_rng(7)
+    X, y = rng.standard_normal((6, d)) / math.sqrt(d), rng.standard_normal(6)
+    theta = rng.standard_normal((900, d + 2))
+    st = Stepper(X, y, len(theta), lam=0.3, eta=0.05, activation=act, sharpness=sharp, cap=cap,
+                 batch_size=4, seed=2, integrator=integrator)
+    assert st.dims == ()
+    want = theta.copy()
+    for s in range(30, 33):
+        want = reference_step(st, want, 0.02, s, act, sharp, cap)
+    got = theta.copy()
+    assert st.advance(got, 0.02, 30, 3) == 0
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+    sigma, _ = model.activation(act, sharp, cap)
+    np.testing.assert_allclose(st.R, model.residuals(want, X, y, sigma), rtol=0, atol=1e-13)
+
+
+def test_kernel_dims_and_variants():
+    spec = stepper_mod.SPECIALISED_DIMS
+    for d in range(1, 9):
+        want = (0,) * d if d in spec else ()
+        assert stepper_mod.kernel_dims(d) == want
+    kinds = stepper_mod.kernel_variants()
+    assert kinds[:-1] == list(spec) and kinds[-1] not in spec       # one run-time kind
+    X, y, theta = problem()
+    assert Stepper(X, y, len(theta), lam=0.1, eta=0.1).dims == (0,) * D_IN
+
+
+def test_prepare_compiles_once_and_leaves_the_particles():
+    X, y, theta = problem()
+    st = Stepper(X, y, len(theta), lam=0.1, eta=0.1)
+    st.advance(theta.copy(), 0.1, 0, 1)           # compiled (or loaded) in this process
+    before = theta.copy()
+    assert st.prepare(theta, 5) is False          # nothing left to compile: no subprocesses
+    assert np.array_equal(theta, before)
+
+
+def test_compile_ahead_reports_failed_subprocesses_and_defers_to_a_holder_of_the_lock():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(stepper_mod.__file__)))
+    # d = 2 is in the cache by now (the tests above): its subprocess loads it and succeeds;
+    # d = -1 cannot be built and is reported
+    assert stepper_mod._compile_in_subprocesses(root, [D_IN, -1], 2) == [-1]
+    # while the lock is held (here, or by a run compiling ahead), nothing is started
+    with stepper_mod._ahead_lock(root):
+        assert stepper_mod.compile_ahead([-1]) == []
+    # cancelled while its subprocess still imports numba, it ends it before it can fail
+    import threading
+    cancel = threading.Event()
+    threading.Timer(0.2, cancel.set).start()
+    assert stepper_mod._compile_in_subprocesses(root, [-1], 1, cancel) == []

@@ -139,16 +139,17 @@ def test_run_says_it_compiles_when_preparing_the_kernels_is_slow(capsys, monkeyp
         def __init__(self, seconds):
             self.seconds = seconds
 
-        def advance(self, theta, tau, step0, nsteps):
-            assert nsteps == 0
+        def prepare(self, theta, step0):
             theta[:] = np.nan                     # must be a copy
             time.sleep(self.seconds)
 
     monkeypatch.setattr(runner, "COMPILE_NOTE_AFTER", 0.05)
     state = SolverState(theta=np.ones((3, 4)))
     runner._warm_up(Slow(0.5), state, None)
-    assert capsys.readouterr().err == ("run: compiling the numba kernels (first run only, "
-                                       "about a minute)\n")
+    assert capsys.readouterr().err == (
+        "run: compiling the numba kernels, once per installation for every input dimension "
+        f"(about {runner.COMPILE_MINUTES} min on an idle 2-core machine, longer on a busy "
+        "one)\n")
     assert np.all(state.theta == 1.0)
     runner._warm_up(Slow(0.5), state, False)
     runner._warm_up(Slow(0.0), state, None)
