@@ -5,8 +5,9 @@ Oracles: the NumPy reference step of solvers.numpy_model given the same noise an
 Leimkuhler–Matthews chains with the data term off, and the kernel itself run with other
 thread counts and other chunkings (bitwise).
 All tests use d = 2 so that the kernels compile once (one specialisation per d), except those
-of the kernel with d at run time (dims = ()), which compiles once for d = 2 and d = 4 alike and
-is checked bitwise against the specialised one and against the reference at d = 4.
+of the kernel with d at run time (dims = ()), which compiles once for every d and is checked
+bitwise against the specialised one at d = 2 and against the reference at the first d beyond
+solvers.stepper.SPECIALISED_DIMS.
 """
 
 import json
