@@ -10,7 +10,7 @@ the particles included); it should be ``O(N (n/512 + d))``.
 
 Usage::
 
-    python benchmarks/bench_scaling.py            # full sweep (compiles once per d)
+    python benchmarks/bench_scaling.py            # full sweep (d <= 4: one compile each)
     python benchmarks/bench_scaling.py --quick    # N up to 10^5, n up to 50, d in {1, 2}
 """
 

@@ -5,8 +5,9 @@ Oracles: the NumPy reference step of solvers.numpy_model given the same noise an
 Leimkuhler–Matthews chains with the data term off, and the kernel itself run with other
 thread counts and other chunkings (bitwise).
 All tests use d = 2 so that the kernels compile once (one specialisation per d), except those
-of the kernel with d at run time (dims = ()), which compiles once for d = 2 and d = 4 alike and
-is checked bitwise against the specialised one and against the reference at d = 4.
+of the kernel with d at run time (dims = ()), which compiles once for every d and is checked
+bitwise against the specialised one at d = 2 and against the reference at the first d beyond
+solvers.stepper.SPECIALISED_DIMS.
 """
 
 import json
@@ -370,3 +371,27 @@ def test_compile_ahead_reports_failed_subprocesses_and_defers_to_a_holder_of_the
     cancel = threading.Event()
     threading.Timer(0.2, cancel.set).start()
     assert stepper_mod._compile_in_subprocesses(root, [-1], 1, cancel) == []
+
+
+def test_inline_helpers_accept_the_run_time_dims():
+    """``_z`` (and through ``_ndim`` the other inlined block helpers) keep their signature and
+    take ``dims = ()`` too: the same pre-activations, bitwise, as with a d-tuple, and
+    ``b + w·x`` to round-off."""
+    import numba
+
+    @numba.njit
+    def pre_activations(T, XT, dims):
+        out = np.empty((T.shape[1], XT.shape[1]))
+        for i in range(T.shape[1]):
+            for j in range(XT.shape[1]):
+                out[i, j] = kernels._z(T, i, XT, j, dims)
+        return out, kernels._ndim(T, dims)
+
+    rng = np.random.default_rng(3)
+    T = rng.standard_normal((5, 40))               # d = 3
+    XT = rng.standard_normal((3, 6))
+    z_spec, d_spec = pre_activations(T, XT, (0, 0, 0))
+    z_rt, d_rt = pre_activations(T, XT, ())
+    assert d_spec == d_rt == 3
+    assert z_spec.tobytes() == z_rt.tobytes()
+    np.testing.assert_allclose(z_rt, T[1:4].T @ XT + T[4][:, None], rtol=0, atol=1e-13)
