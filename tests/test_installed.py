@@ -104,7 +104,13 @@ def test_every_command_of_the_installed_console_script_runs_outside_the_checkout
         ("reference", "gibbs", cfg, "--tau", "1e-2", "--json"),
         ("highdim", "--neurons", "2", "--n", "20", "--d", "200,800,3200", "--json",
          "-o", "hd"),
+        ("sweep", "study.toml", "-o", "study", "--workers", "1", "--quiet"),
+        ("analyze", "study", "--no-w2", "--no-figures", "--quiet"),
     ]
+    (tmp_path / "study.toml").write_text(
+        '[data]\nkind = "gaussian"\nn = 6\nd = 2\n[model]\nn_particles = 50\n'
+        '[dynamics]\ntaus = [1e-2]\nsteps_per_tau = 200\n[output]\nobserve_every = 50\n'
+        '[sweep]\n"dynamics.seed" = [0, 1]\n')
     for args in steps:
         out = _console(tmp_path, *args)
         assert out.returncode == 0, (args, out.stderr[-2000:])
@@ -113,6 +119,7 @@ def test_every_command_of_the_installed_console_script_runs_outside_the_checkout
     assert json.loads(_console(tmp_path, "dichotomies", DATA / "plane8.csv", "--target", "y",
                                "--json").stdout)["P"] == 58
     assert list((tmp_path / "hd").glob("*.h5"))
+    assert len(list((tmp_path / "study").rglob("*.h5"))) == 2
     # the README's Python example on this run: to_xarray() of the run file
     code = "import meanfield; print(dict(meanfield.open_run('tiny.h5').to_xarray().sizes))"
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
