@@ -19,6 +19,7 @@ import h5py
 import numpy as np
 import pytest
 from conftest import tiny_toml
+from test_resume import h5_items
 
 from meanfield import checkpoint, cli, config, data, runner
 from meanfield.errors import InputError, Interrupted
@@ -66,27 +67,6 @@ def interrupt(cfg: Path, out: Path, monkeypatch, k: int = 7) -> None:
         with pytest.raises(Interrupted):
             runner.run(config.load(cfg), out, progress=False)
     assert out.with_name(out.name + ".part").exists() and out.with_name(out.name + ".ckpt").exists()
-
-
-def h5_items(path) -> dict:
-    """Every dataset and attribute of an HDF5 file as comparable bytes."""
-    def attrs(obj):
-        out = {}
-        for k in obj.attrs:
-            a = np.asarray(obj.attrs[k])
-            out[k] = (a.dtype.str, a.shape, a.tobytes()) if a.dtype.kind != "O" else repr(a)
-        return out
-    items = {}
-    with h5py.File(path, "r") as f:
-        items["/@"] = attrs(f)
-
-        def visit(name, obj):
-            items[name + "/@"] = attrs(obj)
-            if isinstance(obj, h5py.Dataset):
-                a = obj[()]
-                items[name] = (a.dtype.str, a.shape, a.tobytes())
-        f.visititems(visit)
-    return items
 
 
 def cli_run(capsys, *argv):

@@ -9,7 +9,15 @@ import signal
 import numpy as np
 import pytest
 from conftest import tiny_toml
-from test_resume import assert_identical, leftovers, run_cli, start, stop_after, wait_for
+from test_resume import (
+    KILL,
+    assert_identical,
+    leftovers,
+    run_cli,
+    start,
+    stop_after,
+    wait_for,
+)
 
 from meanfield import config, runner
 from meanfield.errors import Interrupted
@@ -102,27 +110,10 @@ def test_stop_then_resume_is_bitwise_identical(mala_ref, tmp_path, monkeypatch, 
     assert assert_identical(ref, out) > 40
 
 
-KILL_MALA = """\
-[data]
-kind = "gaussian"
-n = 6
-d = 2
-seed = 1
-[model]
-n_particles = 200
-[dynamics]
-lam = 0.05
-eta = 0.05
-taus = [1e-2, 1e-3]
-steps_per_tau = 3000
-seed = 3
-integrator = "mala"
-jumps = 0.2
-[output]
-observe_every = 25
-snapshots_per_tau = 4
-checkpoint_every = 200
-"""
+#: test_resume's kill config with the exact sampler (and longer stages).
+KILL_MALA = KILL.replace("steps_per_tau = 2000\nseed = 3\n",
+                         'steps_per_tau = 3000\nseed = 3\nintegrator = "mala"\njumps = 0.2\n')
+assert "mala" in KILL_MALA
 
 
 @pytest.mark.slow

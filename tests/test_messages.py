@@ -6,20 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import tiny_toml
+from test_faults import one_line
 
 from meanfield import config, data
 from meanfield.cli import main
 from meanfield.store import RunWriter
 from solvers.observation import Observation
-
-
-def one_line(capsys, code, want=2):
-    err = capsys.readouterr().err
-    assert code == want, err
-    assert "Traceback" not in err, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    return lines[0]
 
 
 @pytest.fixture
