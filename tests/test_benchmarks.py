@@ -4,6 +4,7 @@ like): drift against solvers.numpy_model, and noise of standard deviation sqrt(2
 import math
 
 import pytest
+from conftest import REPO
 
 from benchmarks import bench_step as bs
 from benchmarks.common import ETA, TAU, problem
@@ -41,7 +42,7 @@ def test_accuracy_benchmarks_load_every_shipped_problem():
     from meanfield import config, data
     for name, (path, _lam) in PROBLEMS.items():
         X, y, lam = load(name)
-        cfg = config.load(path.replace(".csv", ".toml"))
+        cfg = config.load(REPO / path.replace(".csv", ".toml"))
         ds = data.from_config(cfg)
         assert np.array_equal(X, ds.X) and np.array_equal(y, ds.y), name
         assert lam == cfg.dynamics.lam, name
