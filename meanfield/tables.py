@@ -44,7 +44,8 @@ MAX_PARTICLES = 10**8
 #: Largest input dimension of a generated data set.
 MAX_DIM = 10**5
 #: Bound on the magnitude of the float parameters (not the temperatures), so that the
-#: products and squares the dynamics forms (init_scale**2, norm**2, eta*lam) stay finite.
+#: products and squares the dynamics forms (init_scale**2, norm**2, eta*lam) stay finite;
+#: the same bound as ``solvers.inputs.MAX_ABS`` on data values (kept numpy-free here).
 MAX_FLOAT = 1e15
 #: Smallest lam: the stationary scale tau/lam and mean(y**2)/lam must stay finite.
 MIN_LAM = 1e-15

@@ -6,6 +6,10 @@ import numpy as np
 
 from solvers.errors import DataError
 
+#: Largest magnitude of an input or target value (and of a config number): the squares and
+#: products the dynamics and the references form from them must stay finite floats.
+MAX_ABS = 1e15
+
 
 def _row_name(i: int, rows=None) -> str:
     """Where row ``i`` (0-based) is, for a person: its line in the file when known."""
@@ -39,7 +43,8 @@ def check_xy(X, y, source: str = "<data>", rows=None) -> tuple[np.ndarray, np.nd
     ------
     DataError
         Complex or non-numeric values, wrong dimensions, empty data, ``len(X) != len(y)``,
-        NaN or Inf (naming the first bad row).
+        NaN or Inf, or a value of magnitude above :data:`MAX_ABS` (naming the first bad
+        row).
     """
     for name, arr in (("X", X), ("y", y)):
         if np.iscomplexobj(arr):
@@ -68,4 +73,12 @@ def check_xy(X, y, source: str = "<data>", rows=None) -> tuple[np.ndarray, np.nd
     if not np.all(np.isfinite(y)):
         i = int(np.argwhere(~np.isfinite(y))[0, 0])
         raise DataError(source, "y", f"NaN or Inf in {_row_name(i, rows)}")
+    for name, arr in (("X", X), ("y", y)):
+        big = np.abs(arr) > MAX_ABS
+        if big.any():
+            i = int(np.argwhere(big)[0, 0])
+            v = float(arr.reshape(len(arr), -1)[i][big.reshape(len(arr), -1)[i]][0])
+            raise DataError(source, name, f"{v:g} in {_row_name(i, rows)}: values of magnitude "
+                                          f"above {MAX_ABS:g} overflow the squares and products "
+                                          "the dynamics forms; rescale the data")
     return np.ascontiguousarray(X), np.ascontiguousarray(y)

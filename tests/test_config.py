@@ -226,3 +226,22 @@ def test_missing_data_file_names_the_config_field(tmp_path):
         data.from_config(config.load(tmp_path / "c.toml"))
     assert ei.value.field == "data.path" and "c.toml" in ei.value.line()
     assert "nope.csv" in ei.value.line()
+
+
+def test_data_values_beyond_the_float_bound_are_refused_in_one_line(tmp_path):
+    """A value of 1e300 in a CSV is bad input (exit 2 naming the file, column and line), not a
+    divergence of the dynamics; the bound is the config's."""
+    from meanfield.tables import MAX_FLOAT
+    from solvers.inputs import MAX_ABS
+    assert MAX_ABS == MAX_FLOAT
+    for text, field, where in (("x1,x2,y\n0,1,2\n1e300,0,3\n", "X", "line 3"),
+                               ("x1,x2,y\n0,1,2\n1,0,-2e200\n", "y", "line 3")):
+        p = tmp_path / "big.csv"
+        p.write_text(text)
+        with pytest.raises(DataError) as ei:
+            data.load_file(p, target="y")
+        line = ei.value.line()
+        assert f"big.csv: {field}:" in line and where in line and "rescale" in line, line
+    ok = tmp_path / "ok.csv"
+    ok.write_text("x1,y\n1e15,-1e15\n0,1\n")           # the bound itself is accepted
+    assert data.load_file(ok, target="y").X[0, 0] == 1e15

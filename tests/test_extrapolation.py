@@ -198,7 +198,7 @@ def test_analyze_extrapolate_n(tmp_path, capsys):
     assert cli.main(["analyze", str(large), "--extrapolate-n", str(small),
                      "--no-references"]) == 0
     out = capsys.readouterr().out
-    assert "n_particles = 400" in out and "finite-N bias" in out and "1/N_coarse" in out
+    assert "n_particles = 400" in out and "finite-N bias" in out and "r = N_fine/N_coarse" in out
     # refused: another eta as well as another N; the same N
     for other, field in ((run_one_thread(plane8_toml({"model.n_particles": 400,
                                                       "dynamics.eta": 0.025}), tmp_path,

@@ -323,10 +323,10 @@ def _extrapolate(args, kind: str) -> int:
                 f"  (Gibbs reference skipped: {g['skipped']})")
         print(f"{row.tau:9.2e} {np.max(np.abs(row.step_bias)):14.3e} {row.step_bias_z:8.1f} "
               f"{np.max(row.mcse):11.1e} {tail}")
-    h = "eta" if kind == "eta" else "1/N"
+    ratio = "eta_coarse/eta_fine" if kind == "eta" else "N_fine/N_coarse"
     print(f"(bias fine = the fine run's {spec.bias}, (f_coarse - f_fine)/(r - 1); z(bias) in "
           f"units of the combined MCSE: below ~3 the {spec.bias} is not resolved. extrap = "
-          f"(r f_fine - f_coarse)/(r - 1), r = {h}_coarse/{h}_fine; maxima over the training "
+          f"(r f_fine - f_coarse)/(r - 1), r = {ratio}; maxima over the training "
           "points; z = |extrap - Gibbs| / sqrt(MCSE^2 + reference error^2). "
           "docs/theory.md §2.3)")
     return 0
