@@ -81,3 +81,14 @@ def test_inspect_prints_every_field_of_the_config(tmp_path, capsys):
                      else str(value))
             assert f" {key} = {shown}" in f" {line[len(table) + 2:]}", (table, key, line)
     assert "lam = 0.0123456789" in "\n".join(out)          # exactly, not rounded
+
+
+@pytest.mark.parametrize("argv,field", [
+    (["--tau", "-1"], "--tau"), (["--tau", "0"], "--tau"), (["--tau", "nan"], "--tau"),
+    (["--tau", "1e-2", "--rtol", "5"], "--rtol"), (["--tau", "1e-2", "--rtol", "0"], "--rtol"),
+])
+def test_reference_gibbs_names_the_flag_it_refuses(tmp_path, capsys, argv, field):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(tiny_toml())
+    line = one_line(capsys, main(["reference", "gibbs", str(cfg), *argv]))
+    assert f": {field}: " in line, line

@@ -8,6 +8,7 @@ randomized quasi-Monte Carlo (any ``d``);
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 
@@ -79,9 +80,14 @@ def main_gibbs(args) -> int:
     from solvers.gibbsqmc import GibbsAccuracyError, QMCGibbsReference
     cfg, ds = _problem(args.config)
     method = args.method if args.method != "auto" else ("quadrature" if ds.d <= 2 else "qmc")
-    if not (args.rtol > 0 and args.rtol == args.rtol):
-        raise InputError(args.config, "--rtol", f"must be a number > 0, got {args.rtol!r}")
+    if not (0 < args.rtol < 1):
+        raise InputError(args.config, "--rtol", f"must be a relative tolerance in (0, 1), "
+                                                f"got {args.rtol!r}")
     if args.tau is not None:
+        if not (math.isfinite(args.tau) and args.tau > 0):
+            raise InputError(args.config, "--tau", f"must be a finite number > 0, got "
+                                                   f"{args.tau!r} (the tau -> 0 limit is "
+                                                   "'meanfield reference convex')")
         taus = [args.tau]
     else:
         taus = [t for t in cfg.taus if t > 0]
