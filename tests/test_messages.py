@@ -92,3 +92,19 @@ def test_reference_gibbs_names_the_flag_it_refuses(tmp_path, capsys, argv, field
     cfg.write_text(tiny_toml())
     line = one_line(capsys, main(["reference", "gibbs", str(cfg), *argv]))
     assert f": {field}: " in line, line
+
+
+def test_sweep_without_dask_distributed_leaves_no_study_folder(tmp_path, capsys, monkeypatch):
+    """The missing optional extra is said in one line (exit 2) before the study folder is
+    made, so nothing is left behind."""
+    from meanfield.errors import MissingDependencyError
+    from meanfield.sweep import execute
+
+    def missing():
+        raise MissingDependencyError(execute.INSTALL_HINT)
+    monkeypatch.setattr(execute, "require_distributed", missing)
+    study = tmp_path / "study.toml"
+    study.write_text(tiny_toml() + '[sweep]\n"dynamics.seed" = [0, 1]\n')
+    line = one_line(capsys, main(["sweep", str(study), "-o", str(tmp_path / "out"), "--quiet"]))
+    assert "Dask distributed is not installed" in line, line
+    assert not (tmp_path / "out").exists()

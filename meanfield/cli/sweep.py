@@ -61,6 +61,13 @@ def main(args) -> int:
             vals = " ".join(f"{k}={v}" for k, v in job.axis_values.items())
             print(f"  {job.run_file}  {vals}")
         return 0
+    if not args.serial:
+        from meanfield.sweep.execute import require_distributed
+        try:                  # before the study folder is made: a refusal leaves nothing
+            require_distributed()
+        except MissingDependencyError as exc:
+            sys.stderr.write(f"meanfield: error: {exc}\n")
+            return 2
     try:
         summary = study.run(args.workers, scheduler=args.scheduler, serial=args.serial,
                             threads=args.threads, progress=False if args.quiet else None)
