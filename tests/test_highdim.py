@@ -348,3 +348,24 @@ def test_disconnected_start_with_more_than_two_neurons_is_refused(tmp_path, caps
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "disconnected" in err[0]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_full_disk_leaves_neither_file(tmp_path, capsys, monkeypatch):
+    """The data file is built in memory and written in one plain write: a full disk is one
+    line naming the file (HDF5 writing to a full disk itself crashed the process), and the
+    figure written just before is taken back."""
+    import errno
+    from pathlib import Path
+
+    real = Path.write_bytes
+
+    def full(self, data):
+        if self.name.endswith(".tmp"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, data)
+    monkeypatch.setattr(Path, "write_bytes", full)
+    rc = cli_main(["highdim", "--quiet", "--trials", "1", "--n", "5", "--d", "50,100", "-o",
+                   str(tmp_path), "--name", "full"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "No space left on device" in err[0], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -123,10 +123,17 @@ def main(args) -> int:
                              f"cell within --max-steps {params.max_steps} (tolerance "
                              f"{params.tol:g}); nothing written: raise --max-steps or --c\n")
             return 1
+        had_png = png.exists()
         try:
-            # the figure first: a failure leaves no data file behind
+            # the figure first: a failure leaves no data file behind, and a data file that
+            # cannot be written takes the new figure with it
             figures.highdim_figure(png, summary)
-            report.write_h5(h5, params, cells, summary)
+            try:
+                report.write_h5(h5, params, cells, summary)
+            except OSError:
+                if not had_png:
+                    png.unlink(missing_ok=True)
+                raise
         except OSError as exc:
             from meanfield.failures import describe
             what, reason = describe(exc, h5, within=out)

@@ -25,6 +25,7 @@ written under a temporary name and renamed into place.
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -60,6 +61,10 @@ def dumps(doc: dict, **kw) -> str:
 def write_h5(path, params, cells: list, summary: dict) -> Path:
     """Write the study to ``path`` (temporary file in the same folder, then ``os.replace``).
 
+    The HDF5 file is built in memory and written with one plain write: a full disk is then an
+    ``OSError`` with nothing left behind (HDF5 writing the file itself can crash the process
+    when the disk fills).
+
     Parameters
     ----------
     path : path-like
@@ -75,22 +80,24 @@ def write_h5(path, params, cells: list, summary: dict) -> Path:
     """
     path = Path(path)
     prov = provenance()
+    buf = io.BytesIO()
+    with h5py.File(buf, "w") as f:
+        f.attrs["format"] = FORMAT
+        f.attrs["format_version"] = FORMAT_VERSION
+        f.attrs["creator"] = "meanfield " + prov["meanfield"] + (
+            f"+{prov['git_commit'][:12]}" if "git_commit" in prov else "")
+        f.attrs["params_json"] = json.dumps(params.to_dict())
+        f.attrs["summary_json"] = dumps(summary)
+        f.attrs["fields_json"] = json.dumps(TRIAL_FIELDS, ensure_ascii=False)
+        g = f.create_group("cells")
+        for k, c in enumerate(cells):
+            h = g.create_group(str(k))
+            for a in ("n", "d", "eta", "trace"):
+                h.attrs[a] = c[a]
+            for name in list(TRIAL_FIELDS) + list(_ARRAYS):
+                h.create_dataset(name, data=c[name])
     with atomic.replacing(path) as tmp:
-        with h5py.File(tmp, "w") as f:
-            f.attrs["format"] = FORMAT
-            f.attrs["format_version"] = FORMAT_VERSION
-            f.attrs["creator"] = "meanfield " + prov["meanfield"] + (
-                f"+{prov['git_commit'][:12]}" if "git_commit" in prov else "")
-            f.attrs["params_json"] = json.dumps(params.to_dict())
-            f.attrs["summary_json"] = dumps(summary)
-            f.attrs["fields_json"] = json.dumps(TRIAL_FIELDS, ensure_ascii=False)
-            g = f.create_group("cells")
-            for k, c in enumerate(cells):
-                h = g.create_group(str(k))
-                for a in ("n", "d", "eta", "trace"):
-                    h.attrs[a] = c[a]
-                for name in list(TRIAL_FIELDS) + list(_ARRAYS):
-                    h.create_dataset(name, data=c[name])
+        tmp.write_bytes(buf.getvalue())
     return path
 
 
