@@ -209,7 +209,12 @@ def read_toml(path, err=ConfigError) -> dict:
         Missing, unreadable or non-UTF-8 file, or malformed TOML, naming the file.
     """
     try:
-        text = Path(path).read_bytes().decode("utf-8")
+        raw = Path(path).read_bytes()
+        if raw.startswith(b"\x89HDF"):
+            raise err(str(path), "", "is an HDF5 file (a run file?), expected a TOML config; "
+                                     "'meanfield inspect' and 'meanfield analyze' read run "
+                                     "files")
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         raise err(str(path), "", "no such file") from None
     except IsADirectoryError:
@@ -221,7 +226,11 @@ def read_toml(path, err=ConfigError) -> dict:
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise err(str(path), "", f"malformed TOML: {exc}") from None
+        hint = ""
+        if Path(path).suffix.lower() in (".csv", ".npy", ".npz", ".txt"):
+            hint = (" (a data file? a config names it in its [data] table: "
+                    "data.kind = \"file\", data.path = ...)")
+        raise err(str(path), "", f"malformed TOML: {exc}{hint}") from None
 
 
 def from_dict(raw: dict, source: str = "<dict>", base_dir: str | os.PathLike = ".") -> RunConfig:

@@ -108,3 +108,12 @@ def test_sweep_without_dask_distributed_leaves_no_study_folder(tmp_path, capsys,
     line = one_line(capsys, main(["sweep", str(study), "-o", str(tmp_path / "out"), "--quiet"]))
     assert "Dask distributed is not installed" in line, line
     assert not (tmp_path / "out").exists()
+
+
+def test_a_data_or_run_file_given_as_a_config_says_what_it_is(tmp_path, capsys, headed):
+    line = one_line(capsys, main(["run", str(headed), "-o", str(tmp_path / "r.h5")]))
+    assert "malformed TOML" in line and "a data file?" in line and "data.path" in line, line
+    h5 = tmp_path / "x.h5"
+    h5.write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(64))
+    line = one_line(capsys, main(["run", str(h5), "-o", str(tmp_path / "r2.h5")]))
+    assert "is an HDF5 file (a run file?)" in line, line
