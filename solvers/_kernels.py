@@ -880,6 +880,18 @@ def _select(seed, step, X, B, perm, idx, XT):
 
 
 @nb.njit(inline="always")
+def _scaled_residuals(f, y, R):
+    """``R_j = (f_j − y_j)/n`` for every point; whether all of them are finite."""
+    n = y.shape[0]
+    ok = True
+    for j in range(n):
+        R[j] = (f[j] - y[j]) / n
+        if not np.isfinite(R[j]):
+            ok = False
+    return ok
+
+
+@nb.njit(inline="always")
 def _reduce(partial, nbp, N, out):
     """``out[j] = (Σ_blk partial[blk, j]) / N`` for ``j < nbp``, serial in block order."""
     for j in range(nbp):
@@ -969,12 +981,7 @@ def run_steps(T, X, y, B, partial, scratch, ibuf, fbuf, f, R, lam, eta, tau, see
                 XcT[k, j] = XnT[k, j]
         nc = nn
     _reduce(partial, n, N, f)
-    ok = True
-    for j in range(n):
-        R[j] = (f[j] - y[j]) / n
-        if not np.isfinite(R[j]):
-            ok = False
-    return 0 if ok else 1
+    return 0 if _scaled_residuals(f, y, R) else 1
 
 
 # ---------------------------------------------------------------------------------------------

@@ -64,6 +64,7 @@ from solvers._kernels import (
     _ndim,
     _normal,
     _position,
+    _scaled_residuals,
     _seed_keys,
     _uniform,
     forward,
@@ -380,9 +381,4 @@ def mala_steps(T, X, y, XT, partial, scratch, work, sub, f, R, counts, f_sum, la
                                 break
                 else:
                     counts[1] += 1
-    ok = True
-    for j in range(n):
-        R[j] = (f[j] - y[j]) / n
-        if not np.isfinite(R[j]):
-            ok = False
-    return 0 if ok else 1
+    return 0 if _scaled_residuals(f, y, R) else 1
