@@ -107,7 +107,7 @@ def data_mode(theta, X, R, lam, activation="relu", sharpness=10.0, cap=3.0, *,
     (``scipy.sparse.linalg.eigsh``, fixed start vector, so deterministic) multiplies by
     ``K = (S Sᵀ + Σ_c D_c Q Qᵀ D_c)/N``, ``D_c = diag(x̃_{·c})``, at ``O(N n d)`` a product;
     memory ``O(n N)`` for the factors within ``factor_budget``, ``O(N · block_rows + n)`` beyond.
-    The two paths agree to round-off (tests/test_stability.py).
+    The two paths agree to round-off (tests/solvers/test_stability.py).
     """
     from solvers import _kernels
     from solvers.stepper import ACT_CODES

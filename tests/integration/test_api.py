@@ -40,12 +40,12 @@ def test_import_of_roots_is_light():
             "print(sorted(m for m in ('numba', 'ot', 'h5py', 'matplotlib', 'scipy') "
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=Path(__file__).resolve().parent.parent, check=True)
+                         cwd=Path(__file__).resolve().parents[2], check=True)
     assert out.stdout.strip() == "[]"
 
 
 def test_example_script_help():
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     out = subprocess.run([sys.executable, str(root / "examples" / "low_temperature_study.py"),
                           "--help"], capture_output=True, text=True, check=True)
     assert "--threads" in out.stdout and "lowtemp-study" in out.stdout

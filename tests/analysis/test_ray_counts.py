@@ -17,7 +17,7 @@ from analysis.references import convex_reference
 from analysis.ternary import ternary_pattern
 from solvers.geometry import kink_hyperplanes
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 SIX = np.array([[-1, -1, 1], [1, 1, 1], [-1, 1, -1], [1, -1, -1], [0.3, 0, 0.5],
                 [-0.2, 0.6, -0.3]], dtype=float)

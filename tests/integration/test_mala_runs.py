@@ -9,7 +9,7 @@ import signal
 import numpy as np
 import pytest
 from conftest import tiny_toml
-from test_resume import (
+from support import (
     KILL,
     assert_identical,
     leftovers,

@@ -17,7 +17,7 @@ from conftest import tiny_toml
 
 from meanfield.store import open_run, writer_alive
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ENV = dict(os.environ, HDF5_USE_FILE_LOCKING="TRUE")
 
 # A store-level writer (no solver): observation k has risk k and residuals k/7; frame k holds

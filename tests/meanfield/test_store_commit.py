@@ -20,7 +20,7 @@ from meanfield.errors import RunFileError
 from meanfield.store import SCHEMA_VERSION, RunWriter, estimate_size, open_run
 from solvers.observation import Observation
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _cfg(N=6, n=3, d=2, T=40, every=10, snaps=2, taus=(0.1, 0.01)):

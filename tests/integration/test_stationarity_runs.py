@@ -98,9 +98,9 @@ def test_relaxed_ornstein_uhlenbeck_chain_is_stationary():
 @pytest.mark.usefixtures("one_thread")
 def test_relaxed_plane8_run_is_stationary(tmp_path):
     from pathlib import Path
-    src = (Path(__file__).resolve().parents[1] / "data" / "plane8.toml").read_text()
+    src = (Path(__file__).resolve().parents[2] / "data" / "plane8.toml").read_text()
     src = src.replace('path = "plane8.csv"',
-                      f'path = "{Path(__file__).resolve().parents[1] / "data" / "plane8.csv"}"')
+                      f'path = "{Path(__file__).resolve().parents[2] / "data" / "plane8.csv"}"')
     src = (src.replace("n_particles = 4000", "n_particles = 400")
            .replace("taus = [1e-2, 1e-3, 1e-4]", "taus = [1e-2]")
            .replace('steps_per_tau = "auto"', "steps_per_tau = 200000")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import tiny_toml
-from test_faults import one_line
+from support import one_line
 
 from meanfield import config, data
 from meanfield.cli import main

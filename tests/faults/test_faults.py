@@ -10,7 +10,6 @@ workers, an environment read at import) use subprocesses.
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import os
 import resource
@@ -24,26 +23,9 @@ import pytest
 
 from meanfield import cli
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
-from conftest import tiny_toml
-
-TINY = tiny_toml({"output.checkpoint_every": 100})
-
-
-def checksums(root: Path) -> dict:
-    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
-
-
-def one_line(capsys, code, want=2):
-    """The command's stderr is one line (no traceback) and it exited with ``want``."""
-    err = capsys.readouterr().err
-    assert code == want, err
-    assert "Traceback" not in err, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    return lines[0]
+from support import TINY, checksums, one_line
 
 
 def run_cli(*argv, env=None, timeout=300, cwd=None):

@@ -25,7 +25,7 @@ import pytest
 
 from meanfield import cli
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 from conftest import tiny_toml  # noqa: E402
 

@@ -12,8 +12,6 @@ import os
 import random
 import shutil
 import signal
-import subprocess
-import sys
 import time
 import zipfile
 from pathlib import Path
@@ -21,13 +19,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import tiny_toml
+from support import (
+    KILL,
+    assert_identical,
+    leftovers,
+    run_cli,
+    start,
+    stop_after,
+    wait_for,
+)
 
 from meanfield import cli, config, runner
 from meanfield.errors import InputError, Interrupted
 from meanfield.store import open_run
 
-REPO = Path(__file__).resolve().parents[1]
-
+REPO = Path(__file__).resolve().parents[2]
 
 
 def tiny_text(ckpt, changes=None):
@@ -38,59 +44,9 @@ def tiny_text(ckpt, changes=None):
 BOUNDARIES = 32
 
 # For the subprocess tests: long enough to be killed in the middle of writing.
-KILL = """\
-[data]
-kind = "gaussian"
-n = 6
-d = 2
-seed = 1
-[model]
-n_particles = 200
-[dynamics]
-lam = 0.05
-eta = 0.05
-taus = [1e-2, 1e-3]
-steps_per_tau = 2000
-seed = 3
-[output]
-observe_every = 25
-snapshots_per_tau = 4
-checkpoint_every = 200
-"""
 
 
 # ----------------------------------------------------------------------------- helpers
-
-def h5_items(path) -> dict:
-    """Every dataset and attribute of an HDF5 file as comparable bytes."""
-    import h5py
-
-    def attrs(obj):
-        out = {}
-        for k in obj.attrs:
-            a = np.asarray(obj.attrs[k])
-            out[k] = (a.dtype.str, a.shape, a.tobytes()) if a.dtype.kind != "O" else repr(a)
-        return out
-
-    items = {}
-    with h5py.File(path, "r") as f:
-        items["/@"] = attrs(f)
-
-        def visit(name, obj):
-            items[name + "/@"] = attrs(obj)
-            if isinstance(obj, h5py.Dataset):
-                a = obj[()]
-                items[name] = (a.dtype.str, a.shape, a.tobytes())
-        f.visititems(visit)
-    return items
-
-
-def assert_identical(ref, other):
-    a, b = h5_items(ref), h5_items(other)
-    assert sorted(a) == sorted(b)
-    differ = [k for k in a if a[k] != b[k]]
-    assert not differ, f"{other} differs from {ref} in {differ}"
-    return len(a)
 
 
 def assert_prefix_of(ref, partial):
@@ -105,11 +61,6 @@ def assert_prefix_of(ref, partial):
         for key in ("step", "time", "value"):
             assert obs[key].tobytes() == r.observables[name][key][:m].tobytes(), (name, key)
     return p
-
-
-def leftovers(out: Path):
-    return sorted(p.name for p in out.parent.iterdir()
-                  if p.name.startswith(out.name) and p.name != out.name)
 
 
 @pytest.fixture
@@ -135,16 +86,6 @@ def tiny(tmp_path_factory):
     finally:
         numba.set_num_threads(old)
     return cfg_path, ref
-
-
-def stop_after(monkeypatch, k):
-    """Make the run's stop request fire at the k-th observation boundary."""
-    calls = {"n": 0}
-
-    def fake(self):
-        calls["n"] += 1
-        return calls["n"] >= k
-    monkeypatch.setattr(runner._StopRequest, "__call__", fake)
 
 
 # ----------------------------------------------------------------------------- in process
@@ -290,29 +231,6 @@ def test_divergence_exit_1_one_line_keeps_frames_and_checkpoint(tmp_path, capsys
 
 
 # ----------------------------------------------------------------------------- subprocesses
-
-def _env():
-    return dict(os.environ, NUMBA_NUM_THREADS="1")
-
-
-def start(args, cwd):
-    return subprocess.Popen([sys.executable, "-m", "meanfield", *map(str, args)], cwd=cwd,
-                            env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-
-
-def run_cli(args, cwd, timeout=300):
-    return subprocess.run([sys.executable, "-m", "meanfield", *map(str, args)], cwd=cwd,
-                          env=_env(), capture_output=True, text=True, timeout=timeout)
-
-
-def wait_for(cond, proc, timeout=120.0):
-    t0 = time.monotonic()
-    while not cond():
-        if proc.poll() is not None or time.monotonic() - t0 > timeout:
-            return False
-        time.sleep(0.005)
-    return True
 
 
 def ckpt_step(path) -> int:

@@ -25,7 +25,7 @@ from meanfield.sweep import manifest as man
 pytest.importorskip("distributed")
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 STUDY = """
 [data]

@@ -42,7 +42,7 @@ if os.environ.get("MEANFIELD_HYPOTHESIS_EXAMPLES"):
 #: Every command invocation of this module, for the report (``-s`` prints the totals).
 CALLS = {"commands": 0, "exit": {}}
 
-from test_faults import TINY, checksums
+from support import TINY, checksums
 
 # ----------------------------------------------------------------------------- harness
 

@@ -19,7 +19,7 @@ import h5py
 import numpy as np
 import pytest
 from conftest import tiny_toml
-from test_resume import h5_items
+from support import h5_items
 
 from meanfield import checkpoint, cli, config, data, runner
 from meanfield.errors import InputError, Interrupted

@@ -25,7 +25,7 @@ from solvers import stepper as stepper_mod
 from solvers.stepper import Stepper
 
 D_IN = 2
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def problem(N=700, n=7, seed=0, scale=1.0):

@@ -83,7 +83,7 @@ def test_convex_init_lm_cold_to_hot_run_resumes_bitwise(tmp_path, monkeypatch):
     to within the one step and the tiny spread), and a run stopped at a boundary inside the
     first stage and resumed (across the temperature change) equals the uninterrupted run."""
     from conftest import tiny_toml
-    from test_resume import assert_identical, stop_after
+    from support import assert_identical, stop_after
 
     from meanfield import config, runner
     from meanfield.errors import Interrupted

@@ -5,7 +5,7 @@ import re
 import subprocess
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CITE = re.compile(r"(?:THEORY|theory\.md)\s+((?:§\d+(?:\.\d+)?(?:\s*[–,-]\s*)?)+)")
 
 

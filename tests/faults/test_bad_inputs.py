@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 from conftest import tiny_toml
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CORPUS = Path(__file__).resolve().parent / "bad_inputs"
 
 #: The tiny config of ``conftest`` with 200 steps per temperature and checkpoints every 100.

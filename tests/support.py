@@ -1,0 +1,128 @@
+"""Helpers shared by test files of several folders: run files compared bitwise, the CLI in a
+subprocess, stop requests at chosen observation boundaries, one-line error checks.
+
+(``tests/`` is on ``sys.path`` through ``conftest.py``, so any test file can import this one.)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from conftest import tiny_toml
+
+from meanfield import runner
+
+KILL = """\
+[data]
+kind = "gaussian"
+n = 6
+d = 2
+seed = 1
+[model]
+n_particles = 200
+[dynamics]
+lam = 0.05
+eta = 0.05
+taus = [1e-2, 1e-3]
+steps_per_tau = 2000
+seed = 3
+[output]
+observe_every = 25
+snapshots_per_tau = 4
+checkpoint_every = 200
+"""
+
+
+def h5_items(path) -> dict:
+    """Every dataset and attribute of an HDF5 file as comparable bytes."""
+    import h5py
+
+    def attrs(obj):
+        out = {}
+        for k in obj.attrs:
+            a = np.asarray(obj.attrs[k])
+            out[k] = (a.dtype.str, a.shape, a.tobytes()) if a.dtype.kind != "O" else repr(a)
+        return out
+
+    items = {}
+    with h5py.File(path, "r") as f:
+        items["/@"] = attrs(f)
+
+        def visit(name, obj):
+            items[name + "/@"] = attrs(obj)
+            if isinstance(obj, h5py.Dataset):
+                a = obj[()]
+                items[name] = (a.dtype.str, a.shape, a.tobytes())
+        f.visititems(visit)
+    return items
+
+
+def assert_identical(ref, other):
+    a, b = h5_items(ref), h5_items(other)
+    assert sorted(a) == sorted(b)
+    differ = [k for k in a if a[k] != b[k]]
+    assert not differ, f"{other} differs from {ref} in {differ}"
+    return len(a)
+
+
+def leftovers(out: Path):
+    return sorted(p.name for p in out.parent.iterdir()
+                  if p.name.startswith(out.name) and p.name != out.name)
+
+
+def stop_after(monkeypatch, k):
+    """Make the run's stop request fire at the k-th observation boundary."""
+    calls = {"n": 0}
+
+    def fake(self):
+        calls["n"] += 1
+        return calls["n"] >= k
+    monkeypatch.setattr(runner._StopRequest, "__call__", fake)
+
+
+def _env():
+    return dict(os.environ, NUMBA_NUM_THREADS="1")
+
+
+def start(args, cwd):
+    return subprocess.Popen([sys.executable, "-m", "meanfield", *map(str, args)], cwd=cwd,
+                            env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def run_cli(args, cwd, timeout=300):
+    return subprocess.run([sys.executable, "-m", "meanfield", *map(str, args)], cwd=cwd,
+                          env=_env(), capture_output=True, text=True, timeout=timeout)
+
+
+def wait_for(cond, proc, timeout=120.0):
+    t0 = time.monotonic()
+    while not cond():
+        if proc.poll() is not None or time.monotonic() - t0 > timeout:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+TINY = tiny_toml({"output.checkpoint_every": 100})
+
+
+def checksums(root: Path) -> dict:
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def one_line(capsys, code, want=2):
+    """The command's stderr is one line (no traceback) and it exited with ``want``."""
+    err = capsys.readouterr().err
+    assert code == want, err
+    assert "Traceback" not in err, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    return lines[0]
