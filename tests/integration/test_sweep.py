@@ -1,8 +1,9 @@
 """Studies on a real local Dask cluster: completion, idempotent reruns, redoing a deleted run
 file, and recovery after a worker is killed mid-job.
 
-The jobs are tiny (N = 100-200, a few thousand steps). Worker processes are spawned fresh, so
-they share a numba cache directory (``NUMBA_CACHE_DIR``) to compile the kernels only once.
+The jobs are tiny (N = 100-200, a few thousand steps). Worker processes are spawned fresh; they
+load the kernels from numba's cache of the installed package, which a warm-up run fills first
+(a cache folder of their own would cost the suite one more cold compile, minutes on two cores).
 """
 
 from __future__ import annotations
@@ -61,13 +62,12 @@ runner.run(cfg, sys.argv[1], progress=False, threads=1)
 
 @pytest.fixture(scope="module")
 def numba_cache(tmp_path_factory):
-    """A numba cache shared by every worker process the tests spawn, filled once up front (so
-    the workers load the kernels instead of each compiling them)."""
-    d = tmp_path_factory.mktemp("numba-cache")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("NUMBA_CACHE_DIR", str(d))
-        subprocess.run([sys.executable, "-c", WARM, str(d / "warm.h5")], cwd=REPO, check=True)
-        yield d
+    """numba's cache of the installed kernels, filled (or found filled) by one warm-up run in a
+    fresh process before the workers start, so that they load the kernels instead of each
+    compiling them."""
+    d = tmp_path_factory.mktemp("warm-up")
+    subprocess.run([sys.executable, "-c", WARM, str(d / "warm.h5")], cwd=d, check=True)
+    return d
 
 
 @pytest.fixture(scope="module")
