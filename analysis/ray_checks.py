@@ -12,8 +12,6 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 #: Factors applied to each threshold in :func:`sensitivity` (the default sits in the middle).
@@ -38,9 +36,9 @@ def averaged_residuals(run, k: int, window: float = 0.5) -> np.ndarray:
     """
     sch = run.schedule
     step = int(run.frame_step[k])
-    stage = sch.stage_of_step(step)
-    start, T = sch.stage_bounds(stage)[0], sch.stage_length(stage)
-    lo = max(start, start + math.floor((1 - window) * T))
+    stage = int(run.frame_stage[k])
+    start = sch.stage_bounds(stage)[0]
+    lo = sch.last_part(stage, window)[0]
     obs = run.observables.get("residuals")
     if obs is None or len(obs["step"]) == 0:
         return None

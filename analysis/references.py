@@ -117,9 +117,9 @@ def gibbs_distance(run, stage: int, window: float = 0.5) -> dict:
     Returns
     -------
     dict
-        ``tau, max_abs_diff, rms_diff, max_stderr, f_particles, f_reference, max_abs_G,
-        residual, quad_error, method, seconds`` (``seconds``: wall time of the reference, 0
-        when cached), or ``{"tau", "skipped": reason}`` when ``d > QMC_MAX_D``, ``tau = 0``
+        ``stage, tau, max_abs_diff, rms_diff, max_stderr, f_particles, f_reference,
+        max_abs_G, residual, quad_error, method, seconds`` (``seconds``: wall time of the
+        reference, 0 when cached), or ``{"stage", "tau", "skipped": reason}`` when ``d > QMC_MAX_D``, ``tau = 0``
         or the QMC accuracy is out of reach at ``tau``.
 
     Raises
@@ -131,9 +131,9 @@ def gibbs_distance(run, stage: int, window: float = 0.5) -> dict:
     t0 = time.time()
     ref, skipped = _gibbs_or_skip(run, tau)
     if skipped:
-        return {"tau": tau, "skipped": skipped}
+        return {"stage": int(stage), "tau": tau, "skipped": skipped}
     f, se = _particles(run, stage, window)
-    out = {"tau": tau, **_distances(f, se, ref.f_train), "max_abs_G": float(ref.max_abs_G),
+    out = {"stage": int(stage), "tau": tau, **_distances(f, se, ref.f_train), "max_abs_G": float(ref.max_abs_G),
            "residual": float(ref.residual), "quad_error": float(ref.quad_error),
            "method": "quadrature" if run.d <= 2 else "qmc",
            "seconds": round(time.time() - t0, 3)}
@@ -201,16 +201,16 @@ def convex_distance(run, stage: int | None = None, window: float = 0.5) -> dict:
     Returns
     -------
     dict
-        ``tau, max_abs_diff, rms_diff, max_stderr, f_particles, f_reference, max_abs_G,
-        duality_gap, n_rays``.
+        ``stage, tau, max_abs_diff, rms_diff, max_stderr, f_particles, f_reference,
+        max_abs_G, duality_gap, n_rays``.
     """
     lam = float(run.config["dynamics"]["lam"])
     taus = [float(t) for t in run.config["dynamics"]["taus"]]
     if stage is None:
-        stage = int(np.argmin(taus))
+        stage = run.schedule.coldest_stage()
     f, se = _particles(run, stage, window)
     ref = convex_reference(run.X, run.y, lam)
-    return {"tau": taus[stage], **_distances(f, se, ref.f_train),
+    return {"stage": int(stage), "tau": taus[stage], **_distances(f, se, ref.f_train),
             "max_abs_G": float(ref.max_abs_G), "duality_gap": float(ref.duality_gap),
             "n_rays": int(len(ref.weights))}
 
@@ -304,7 +304,7 @@ def compare_run(run: Any, window: float = 0.5, rays_by_stage: dict | None = None
     taus = [float(t) for t in run.config["dynamics"]["taus"]]
     prefetch_gibbs(run)
     gib = [gibbs_distance(run, s, window) for s in range(len(taus))]
-    cold = int(np.argmin(taus))
+    cold = run.schedule.coldest_stage()
     cvx = convex_distance(run, cold, window)
     rays = None
     if rays_by_stage and cold in rays_by_stage:
@@ -368,10 +368,9 @@ def report_section(run, rep: dict, window: float = 0.5, max_P: int = 20000) -> d
         return {"skipped": f"model.activation = {act!r}: the exact references are for relu"}
     if rep.get("P") is not None and rep["P"] > max_P:
         return {"skipped": f"P = {rep['P']} > {max_P}: the references enumerate the dichotomies"}
-    taus = [float(t) for t in run.config["dynamics"]["taus"]]
-    cold = int(np.argmin(taus))
+    cold = run.schedule.coldest_stage()
     rays_by_stage = None
-    snaps = [s for s in rep.get("snapshots", []) if s["tau"] == taus[cold]]
+    snaps = [s for s in rep.get("snapshots", []) if s["stage"] == cold]
     if snaps and snaps[-1]["rays"]:
         rs = snaps[-1]["rays"]
         rays_by_stage = {cold: (np.array([q["direction"] for q in rs]),

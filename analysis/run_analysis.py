@@ -5,7 +5,10 @@ Theorem 6 checks; ``P`` of the data; across the temperature ladder ``J(τ)``, ``
 
 Pure computation on a run object (:class:`meanfield.store.Run` or anything with its attributes:
 ``X``, ``y``, ``lam``, ``taus``, ``schedule``, ``frame(k)``, ``frame_step``, ``frame_tau``,
-``observables``, ``complete``, ``path``). The results are dataclasses; their ``as_dict()`` is
+``frame_stage``, ``stage``, ``stage_observations(s)``, ``stage_frames(s)``, ``steps_run(s)``,
+``observables``, ``complete``, ``path``). A stage is the index of a ladder step, never a
+temperature: a ladder may visit a temperature twice, and every row of the report names its
+``stage``. The results are dataclasses; their ``as_dict()`` is
 the report document that ``meanfield analyze`` writes (``docs/format.md``).
 """
 
@@ -41,6 +44,8 @@ class FrameAnalysis:
         Temperature of the frame.
     step : int
         Global step of the frame.
+    stage : int
+        Its stage on the ladder (:attr:`meanfield.store.Run.frame_stage`).
     risk : float
         The stored risk at that step (or the risk of ``f_train`` when none is stored).
     theta : ndarray of shape (N, d+2)
@@ -57,6 +62,7 @@ class FrameAnalysis:
 
     tau: float
     step: int
+    stage: int
     risk: float
     theta: np.ndarray
     rays: RayResult
@@ -73,7 +79,7 @@ class FrameAnalysis:
     def as_dict(self) -> dict:
         """The snapshot's entry of the report document."""
         rays = self.rays.rays
-        return {"tau": self.tau, "step": self.step, "risk": self.risk,
+        return {"stage": self.stage, "tau": self.tau, "step": self.step, "risk": self.risk,
                 "n_rays": len(rays), "n_hyperplanes": len(self.kinks),
                 "rays": [q.as_dict() for q in rays], "kinks": [k.as_dict() for k in self.kinks],
                 "f_train": [float(v) for v in self.f_train],
@@ -86,10 +92,12 @@ class FrameAnalysis:
 
 @dataclass
 class LadderRow:
-    """One temperature of the ladder (its last snapshot).
+    """One stage of the ladder (its last snapshot).
 
     Attributes
     ----------
+    stage : int
+        The stage (index into the ladder; a temperature visited twice is two stages).
     tau, step : float, int
         Temperature and step of the snapshot.
     J, K : int
@@ -108,6 +116,7 @@ class LadderRow:
         RMS distance of ``f_train`` to the zero-temperature reference.
     """
 
+    stage: int
     tau: float
     step: int
     J: int
@@ -151,14 +160,14 @@ class RunAnalysis:
     frames : list of FrameAnalysis
         Every snapshot frame, in ladder order.
     ladder : list of LadderRow
-        One row per temperature.
+        One row per stage that has a snapshot.
     two_point : list of dict or None
         The [LJM26] Proposition 7 comparison per temperature (symmetric two-point data only).
     references : dict or None
         :func:`analysis.references.report_section` (when asked for).
     verdicts : list of analysis.stationarity.Verdict or None
         The stationarity verdict of every ladder stage (:func:`analysis.stationarity
-        .run_verdicts`), one per temperature of ``taus``.
+        .run_verdicts`), one per stage of the ladder ``taus``.
     taus : tuple of float
         The run's ladder.
     """
@@ -206,10 +215,12 @@ class RunAnalysis:
                "P_tol_range": None if dc.tol_range is None else list(dc.tol_range),
                "bound_2P_minus_1": 2 * P - 1, "bound_P_minus_1": P - 1,
                "complete": self.complete,
-               "n_rays_by_tau": [{"tau": f.tau, "step": f.step, "n_rays": len(f.rays.rays),
-                                  "n_hyperplanes": len(f.kinks)} for f in self.frames],
+               "n_rays_by_tau": [{"stage": f.stage, "tau": f.tau, "step": f.step,
+                                  "n_rays": len(f.rays.rays), "n_hyperplanes": len(f.kinks)}
+                                 for f in self.frames],
                "ladder": rows,
-               "w2_to_previous": [{"tau": r["tau"], "w2": r["w2_to_previous"],
+               "w2_to_previous": [{"stage": r["stage"], "tau": r["tau"],
+                                   "w2": r["w2_to_previous"],
                                    "method": r["w2_method"], "w2_rays": r["w2_rays_to_previous"]}
                                   for r in rows[1:]],
                "patterns": last.patterns if last else [],
@@ -224,7 +235,7 @@ class RunAnalysis:
         if self.sensitivity is not None:
             rep["sensitivity"] = self.sensitivity
         if self.verdicts is not None:
-            annotate_report(rep, self.verdicts, self.taus)
+            annotate_report(rep, self.verdicts)
         return rep
 
 
@@ -264,7 +275,7 @@ def analyze_frame(run: Any, k: int, **ray_kw) -> FrameAnalysis:
     risk = _obs_at(run, "risk", step)
     f_train = numpy_model.predict(theta, run.X)
     return FrameAnalysis(
-        tau=float(run.frame_tau[k]), step=step,
+        tau=float(run.frame_tau[k]), step=step, stage=int(run.frame_stage[k]),
         risk=float(risk) if risk is not None else float(np.mean((f_train - run.y) ** 2)),
         theta=theta, rays=res, kinks=kinks, f_train=f_train,
         theorem6=ternary.theorem6([q.pattern for q in res.rays], res.cell_conflicts),
@@ -285,6 +296,26 @@ def frame_ray_kw(run: Any, k: int, **ray_kw) -> dict:
     return kw
 
 
+def last_of_stages(snapshots: list) -> list:
+    """The last snapshot of each stage, in ladder order.
+
+    Parameters
+    ----------
+    snapshots : list of FrameAnalysis, or of their report entries (dicts with ``"stage"``)
+        In ladder order (as frames are written).
+
+    Returns
+    -------
+    list
+        One item per stage that has snapshots, keyed by the stage, never by the temperature
+        (a ladder may visit one twice).
+    """
+    last = {}
+    for s in snapshots:
+        last[s["stage"] if isinstance(s, dict) else s.stage] = s
+    return [last[k] for k in sorted(last)]
+
+
 def _reference_values(reference, X):
     """The zero-temperature reference predictor on the training inputs, or None."""
     if reference is None:
@@ -299,14 +330,15 @@ def _reference_values(reference, X):
 
 def ladder(X: ArrayLike, frames: list[FrameAnalysis], reference: ArrayLike | Callable | None = None,
            w2: bool = True, **w2_kw) -> list[LadderRow]:
-    """One row per temperature of the ladder (the last snapshot at each ``τ``).
+    """One row per stage of the ladder (its last snapshot).
 
     Parameters
     ----------
     X : ndarray of shape (n, d)
         The training inputs.
     frames : list of FrameAnalysis
-        :func:`analyze_frame` of every frame, in ladder order.
+        :func:`analyze_frame` of every frame, in ladder order (their ``stage`` says which
+        frame is the last of a stage).
     reference : ndarray of shape (n,) or callable, optional
         Zero-temperature reference predictor on the training inputs (or a function of ``X``),
         e.g. the convex ``τ → 0`` solution (THEORY §4); without it the distance is ``None``.
@@ -326,13 +358,9 @@ def ladder(X: ArrayLike, frames: list[FrameAnalysis], reference: ArrayLike | Cal
         A reference with another number of values than training points.
     """
     ref = _reference_values(reference, np.asarray(X))
-    last = {}
-    for i, f in enumerate(frames):
-        last[f.tau] = i                      # frames are in ladder order; keep the last per τ
     rows, prev = [], None
-    for i in sorted(last.values()):
-        f = frames[i]
-        row = LadderRow(tau=f.tau, step=f.step, J=len(f.rays.rays), K=len(f.kinks), risk=f.risk,
+    for f in last_of_stages(frames):
+        row = LadderRow(stage=f.stage, tau=f.tau, step=f.step, J=len(f.rays.rays), K=len(f.kinks), risk=f.risk,
                         halo_mass_fraction=f.rays.thresholds_used()["halo_mass_fraction"])
         if prev is not None and w2:
             d = transport.w2_snapshots(prev.theta, f.theta, **w2_kw)
@@ -421,20 +449,19 @@ def analyze(run: Any, *, reference: ArrayLike | Callable | None = None, w2: bool
             reference = cvx.f_train
     tp = None
     if two_point.detect(run.X, run.y) is not None:
-        per_tau = sorted({f.tau: i for i, f in enumerate(frames)}.values())
-        tp = [{"tau": frames[i].tau,
-               **two_point.compare(run.X, run.y, run.lam, frames[i].kinks,
-                                   [float(v) for v in frames[i].f_train])}
-              for i in per_tau]
+        tp = [{"stage": f.stage, "tau": f.tau,
+               **two_point.compare(run.X, run.y, run.lam, f.kinks,
+                                   [float(v) for v in f.f_train])}
+              for f in last_of_stages(frames)]
     result = RunAnalysis(run=str(run.path), d=run.d, n=run.n, X=run.X, y=run.y, dichotomies=dc,
                          complete=run.complete, frames=frames,
                          ladder=ladder(run.X, frames, reference, w2), two_point=tp)
     floor = ray_kw.get("min_mass_frac", 1e-2)
     if cvx is not None:
         cc = convex_counts(cvx, run.X, floor=floor)
-        per_tau = {f.tau: f for f in frames}
+        per_stage = {f.stage: f for f in last_of_stages(frames)}
         for r in result.ladder:
-            m = convex_comparison(per_tau[r.tau].rays.rays, cc)
+            m = convex_comparison(per_stage[r.stage].rays.rays, cc)
             r.J_convex, r.K_convex, r.matched = cc["J"], cc["K"], len(m["pairs"])
             r.unmatched_measured = m["unmatched_measured"]
             r.unmatched_reference = m["unmatched_reference"]

@@ -260,27 +260,6 @@ def verdict(steps, F, eta_h=None, snapshots=None, X=None, F_previous=None, *, al
                    reasons)
 
 
-def stage_bounds(run, stage: int) -> tuple[int, int]:
-    """Global steps ``(lo, hi]`` of ladder stage ``stage`` of a run file, from its observations
-    (the end of every stage is observed): ``(stage T, (stage+1) T)`` for a fixed
-    ``steps_per_tau``, the steps actually run with ``"auto"``. A stage not reached yet is empty,
-    ``lo == hi``; one under way ends at its last observation."""
-    steps = np.asarray(run.observables["tau"]["step"])
-    ends = [int(steps[m][-1]) if np.any(m) else None
-            for m in (stage_observations(run, s) for s in range(stage + 1))]
-    lo = max((e for e in ends[:-1] if e is not None), default=0)
-    return lo, ends[-1] if ends[-1] is not None else lo
-
-
-def stage_observations(run, stage: int) -> np.ndarray:
-    """Boolean mask (M,) of the observations of ladder stage ``stage`` of a run file
-    (:class:`meanfield.store.Run` or anything with its ``observables`` and ``config``): those
-    recorded at the stage's temperature, so it holds for fixed and for ``"auto"`` stage
-    lengths."""
-    taus = [float(t) for t in run.config["dynamics"]["taus"]]
-    return np.asarray(run.observables["tau"]["value"], dtype=float) == taus[stage]
-
-
 #: The ``"mala"`` observables a verdict carries (means over the second half of the stage).
 MOVE_OBSERVABLES = ("acceptance", "jump_acceptance", "cell_exchange")
 
@@ -290,7 +269,9 @@ def run_verdicts(run, **kw) -> list:
 
     Uses the predictor ``y + n R`` from the ``residuals`` observable, ``residuals_previous``
     and ``eta_lambda_max`` when the file has them, and the snapshot frames of the stage's
-    second half. ``kw`` go to :func:`verdict`.
+    second half; the observations and frames of a stage are those the run file places in it
+    (``run.stage_observations(s)``, ``run.stage_frames(s)`` of :class:`meanfield.store.Run`),
+    never told by temperature. ``kw`` go to :func:`verdict`.
 
     Returns
     -------
@@ -304,21 +285,19 @@ def run_verdicts(run, **kw) -> list:
     Fp_all = (np.asarray(obs["residuals_previous"]["value"]) * n + y
               if "residuals_previous" in obs else None)
     eh_all = np.asarray(obs["eta_lambda_max"]["value"]) if "eta_lambda_max" in obs else None
-    frame_tau = np.asarray(run.frame_tau, dtype=float)
     frame_step = np.asarray(run.frame_step)
-    dyn = run.config["dynamics"]
-    auto = dyn.get("steps_per_tau") == "auto"
-    budget = int(dyn.get("max_steps_per_tau", 0) or 0)
+    sch = run.schedule
+    budget = int(sch.max_steps_per_tau)
     out = []
-    for s, tau in enumerate(float(t) for t in run.config["dynamics"]["taus"]):
-        sel = stage_observations(run, s)
+    for s in range(sch.n_stages):
+        sel = run.stage_observations(s)
         if not np.any(sel):
             out.append(Verdict(False, math.nan, math.nan, math.nan, math.nan, math.nan, 0.0,
                                z_critical(n), ["stage not reached"]))
             continue
         steps = steps_all[sel]
         mid = steps[len(steps) // 2]
-        frames = [k for k in np.nonzero(frame_tau == tau)[0] if frame_step[k] >= mid]
+        frames = [k for k in run.stage_frames(s) if frame_step[k] >= mid]
         v = verdict(steps, F_all[sel], None if eh_all is None else eh_all[sel],
                     [run.frame(int(k)) for k in frames] if len(frames) > 1 else None,
                     run.X, None if Fp_all is None else Fp_all[sel], **kw)
@@ -327,8 +306,7 @@ def run_verdicts(run, **kw) -> list:
                 vals = np.asarray(obs[name]["value"], dtype=float)[sel][len(steps) // 2:]
                 if np.any(np.isfinite(vals)):
                     setattr(v, name, float(np.nanmean(vals)))
-        lo, hi = stage_bounds(run, s)
-        if auto and not v.stationary and hi - lo >= budget:
+        if sch.auto and not v.stationary and run.steps_run(s) >= budget:
             v.reasons.append(f"budget spent: max_steps_per_tau = {budget} steps run")
         out.append(v)
     return out
@@ -364,32 +342,30 @@ def theorem6_status(checks: dict | None, n_rays: int, stationary) -> dict | None
     return out
 
 
-def annotate_report(rep: dict, verdicts: list, taus) -> dict:
+def annotate_report(rep: dict, verdicts: list) -> dict:
     """Put the stage verdicts into a report document (``meanfield analyze --json``), in place.
 
-    Every ``ladder`` row gains ``stationary`` (true, false, or null when the run file has no
+    ``verdicts[s]`` is the verdict of stage ``s``; a row or snapshot takes that of its
+    ``stage``. Every ``ladder`` row gains ``stationary`` (true, false, or null when the run file has no
     observations of the stage) and ``stationarity`` (:meth:`Verdict.to_dict`); in a row judged
     not stationary ``J`` and ``K`` read ``"not stationary"`` and the counts move to
     ``J_measured`` / ``K_measured``. The ``theorem6`` block of the coldest snapshot and of every
     snapshot goes through :func:`theorem6_status`.
     """
-    taus = [float(t) for t in taus]
-    by_tau = dict(zip(taus, verdicts))
-
-    def flag(tau):
-        v = by_tau.get(float(tau))
+    def flag(stage):
+        v = verdicts[stage] if 0 <= stage < len(verdicts) else None
         if v is None or v.reasons == ["stage not reached"]:
             return None, None
         return bool(v.stationary), v.to_dict()
 
     for row in rep.get("ladder", []):
-        st, doc = flag(row["tau"])
+        st, doc = flag(row["stage"])
         row["stationary"], row["stationarity"] = st, doc
         row["J_measured"], row["K_measured"] = row["J"], row["K"]
         if st is False:
             row["J"] = row["K"] = NOT_STATIONARY
     for snap in rep.get("snapshots", []):
-        st, _ = flag(snap["tau"])
+        st, _ = flag(snap["stage"])
         snap["stationary"] = st
         snap["theorem6"] = theorem6_status(snap.get("theorem6"), snap.get("n_rays", 0), st)
     snaps = rep.get("snapshots", [])

@@ -119,9 +119,7 @@ def _stage_rays(run, stage):
     from analysis.kinks import data_kinks
     from analysis.rays import find_rays
     from analysis.run_analysis import frame_ray_kw
-    from analysis.stationarity import stage_bounds
-    lo, hi = stage_bounds(run, stage)
-    k = [k for k in range(run.n_frames) if lo < int(run.frame_step[k]) <= hi][-1]
+    k = run.last_frame(stage)
     theta = run.frame(k)
     res = find_rays(theta, run.X, **frame_ray_kw(run, k))
     K = len(data_kinks([q.direction for q in res.rays], run.X,
@@ -146,7 +144,7 @@ def analyse_cell(path: Path, name: str, N: int, seed: int, with_sensitivity: boo
     from analysis.ray_checks import convex_comparison, convex_counts
     from analysis.rays import directions
     from analysis.references import convex_reference
-    from analysis.stationarity import run_verdicts, stage_bounds
+    from analysis.stationarity import run_verdicts
     from meanfield.store import open_run
     run = open_run(path)
     dyn = run.config["dynamics"]
@@ -156,10 +154,9 @@ def analyse_cell(path: Path, name: str, N: int, seed: int, with_sensitivity: boo
     stage_rays = [_stage_rays(run, s) for s in range(len(taus))]
     stat = [s for s in range(len(taus)) if verdicts[s].stationary and
             _certified(stage_rays[s][1])]
-    stage = max(stat, key=lambda s: -taus[s]) if stat else int(np.argmin(taus))
+    stage = max(stat, key=lambda s: -taus[s]) if stat else run.schedule.coldest_stage()
     theta, res, K = stage_rays[stage]
-    lo, hi = stage_bounds(run, stage)
-    span = (hi - lo) * float(dyn["eta"])
+    span = run.steps_run(stage) * float(dyn["eta"])
     conv = convex_reference(run.X, run.y, lam)
     cc = convex_counts(conv, run.X)
     m = convex_comparison(res.rays, cc)
@@ -199,7 +196,7 @@ def analyse_cell(path: Path, name: str, N: int, seed: int, with_sensitivity: boo
     if below and (len(res.rays) != cc["J"] or m["unmatched_measured"]):
         notes.append("convex rays below the floor: weights "
                      + ", ".join(f"{w:.4f}" for w in below) + " of sum|c|")
-    cold = int(np.argmin(taus))
+    cold = run.schedule.coldest_stage()
     if stage in stat and stage != cold:
         rc = stage_rays[cold][1]
         notes.append(f"coldest stage tau={taus[cold]:g} not stationary: "
@@ -219,8 +216,7 @@ def analyse_cell(path: Path, name: str, N: int, seed: int, with_sensitivity: boo
     if with_sensitivity:
         from analysis.ray_checks import sensitivity
         from analysis.run_analysis import frame_ray_kw
-        T = int(dyn["steps_per_tau"])
-        k = [k for k in range(run.n_frames) if (int(run.frame_step[k]) - 1) // T == stage][-1]
+        k = run.last_frame(stage)
         sens = sensitivity(theta, run.X, frame_ray_kw(run, k), conv=conv)
     if K != cc["K"] and not notes:
         notes.append("K differs: kinks " + "; ".join(

@@ -64,7 +64,7 @@ def main(argv=None):
     cvx = convex(run.X, run.y, lam)
     t_cvx = time.time() - t0
     taus = cfg.taus
-    cold = int(np.argmin(taus))
+    cold = cfg.schedule.coldest_stage()
     for s, tau in enumerate(taus):
         f, se = time_average_predictor(run, s, 0.5)
         dc = _distances(f, se, cvx.f_train)["max_abs_diff"]

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from analysis.rays import directions
+from analysis.run_analysis import last_of_stages
 from analysis.time_average import time_average_observable
 from meanfield import atomic
 from solvers import numpy_model
@@ -86,13 +87,6 @@ def _rc():
     return import_matplotlib().rc_context(RUN_STYLE)
 
 
-def _last_per_tau(rep):
-    last = {}
-    for s in rep.get("snapshots", []):
-        last[s["tau"]] = s
-    return list(last.values())
-
-
 def _frame_of(run, step):
     k = int(np.nonzero(np.asarray(run.frame_step) == step)[0][0])
     return run.frame(k)
@@ -133,7 +127,7 @@ def plot_predictor(rep, run, *, axes=None, taus=None):
     Parameters
     ----------
     rep : dict
-        The analysis (``analyze_run``); its last snapshot at each ``τ`` is drawn.
+        The analysis (``analyze_run``); the last snapshot of each stage is drawn.
     run : meanfield.store.Run
         The run file (the particles of those snapshots).
     axes : sequence of matplotlib Axes, optional
@@ -163,7 +157,8 @@ def plot_predictor(rep, run, *, axes=None, taus=None):
     """
     X, y = np.asarray(run.X, float), np.asarray(run.y, float)
     d = X.shape[1]
-    snaps = [s for s in _last_per_tau(rep) if taus is None or s["tau"] in taus]
+    snaps = [s for s in last_of_stages(rep.get("snapshots", []))
+             if taus is None or s["tau"] in taus]
     if d > 2 or not snaps:
         return None
     with _rc():
@@ -296,7 +291,7 @@ def _wrap(x):
     return np.mod(x + np.pi, 2 * np.pi) - np.pi
 
 
-def plot_directions(rep, run, *, axes=None, tau=None, convex=None):
+def plot_directions(rep, run, *, axes=None, tau=None, stage=None, convex=None):
     """Where the neurons point at one temperature: the mass density of the directions
     ``v = (w, b)/|(w, b)|`` with the rays marked.
 
@@ -308,7 +303,10 @@ def plot_directions(rep, run, *, axes=None, tau=None, convex=None):
     axes : sequence of two matplotlib Axes (Mollweide projection), optional
         For ``a > 0`` and ``a < 0`` (``d = 2``); one polar Axes for ``d = 1``.
     tau : float, optional
-        The temperature (default: the coldest); its last snapshot is drawn.
+        The temperature (default: the last stage); the last snapshot of the last stage at
+        that temperature is drawn.
+    stage : int, optional
+        The stage instead (its last snapshot; ``tau`` is then ignored).
     convex : tuple (directions (J, d+1), signs (J,)), optional
         Rays of the ``τ → 0`` convex solution to overlay (``+``); by default those of the exact
         reference when the analysis compared with it.
@@ -323,7 +321,7 @@ def plot_directions(rep, run, *, axes=None, tau=None, convex=None):
     meanfield.errors.RunFileError
         The run file cannot be read (the particles of a snapshot load from it).
     ValueError
-        ``tau`` is not a temperature of the analysis.
+        ``tau`` is not a temperature of the analysis, or ``stage`` has no snapshot.
 
     Notes
     -----
@@ -336,14 +334,20 @@ def plot_directions(rep, run, *, axes=None, tau=None, convex=None):
     title). Sources: THEORY §4, [LJM26].
     """
     X, d = np.asarray(run.X, float), run.X.shape[1]
-    snaps = _last_per_tau(rep)
+    snaps = last_of_stages(rep.get("snapshots", []))
     if d > 2 or not snaps:
         return None
-    have = [s["tau"] for s in snaps]
-    if tau is not None and tau not in have:
-        listed = ", ".join(f"{t:g}" for t in have)
-        raise ValueError(f"no snapshot at tau={tau:g}; the analysis has {listed}")
-    snap = snaps[-1] if tau is None else next(s for s in snaps if s["tau"] == tau)
+    if stage is not None:
+        pick = [s for s in snaps if s["stage"] == stage]
+        if not pick:
+            listed = ", ".join(str(s["stage"]) for s in snaps)
+            raise ValueError(f"no snapshot of stage {stage}; the analysis has stages {listed}")
+    else:
+        pick = [s for s in snaps if tau is None or s["tau"] == tau]
+        if not pick:
+            listed = ", ".join(f"{s['tau']:g}" for s in snaps)
+            raise ValueError(f"no snapshot at tau={tau:g}; the analysis has {listed}")
+    snap = pick[-1]
     theta = _frame_of(run, snap["step"])
     V, _, mass = directions(theta)
     mass = mass / max(mass.sum(), 1e-300)
@@ -544,9 +548,9 @@ def plot_ladder(rep, run, *, axes=None):
         a.set_title("(a) rays J, kinks K", loc="left")
         # (b) risk
         m, e = np.full(len(taus), np.nan), np.full(len(taus), np.nan)
-        for st in range(len(taus)):
+        for i, r in enumerate(rows):
             with contextlib.suppress(ValueError):       # no observation in the window
-                m[st], e[st] = time_average_observable(run, "risk", st)
+                m[i], e[i] = time_average_observable(run, "risk", r["stage"])
         if np.isfinite(m).any():
             b.errorbar(taus, m, yerr=e, fmt="o-", ms=3.5, capsize=2, color="C0",
                        label="particles, time avg.")

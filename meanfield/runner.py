@@ -542,20 +542,21 @@ def integrate(cfg: _config.RunConfig, dataset: _data.Dataset, writer: RunWriter 
                     stage_done=stage_done)
     with progress_bar(schedule.total_steps, "run", "step", enabled=progress,
                       initial=state.step) as bar:
-        stage_tau = None
+        stage_seen = None
         bar.upper_bound = schedule.auto          # plain lines: "at most ... left"
         for state, obs, snapshot in loop:
-            if schedule.auto and obs.tau != stage_tau and obs.tau in schedule.taus:
+            if schedule.auto and obs.stage != stage_seen:
                 # a stage began: the earlier ones are done, this and the later ones may use
                 # their whole budget (the total counted the budget of every stage)
-                stage_tau = obs.tau
-                left = schedule.n_stages - schedule.taus.index(obs.tau)
+                stage_seen = obs.stage
+                left = schedule.n_stages - obs.stage
                 _retotal(bar, prev + left * int(schedule.max_steps_per_tau))
             if writer is not None:
                 writer.append_observations([obs])
                 state.n_observations += 1
                 if snapshot:
-                    writer.append_frame(state.theta, obs.step, obs.time, obs.tau)
+                    writer.append_frame(state.theta, obs.step, obs.time, obs.tau, obs.stage,
+                                        obs.step_in_stage)
                     state.n_frames += 1
             bar.update(obs.step - prev)
             bar.set_postfix(tau=f"{obs.tau:.1e}", risk=f"{obs.risk:.3e}", refresh=False)

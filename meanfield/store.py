@@ -9,9 +9,11 @@ Layout (documented in ``docs/format.md``)::
     /particles/neurons/box        attrs dimension = d+2, boundary = ['none'] * (d+2)
     /particles/neurons/position/{step (F,), time (F,), value (F, N, d+2)}   rows (a, w_1..w_d, b)
     /particles/neurons/temperature/{step, time, value (F,)}                 tau of each frame
+    /particles/neurons/{stage, step_in_stage}/{step, time, value (F,) int} where each frame is
     /observables/<name>/{step (M,), time (M,), value (M, ...)}
-        tau, risk, regulariser, mean_sq_norm, residuals (M, n), stationarity,
-        residuals_previous (M, n), eta_lambda_max, acceptance, jump_acceptance, cell_exchange
+        stage, step_in_stage (int: where the row is on the ladder), tau, risk, regulariser,
+        mean_sq_norm, residuals (M, n), stationarity, residuals_previous (M, n),
+        eta_lambda_max, acceptance, jump_acceptance, cell_exchange
     root attrs  n_frames, n_observations (commit counters, written last), complete (bool)
 
 Readers trust only the first ``n_frames`` / ``n_observations`` rows, so a killed writer leaves a
@@ -58,6 +60,14 @@ OBSERVABLES = Observation.columns()
 #: Observables added after the first files of schema 1 were written; absent from those files.
 LATER_OBSERVABLES = ("residuals_previous", "eta_lambda_max", "acceptance", "jump_acceptance",
                      "cell_exchange")
+#: Where each row is on the temperature ladder (stage index, 1-based step within it): stored
+#: beside the observables and the frames, as int64 elements of those names, and read into
+#: :attr:`Run.stage`, :attr:`Run.step_in_stage`, :attr:`Run.frame_stage`,
+#: :attr:`Run.frame_step_in_stage`. Files written before they were stored lack them; the
+#: stages of those are told once by :meth:`solvers.schedule.Schedule.stages_of_rows`.
+PLACE = ("stage", "step_in_stage")
+#: The time-dependent elements of ``/particles/neurons``, one row per frame.
+FRAME_ELEMENTS = ("position", "temperature") + PLACE
 #: Observables with one value per training point.
 PER_POINT = ("residuals", "residuals_previous")
 #: Buffered observations are written and committed as one block once this many are waiting
@@ -93,11 +103,14 @@ def _value_chunk_rows(value_shape, chunk_rows):
 
 
 def _elements(N, d, n):
-    """The time-dependent elements of a run file: ``(path, value_shape, counter, chunk_rows)``."""
-    return ([("particles/neurons/position", (N, d + 2), "n_frames", 1),
-             ("particles/neurons/temperature", (), "n_frames", 64)]
-            + [(f"observables/{name}", (n,) if name in PER_POINT else (), "n_observations", 64)
-               for name in OBSERVABLES])
+    """The time-dependent elements of a run file: ``(path, value_shape, counter, chunk_rows,
+    dtype)``."""
+    return ([("particles/neurons/position", (N, d + 2), "n_frames", 1, np.float64),
+             ("particles/neurons/temperature", (), "n_frames", 64, np.float64)]
+            + [(f"particles/neurons/{name}", (), "n_frames", 64, np.int64) for name in PLACE]
+            + [(f"observables/{name}", (), "n_observations", 64, np.int64) for name in PLACE]
+            + [(f"observables/{name}", (n,) if name in PER_POINT else (), "n_observations", 64,
+                np.float64) for name in OBSERVABLES])
 
 
 def estimate_size(n_particles, d, n, capacity) -> int:
@@ -106,7 +119,7 @@ def estimate_size(n_particles, d, n, capacity) -> int:
     dataset and 64 KiB for the rest)."""
     rows = {"n_frames": int(capacity[0]), "n_observations": int(capacity[1])}
     total = 8 * n * (d + 1) + 65536
-    for _, shape, counter, crows in _elements(n_particles, d, n):
+    for _, shape, counter, crows, _ in _elements(n_particles, d, n):
         r = rows[counter]
         for shp, cr in (((), crows), ((), crows), (shape, _value_chunk_rows(shape, crows))):
             total += -(-r // cr) * cr * 8 * int(np.prod(shp, dtype=np.int64)) + 4096
@@ -379,6 +392,9 @@ class RunWriter:
             raise
         self.n_frames = int(self.f.attrs.get("n_frames", 0))
         self.n_observations = int(self.f.attrs.get("n_observations", 0))
+        # a file written before the stages were stored keeps its layout when resumed (SWMR
+        # creates nothing); its readers tell the stages from the rows
+        self._place = all(name in self.f["observables"] for name in PLACE)
 
     def _create(self, cfg, dataset, capacity):
         f = self.f
@@ -418,9 +434,10 @@ class RunWriter:
         box.attrs["boundary"] = np.array(["none"] * (d + 2), dtype="S4")
         f.create_group("observables")
         rows = {"n_frames": cap_frames, "n_observations": cap_obs}
-        for path, shape, counter, crows in _elements(N, d, n):
+        for path, shape, counter, crows, dtype in _elements(N, d, n):
             parent, name = path.rsplit("/", 1)
-            _time_element(f[parent], name, shape, rows=rows[counter], chunk_rows=crows)
+            _time_element(f[parent], name, shape, rows=rows[counter], dtype=dtype,
+                          chunk_rows=crows)
         f["particles/neurons/position/value"].attrs["columns"] = (
             "a," + ",".join(f"w{k + 1}" for k in range(d)) + ",b")
         f.attrs["n_frames"] = 0
@@ -428,15 +445,19 @@ class RunWriter:
         f.attrs["complete"] = False
         f.flush()
 
-    def append_frame(self, theta, step, time, tau):
-        """Append one snapshot frame ``theta`` (N, d+2) at ``step``/``time`` and temperature
-        ``tau``; the buffered observations are committed first, the frame right after them."""
+    def append_frame(self, theta, step, time, tau, stage, step_in_stage):
+        """Append one snapshot frame ``theta`` (N, d+2) at ``step``/``time``, temperature
+        ``tau``, ladder stage ``stage`` and step ``step_in_stage`` of it (1-based); the
+        buffered observations are committed first, the frame right after them."""
         self.commit()
         with self._writing():
             neu = self.f["particles/neurons"]
             k = self.n_frames
             _write_rows(neu["position"], k, [step], [time], np.asarray(theta)[None])
             _write_rows(neu["temperature"], k, [step], [time], [tau])
+            if self._place:
+                _write_rows(neu["stage"], k, [step], [time], [int(stage)])
+                _write_rows(neu["step_in_stage"], k, [step], [time], [int(step_in_stage)])
             self.f.flush()
             self.n_frames = k + 1
             self.f.attrs.modify("n_frames", self.n_frames)
@@ -469,7 +490,7 @@ class RunWriter:
             steps = np.fromiter((r.step for r in rows), dtype=np.int64, count=len(rows))
             times = np.fromiter((r.time for r in rows), dtype=np.float64, count=len(rows))
             k = self.n_observations
-            for name in OBSERVABLES:
+            for name in (PLACE if self._place else ()) + OBSERVABLES:
                 _write_rows(obs[name], k, steps, times,
                             np.asarray([getattr(r, name) for r in rows]))
             self.f.flush()
@@ -510,9 +531,10 @@ class RunWriter:
         ``complete``."""
         self.commit()
         neu = self.f["particles/neurons"]
-        for g in (neu["position"], neu["temperature"]):
-            _shrink(g, self.n_frames)
-        for name in OBSERVABLES:
+        for name in FRAME_ELEMENTS:
+            if name in neu:
+                _shrink(neu[name], self.n_frames)
+        for name in (PLACE if self._place else ()) + OBSERVABLES:
             _shrink(self.f["observables"][name], self.n_observations)
         self.f.flush()
         self.f.attrs.modify("complete", True)
@@ -636,7 +658,19 @@ class Run:
     X : ndarray (n, d); y : ndarray (n,)
     frame_step : ndarray (F,) int; frame_time : ndarray (F,); frame_tau : ndarray (F,)
     observables : dict of name -> dict(step, time, value)
+    stage : ndarray (M,) int   ladder stage of each observation (0 = the first), by index, so
+                               a temperature visited twice is two stages
+    step_in_stage : ndarray (M,) int   its step within that stage (1-based)
+    frame_stage, frame_step_in_stage : ndarray (F,) int   the same for each frame
+    schedule : Schedule        the ladder the run was written with, ``"auto"`` stage lengths
+                               as run (:meth:`solvers.schedule.Schedule.as_run`)
     complete : bool            the run reached the end of its ladder
+
+    The stage arrays are read from the file, or for a file written before they were stored
+    told once from its rows (:meth:`solvers.schedule.Schedule.stages_of_rows`); every reader
+    asks them (:meth:`stage_observations`, :meth:`stage_frames`, :meth:`last_frame`,
+    :meth:`steps_run`) or :attr:`schedule` (stage bounds, :meth:`Schedule.last_part`), never
+    the temperatures.
     physics_hash : str         ``RunConfig.physics_hash()`` of the config that wrote it
     data_hash : str            ``meanfield.data.data_hash(X, y)``; ``""`` in files written
                                before it was stored
@@ -651,6 +685,11 @@ class Run:
     frame_time: np.ndarray
     frame_tau: np.ndarray
     observables: dict
+    stage: np.ndarray
+    step_in_stage: np.ndarray
+    frame_stage: np.ndarray
+    frame_step_in_stage: np.ndarray
+    schedule: Schedule
     complete: bool
     provenance: dict
     schema_version: int
@@ -686,29 +725,24 @@ class Run:
         """The temperatures of the ladder."""
         return [float(t) for t in self.config["dynamics"]["taus"]]
 
-    @property
-    def schedule(self) -> Schedule:
-        """The temperature ladder the run was written with."""
-        dyn, out = self.config["dynamics"], self.config["output"]
-        spt = dyn["steps_per_tau"]
-        sch = Schedule(tuple(self.taus), spt if spt == "auto" else int(spt),
-                       int(out["observe_every"]), int(out["snapshots_per_tau"]),
-                       int(dyn.get("max_steps_per_tau", 0) or 0))
-        if not sch.auto:
-            return sch
-        # stage lengths as run: each stage ends at its last observation (stages identified by
-        # temperature, in ladder order)
-        steps = np.asarray(self.observables["tau"]["step"])
-        tau = np.asarray(self.observables["tau"]["value"], dtype=float)
-        lengths, lo = [], 0
-        for t in self.taus:
-            sel = (tau == float(t)) & (steps > lo)
-            if not np.any(sel):
-                break
-            hi = int(steps[sel][-1])
-            lengths.append(hi - lo)
-            lo = hi
-        return sch.with_lengths(lengths)
+    def stage_observations(self, stage: int) -> np.ndarray:
+        """Boolean mask (M,) of the observations of ladder stage ``stage``."""
+        return self.stage == int(stage)
+
+    def stage_frames(self, stage: int) -> np.ndarray:
+        """Indices (int, increasing) of the snapshot frames of ladder stage ``stage``."""
+        return np.flatnonzero(self.frame_stage == int(stage))
+
+    def last_frame(self, stage: int) -> int | None:
+        """Index of the last snapshot frame of ladder stage ``stage`` (``None`` when the
+        stage has none yet)."""
+        k = self.stage_frames(stage)
+        return int(k[-1]) if k.size else None
+
+    def steps_run(self, stage: int) -> int:
+        """Steps of ladder stage ``stage`` run by its last observation (0 when not reached)."""
+        done = self.step_in_stage[self.stage_observations(stage)]
+        return int(done.max()) if done.size else 0
 
     def _current_path(self, k) -> str:
         """Where the file opened as ``path`` is now: ``path`` itself, or, once its writer
@@ -795,6 +829,40 @@ def _need_attr(obj, name: str, src: str):
     return obj.attrs[name]
 
 
+def _written_schedule(config: dict) -> Schedule:
+    """The :class:`Schedule` of a stored config (its ``dynamics`` and ``output`` tables)."""
+    dyn, out = config["dynamics"], config["output"]
+    spt = dyn["steps_per_tau"]
+    return Schedule(tuple(float(t) for t in dyn["taus"]), spt if spt == "auto" else int(spt),
+                    int(out["observe_every"]), int(out["snapshots_per_tau"]),
+                    int(dyn.get("max_steps_per_tau", 0) or 0))
+
+
+def _place(f, obs: dict, frame_step, nf: int, no: int, config: dict, src: str):
+    """Stage and step within it of every observation and frame, and the schedule as run.
+
+    Read from the file, or for one written before they were stored told from its rows
+    (:meth:`solvers.schedule.Schedule.stages_of_rows`; frames lie at observations)."""
+    sch = _written_schedule(config)
+    neu = f["particles/neurons"]
+    if all(name in f["observables"] for name in PLACE):
+        got = {}
+        for where, group, rows, counter in (("", f["observables"], no, "n_observations"),
+                                           ("frame_", neu, nf, "n_frames")):
+            for name in PLACE:
+                ds = _need(_need(group, name, src), "value", src)
+                if ds.shape[0] < rows:
+                    raise RunFileError(src, counter, f"damaged run file: {counter}={rows} but "
+                                                     f"{ds.name} holds {ds.shape[0]} rows")
+                got[where + name] = np.asarray(ds[:rows], dtype=np.int64)
+        return got, sch.as_run(got["stage"], obs["tau"]["step"])
+    stage, in_stage = sch.stages_of_rows(obs["tau"]["step"], obs["tau"]["value"])
+    sch = sch.as_run(stage, obs["tau"]["step"])
+    fstage, fin_stage = sch.stages_of_steps(frame_step)
+    return ({"stage": stage, "step_in_stage": in_stage, "frame_stage": fstage,
+             "frame_step_in_stage": fin_stage}, sch)
+
+
 def open_run(path: str | os.PathLike) -> Run:
     """Read a run file's metadata, data, frame index and observables.
 
@@ -811,7 +879,9 @@ def open_run(path: str | os.PathLike) -> Run:
     -------
     Run
         ``X`` (n, d), ``y`` (n,), ``frame_step``/``frame_time``/``frame_tau`` (F,), the config,
-        observables; particles load per frame with :meth:`Run.frame` (shape (N, d+2)).
+        observables, the ladder stage of every row (``stage``, ``step_in_stage``,
+        ``frame_stage``, ``frame_step_in_stage``) and the ``schedule`` as run; particles load
+        per frame with :meth:`Run.frame` (shape (N, d+2)).
 
     Raises
     ------
@@ -852,13 +922,17 @@ def open_run(path: str | os.PathLike) -> Run:
             for name in names:
                 g = f["observables"][name]
                 obs[name] = {k: np.asarray(g[k][:no]) for k in ("step", "time", "value")}
-            return Run(path=src, config=json.loads(cfg_json), config_json=cfg_json,
+            config = json.loads(cfg_json)
+            frame_step = np.asarray(pos["step"][:nf])
+            place, schedule = _place(f, obs, frame_step, nf, no, config, src)
+            return Run(path=src, config=config, config_json=cfg_json,
                        X=np.asarray(_need(f, "data/X", src)),
                        y=np.asarray(_need(f, "data/y", src)),
-                       frame_step=np.asarray(pos["step"][:nf]),
+                       frame_step=frame_step,
                        frame_time=np.asarray(pos["time"][:nf]),
                        frame_tau=np.asarray(temp["value"][:nf]),
-                       observables=obs, complete=bool(f.attrs.get("complete", False)),
+                       observables=obs, **place, schedule=schedule,
+                       complete=bool(f.attrs.get("complete", False)),
                        provenance=json.loads(str(p.attrs.get("provenance", "{}"))),
                        schema_version=int(p.attrs["schema_version"]),
                        physics_hash=str(p.attrs.get("physics_hash", "")),

@@ -34,21 +34,19 @@ def run_dataset(run, frames: bool = True):
         ``input``) and ``y`` (``sample``). Attributes: ``path``, ``complete``, ``lam``,
         ``eta``, ``steps_per_tau`` (an int, or ``"auto"``), ``stage_lengths`` (the steps of
         each stage as run; an ``"auto"`` stage's length is known once it has ended),
-        ``taus``, ``n_particles``, ``config_json``. The stage of a row comes from the run's
-        :class:`solvers.schedule.Schedule` (``step_in_stage`` is 1-based), never from its
-        temperature, so ladders with auto lengths work.
+        ``taus``, ``n_particles``, ``config_json``. The stage of a row is the one the run file
+        stores (:attr:`meanfield.store.Run.stage`; ``step_in_stage`` is 1-based), never told
+        from its temperature, so auto lengths and ladders that visit a temperature twice work.
     """
     import xarray as xr
     dyn = run.config["dynamics"]
     sch = run.schedule
     obs = run.observables
     step = obs["risk"]["step"]
-    stage, in_stage = sch.stages_of_steps(step)
-    fstage, fin_stage = sch.stages_of_steps(run.frame_step)
     lengths = sch.lengths if sch.auto else [sch.stage_length(k) for k in range(sch.n_stages)]
     coords = {"time": ("time", obs["risk"]["time"], {"units": "step · eta"}),
               "step": ("time", step), "tau": ("time", obs["tau"]["value"]),
-              "stage": ("time", stage), "step_in_stage": ("time", in_stage),
+              "stage": ("time", run.stage), "step_in_stage": ("time", run.step_in_stage),
               "sample": np.arange(run.n), "input": [f"x{k + 1}" for k in range(run.d)]}
     data = {name: ("time", obs[name]["value"])
             for name in ("risk", "regulariser", "mean_sq_norm", "stationarity")}
@@ -60,7 +58,8 @@ def run_dataset(run, frames: bool = True):
     coords.update({"frame": np.arange(run.n_frames), "frame_step": ("frame", run.frame_step),
                    "frame_time": ("frame", run.frame_time),
                    "frame_tau": ("frame", run.frame_tau),
-                   "frame_stage": ("frame", fstage), "frame_step_in_stage": ("frame", fin_stage),
+                   "frame_stage": ("frame", run.frame_stage),
+                   "frame_step_in_stage": ("frame", run.frame_step_in_stage),
                    "coord": cols})
     if frames:
         parts = (np.stack([run.frame(k) for k in range(run.n_frames)]) if run.n_frames
@@ -112,9 +111,9 @@ def _cell(value):
 
 
 def ladder_table(rep):
-    """One row per temperature of an analysis (``rep["ladder"]``), coldest last.
+    """One row per stage of an analysis (``rep["ladder"]``), in ladder order.
 
-    Columns: ``tau, step, J, K, risk, halo_mass_fraction, w2_to_previous, w2_method,
+    Columns: ``stage, tau, step, J, K, risk, halo_mass_fraction, w2_to_previous, w2_method,
     w2_rays_to_previous, dist_to_reference`` and, where the report has them, the convex counts
     and ray matching, ``stationary``, ``stationarity``, ``J_measured``, ``K_measured`` and the
     bounds ``bound_2P_minus_1``, ``bound_P_minus_1``. One value per cell: nested values (the
@@ -129,25 +128,23 @@ def ladder_table(rep):
     return df
 
 
-def _last_per_tau(rep):
-    last = {}
-    for s in rep.get("snapshots", []):
-        last[s["tau"]] = s
-    return list(last.values())
+def _last_of_stages(rep):
+    from analysis.run_analysis import last_of_stages
+    return last_of_stages(rep.get("snapshots", []))
 
 
 def rays_table(rep, all_frames: bool = False):
-    """One row per ray: ``tau, step, ray`` (index, by decreasing mass), ``sign``, ``weight``,
+    """One row per ray: ``stage, tau, step, ray`` (index, by decreasing mass), ``sign``, ``weight``,
     ``mass_fraction``, ``spread`` (rad), ``n_particles``, ``n_cells``, ``G``,
     ``pattern_margin``, ``pattern`` (``+0-`` string, ASCII: one character per training point,
     whether the ray's hyperplane passes above, through or below it), ``v1..v{d+1}`` (the unit
-    direction of ``(w, b)``). The last snapshot at each temperature, or every snapshot
+    direction of ``(w, b)``). The last snapshot of each stage, or every snapshot
     (``all_frames``)."""
     import pandas as pd
     rows = []
-    for s in (rep.get("snapshots", []) if all_frames else _last_per_tau(rep)):
+    for s in (rep.get("snapshots", []) if all_frames else _last_of_stages(rep)):
         for i, r in enumerate(s["rays"]):
-            row = {"tau": s["tau"], "step": s["step"], "ray": i}
+            row = {"stage": s["stage"], "tau": s["tau"], "step": s["step"], "ray": i}
             row.update({k: r[k] for k in ("sign", "weight", "mass_fraction", "spread",
                                           "n_particles", "n_cells", "G", "pattern_margin")})
             row["pattern"] = "".join({1: "+", 0: "0", -1: "-"}[int(t)] for t in r["pattern"])
@@ -158,16 +155,17 @@ def rays_table(rep, all_frames: bool = False):
 
 def kinks_table(rep, all_frames: bool = False):
     """The kink hyperplanes ``{x : normal·x = offset}`` in long format: one row per
-    hyperplane and ray on it, ``tau, step, hyperplane, offset, n1..nd`` (unit normal; the same
+    hyperplane and ray on it, ``stage, tau, step, hyperplane, offset, n1..nd`` (unit normal; the same
     on every row of a hyperplane), ``ray`` (index of the ray, as in :func:`rays_table`) and
     ``sign`` (``+1``/``-1``, the sign of ``a`` of that ray). A hyperplane without rays has one
-    row with ``ray`` and ``sign`` empty. The hyperplanes of a temperature are the distinct
+    row with ``ray`` and ``sign`` empty. The hyperplanes of a stage are the distinct
     ``hyperplane`` values of its rows."""
     import pandas as pd
     rows = []
-    for s in (rep.get("snapshots", []) if all_frames else _last_per_tau(rep)):
+    for s in (rep.get("snapshots", []) if all_frames else _last_of_stages(rep)):
         for i, kk in enumerate(s["kinks"]):
-            base = {"tau": s["tau"], "step": s["step"], "hyperplane": i, "offset": kk["offset"]}
+            base = {"stage": s["stage"], "tau": s["tau"], "step": s["step"], "hyperplane": i,
+                    "offset": kk["offset"]}
             base.update({f"n{k + 1}": x for k, x in enumerate(kk["normal"])})
             on = [(int(r), 1 if s["rays"][r]["sign"] > 0 else -1) for r in kk["rays"]]
             for r, sign in on or [(None, None)]:
@@ -217,19 +215,23 @@ def study_dataset(arrays):
 
     Dimensions: one per sweep axis, named after it (``dynamics.seed`` -> ``seed``,
     ``model.n_particles`` -> ``n_particles``; the dotted name in the coordinate's ``axis``
-    attribute), and ``tau`` (descending). Variables: ``risk``, ``J`` (rays), ``K`` (kink
-    hyperplanes) over the axes and ``tau`` (``nan`` where a run is not done or lacks that
-    ``tau``); ``status`` and ``run_file`` over the axes.
+    attribute), and ``stage`` (the ladder's stages in order, with their temperature as the
+    coordinate ``tau`` along it: ``ds.sel(stage=1)``, or ``ds.swap_dims(stage="tau")`` for a
+    ladder that visits each temperature once; see :class:`meanfield.sweep.summary.StudyArrays`).
+    Variables: ``risk``, ``J`` (rays), ``K`` (kink hyperplanes) over the axes and ``stage``
+    (``nan`` where a run is not done or lacks that stage); ``status`` and ``run_file`` over the
+    axes.
     """
     import xarray as xr
     names = _dim_names(arrays.axes)
     dims = [names[a] for a in arrays.axes]
     coords = {names[a]: (names[a], _coord(v), {"axis": a}) for a, v in arrays.axes.items()}
-    coords["tau"] = ("tau", np.asarray(arrays.taus, dtype=float))
+    coords["stage"] = ("stage", np.asarray(arrays.stages, dtype=np.int64))
+    coords["tau"] = ("stage", np.asarray(arrays.taus, dtype=float))
     grid = tuple(dims)
-    data = {"risk": (grid + ("tau",), arrays.risk),
-            "J": (grid + ("tau",), arrays.n_rays, {"meaning": "rays"}),
-            "K": (grid + ("tau",), arrays.n_hyperplanes, {"meaning": "kink hyperplanes"}),
+    data = {"risk": (grid + ("stage",), arrays.risk),
+            "J": (grid + ("stage",), arrays.n_rays, {"meaning": "rays"}),
+            "K": (grid + ("stage",), arrays.n_hyperplanes, {"meaning": "kink hyperplanes"}),
             "status": (grid, arrays.status), "run_file": (grid, arrays.run_files)}
     return xr.Dataset(data, coords=coords)
 

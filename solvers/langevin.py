@@ -247,7 +247,8 @@ def simulate(stepper: Stepper, schedule: Schedule, state: SolverState, *,
         state.stage_previous.append(R_prev)
         state.stage_eta_h.append(eta_h)
         state.stage_steps.append(float(state.step))
-        obs = Observation(step=state.step, time=state.step * eta, tau=tau,
+        obs = Observation(step=state.step, time=state.step * eta, stage=state.stage,
+                          step_in_stage=state.step_in_stage, tau=tau,
                           risk=float(np.sum((n * R) ** 2) / n), regulariser=0.5 * lam * msq,
                           mean_sq_norm=msq, stationarity=stationarity(state.stage_residuals),
                           residuals=R, residuals_previous=R_prev, eta_lambda_max=eta_h,

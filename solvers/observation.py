@@ -12,8 +12,8 @@ import numpy as np
 class Observation:
     """What the solver reports at an observation boundary: one row of a run file.
 
-    The fields after ``step`` and ``time`` are the run file's observables
-    (:meth:`columns`), in this order.
+    The fields after ``step``, ``time``, ``stage`` and ``step_in_stage`` (the row's place in
+    the run, :data:`PLACE`) are the run file's observables (:meth:`columns`), in this order.
 
     Attributes
     ----------
@@ -21,6 +21,12 @@ class Observation:
         Global step count.
     time : float
         Mean-field time ``step · η``.
+    stage : int
+        Index of the stage on the temperature ladder (0 = the first;
+        :class:`solvers.schedule.Schedule`), whatever its temperature.
+    step_in_stage : int
+        Steps of that stage done at the observation (1-based: its last step is the stage's
+        length).
     tau : float
         Temperature of the stage.
     risk : float
@@ -53,6 +59,8 @@ class Observation:
 
     step: int
     time: float
+    stage: int
+    step_in_stage: int
     tau: float
     risk: float
     regulariser: float
@@ -67,5 +75,9 @@ class Observation:
 
     @classmethod
     def columns(cls) -> tuple[str, ...]:
-        """Names of the observables (every field but ``step`` and ``time``)."""
-        return tuple(f.name for f in dataclasses.fields(cls) if f.name not in ("step", "time"))
+        """Names of the observables (every field but those of :data:`PLACE`)."""
+        return tuple(f.name for f in dataclasses.fields(cls) if f.name not in PLACE)
+
+
+#: The fields of an :class:`Observation` that place it in the run rather than measure it.
+PLACE = ("step", "time", "stage", "step_in_stage")

@@ -14,6 +14,12 @@ analysis) asks this object instead of computing ``stage * steps_per_tau``. With
 may end at any chunk end from the second on (:meth:`Schedule.may_end`); the lengths decided so
 far are the schedule's ``lengths`` (:meth:`Schedule.with_length`), a stage not yet decided
 counts ``max_steps_per_tau`` steps and :meth:`Schedule.row_counts` is then an upper bound.
+
+A stage is its index, never its temperature: a ladder may visit one temperature more than once
+(``taus = [1e-2, 1e-3, 1e-2]``, a reheating study), and each visit is a stage of its own. A run
+file stores the stage and the step within it of every observation and frame; for files written
+before it did, :meth:`Schedule.stages_of_rows` is the one place that tells them from the rows
+(docs/format.md).
 """
 
 from __future__ import annotations
@@ -169,6 +175,77 @@ class Schedule:
         stage = np.minimum(stage, max(len(ends) - 1, 0))
         starts = np.concatenate(([0], ends[:-1])) if len(ends) else np.zeros(1, np.int64)
         return stage.astype(np.int64), steps - starts[stage]
+
+    def as_run(self, stages, steps) -> Schedule:
+        """The schedule as a run file's observations show it.
+
+        Parameters
+        ----------
+        stages, steps : array_like of int, shape (m,)
+            Stage and global step of each observation, in the order written.
+
+        Returns
+        -------
+        Schedule
+            ``self`` for fixed stage lengths; with ``"auto"`` a copy in which every stage that
+            has observations is decided, ending at its last one (a stage still under way ends
+            at its last observation so far), and the later ones are not.
+        """
+        if not self.auto:
+            return self
+        stages = np.asarray(stages, dtype=np.int64)
+        steps = np.asarray(steps, dtype=np.int64)
+        lengths, lo = [], 0
+        for s in range(self.n_stages):
+            seen = steps[stages == s]
+            if not seen.size:
+                break
+            lengths.append(int(seen[-1]) - lo)
+            lo = int(seen[-1])
+        return self.with_lengths(lengths)
+
+    def stages_of_rows(self, steps, taus) -> tuple[np.ndarray, np.ndarray]:
+        """Stage and step within it of the observations of a run file that does not store
+        them (written before they were stored).
+
+        With fixed stage lengths they follow from the steps alone (:meth:`stages_of_steps`).
+        With ``"auto"`` the lengths were decided while running and are not stored, so a stage
+        is taken to end at an observation after which the stored temperature changes, or
+        where its budget ``max_steps_per_tau`` is spent. This is the only place a stage is
+        told from a temperature; it cannot separate two adjacent stages at one temperature
+        (e.g. ``taus = [1e-2, 1e-2]``) of which the first ended early.
+
+        Parameters
+        ----------
+        steps : array_like of int, shape (m,)
+            Global steps of the observations, increasing.
+        taus : array_like of float, shape (m,)
+            Their stored temperatures.
+
+        Returns
+        -------
+        stage, step_in_stage : ndarray of int64, shape (m,)
+            As :meth:`stages_of_steps`.
+        """
+        steps = np.asarray(steps, dtype=np.int64)
+        if not self.auto:
+            return self.stages_of_steps(steps)
+        taus = np.asarray(taus, dtype=float)
+        budget = int(self.max_steps_per_tau)
+        stage = np.zeros(steps.shape, dtype=np.int64)
+        in_stage = np.zeros(steps.shape, dtype=np.int64)
+        s, lo = 0, 0
+        for k in range(steps.size):
+            if k and (taus[k] != taus[k - 1] or steps[k] - lo > budget):
+                s, lo = s + 1, int(steps[k - 1])
+            stage[k], in_stage[k] = s, steps[k] - lo
+        return stage, in_stage
+
+    def coldest_stage(self) -> int:
+        """The last stage at the lowest temperature of the ladder (where the ``τ → 0``
+        comparisons are made)."""
+        low = min(self.taus)
+        return max(s for s, t in enumerate(self.taus) if t == low)
 
     def last_part(self, stage: int, fraction: float) -> tuple[int, int]:
         """Global steps ``(cut, hi)`` of the last ``fraction`` of stage ``stage``: the steps

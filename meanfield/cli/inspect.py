@@ -20,8 +20,8 @@ def register(sub):
     p.add_argument("run", help="run file (.h5, or RUN.h5.part of a run in progress)")
     p.add_argument("--json", action="store_true",
                    help='print {"schema_version", "n_particles", "d", "n", "complete", '
-                        '"frames": [{"step", "time", "tau"}], "stages": [{"tau", "steps", '
-                        '"stationary", "stationarity"}], "config"}')
+                        '"frames": [{"step", "time", "tau", "stage"}], "stages": [{"stage", '
+                        '"tau", "steps", "stationary", "stationarity"}], "config"}')
     p.add_argument("--follow", action="store_true",
                    help="print the progress of a run in progress (read live, committed rows "
                         "only) until it ends; exit 0 when it completes, 1 when its writer "
@@ -32,14 +32,13 @@ def register(sub):
 
 
 def stages(run) -> list:
-    """Per ladder stage: ``tau``, ``steps`` (run so far), ``stationary`` (null without
-    observations) and ``stationarity`` (docs/theory.md §2.5)."""
-    from analysis.stationarity import run_verdicts, stage_bounds
+    """Per ladder stage: ``stage``, ``tau``, ``steps`` (run so far), ``stationary`` (null
+    without observations) and ``stationarity`` (docs/theory.md §2.5)."""
+    from analysis.stationarity import run_verdicts
     out = []
-    for s, (tau, v) in enumerate(zip(run.config["dynamics"]["taus"], run_verdicts(run))):
-        lo, hi = stage_bounds(run, s)
+    for s, (tau, v) in enumerate(zip(run.taus, run_verdicts(run))):
         judged = v.reasons != ["stage not reached"]
-        out.append({"tau": float(tau), "steps": int(hi - lo),
+        out.append({"stage": s, "tau": float(tau), "steps": run.steps_run(s),
                     "stationary": bool(v.stationary) if judged else None,
                     "stationarity": v.to_dict() if judged else None})
     return out
@@ -49,8 +48,9 @@ def summary(run) -> dict:
     """The ``inspect --json`` document of a :class:`meanfield.store.Run`."""
     return {"schema_version": run.schema_version, "n_particles": run.n_particles, "d": run.d,
             "n": run.n, "complete": run.complete,
-            "frames": [{"step": int(s), "time": float(t), "tau": float(u)}
-                       for s, t, u in zip(run.frame_step, run.frame_time, run.frame_tau)],
+            "frames": [{"step": int(s), "time": float(t), "tau": float(u), "stage": int(g)}
+                       for s, t, u, g in zip(run.frame_step, run.frame_time, run.frame_tau,
+                                             run.frame_stage)],
             "stages": stages(run), "config": run.config}
 
 
@@ -94,7 +94,7 @@ def _progress_line(run) -> str:
     k = -1                              # the latest committed observation
     step = int(obs["risk"]["step"][k])
     tau = float(obs["tau"]["value"][k])
-    stage = run.schedule.stage_of_step(min(step, total)) + 1
+    stage = int(run.stage[k]) + 1
     return (f"step {step}/{total} ({100 * step / total:.0f}%)  tau={tau:.2e} "
             f"(temperature {stage}/{len(taus)})  risk={float(obs['risk']['value'][k]):.4e}  "
             f"stationarity={float(obs['stationarity']['value'][k]):.3g}  "

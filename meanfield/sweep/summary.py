@@ -1,15 +1,16 @@
 """Aggregated analysis of a study directory (``meanfield analyze STUDY_DIR``).
 
-For every finished job, a per-run summary (:func:`run_summary`) gives, per temperature of the
-ladder, the risk, the number of rays ``J`` and of kink hyperplanes ``K`` (THEORY §6). The study
+For every finished job, a per-run summary (:func:`run_summary`) gives, per stage of the
+ladder (its index: a ladder may visit a temperature twice), the risk, the number of rays ``J`` and of kink hyperplanes ``K`` (THEORY §6). The study
 analysis groups the runs by their axis values, treats ``dynamics.seed`` as repetitions (mean and
 spread over seeds) and ``model.n_particles`` as the width:
 
-* ``table``: per parameter point (all axes but the seed) and ``τ``: number of seeds, mean and
-  sample standard deviation of the risk, ``J``, ``K`` and ``W_2`` to the widest run;
-* ``width``: ``W_2`` between the last particles at ``τ`` of width ``N`` and of the widest run
-  of the study with the same other axis values (same seed), and the slope of
-  ``log W_2`` against ``log N`` per parameter point and ``τ``.
+* ``table``: per parameter point (all axes but the seed) and stage (with its ``τ``): number
+  of seeds, mean and sample standard deviation of the risk, ``J``, ``K`` and ``W_2`` to the
+  widest run;
+* ``width``: ``W_2`` between the last particles of a stage of width ``N`` and of the widest
+  run of the study with the same other axis values (same seed), and the slope of
+  ``log W_2`` against ``log N`` per parameter point and stage.
 
 For i.i.d. samples of a fixed law in ``D`` dimensions, ``E W_2 ~ N^{-1/4}`` for ``D < 4``
 and ``N^{-1/D}`` for ``D > 4`` (Fournier & Guillin, PTRF 162, 2015), while measures
@@ -58,35 +59,32 @@ def _observable_summary(run) -> dict:
     steps = run.observables["risk"]["step"]
     risk_v = run.observables["risk"]["value"]
     risk, frames = [], []
-    schedule = run.schedule
     for s in range(len(taus)):
-        lo, hi = schedule.stage_bounds(s)
-        cut, _ = schedule.last_part(s, RISK_WINDOW)
+        cut, hi = run.schedule.last_part(s, RISK_WINDOW)
         sel = (steps > cut) & (steps <= hi)
         risk.append(float(np.mean(risk_v[sel])) if np.any(sel) else float("nan"))
-        fr = np.nonzero((run.frame_step > lo) & (run.frame_step <= hi))[0]
-        frames.append(int(fr[-1]) if fr.size else -1)
+        last = run.last_frame(s)
+        frames.append(-1 if last is None else last)
     n = len(taus)
     return {"taus": taus, "risk": risk, "n_rays": [float("nan")] * n,
             "n_hyperplanes": [float("nan")] * n, "frames": frames, "bound_2P_minus_1": None,
             "source": "observables"}
 
 
-def _jk_from_report(rep: dict, bounds) -> tuple[list, list]:
-    """``J`` and ``K`` per stage from a per-run report: its last snapshot inside each stage's
-    steps ``(lo, hi]`` (``rep["snapshots"] = [{"step", "tau", "n_rays", "n_hyperplanes"}]``)."""
-    J = [float("nan")] * len(bounds)
-    K = [float("nan")] * len(bounds)
-    for snap in sorted(rep.get("snapshots", []) or [], key=lambda sn: sn.get("step", 0)):
-        step = snap.get("step")
-        if step is None:
-            continue
-        for i, (lo, hi) in enumerate(bounds):
-            if lo < step <= hi:
-                if snap.get("n_rays") is not None:
-                    J[i] = float(snap["n_rays"])
-                if snap.get("n_hyperplanes") is not None:
-                    K[i] = float(snap["n_hyperplanes"])
+def _jk_from_report(rep: dict, n_stages: int) -> tuple[list, list]:
+    """``J`` and ``K`` per stage from a per-run report: the last snapshot of each stage
+    (``rep["snapshots"] = [{"stage", "step", "tau", "n_rays", "n_hyperplanes"}]``, in ladder
+    order)."""
+    from analysis.run_analysis import last_of_stages
+    J = [float("nan")] * n_stages
+    K = [float("nan")] * n_stages
+    for snap in last_of_stages(rep.get("snapshots", []) or []):
+        i = snap["stage"]
+        if 0 <= i < n_stages:
+            if snap.get("n_rays") is not None:
+                J[i] = float(snap["n_rays"])
+            if snap.get("n_hyperplanes") is not None:
+                K[i] = float(snap["n_hyperplanes"])
     return J, K
 
 
@@ -108,7 +106,8 @@ def run_summary(path) -> dict:
     dict
         ``{"taus": [τ per stage], "risk": [...], "n_rays": [...], "n_hyperplanes": [...],
         "frames": [last frame index per stage or -1], "bound_2P_minus_1": int or None,
-        "source": "observables" | "meanfield.report"}``; the lists are aligned with the ladder.
+        "source": "observables" | "meanfield.report"}``; the lists are aligned with the ladder:
+        item ``s`` is stage ``s``.
 
     Raises
     ------
@@ -120,8 +119,7 @@ def run_summary(path) -> dict:
     analyze_run = _per_run_analysis()
     if analyze_run is not None:
         rep = analyze_run(str(path))
-        bounds = [run.schedule.stage_bounds(s) for s in range(len(out["taus"]))]
-        out["n_rays"], out["n_hyperplanes"] = _jk_from_report(rep, bounds)
+        out["n_rays"], out["n_hyperplanes"] = _jk_from_report(rep, len(out["taus"]))
         out["bound_2P_minus_1"] = rep.get("bound_2P_minus_1")
         out["source"] = "meanfield.report"
     return out
@@ -174,8 +172,8 @@ def _frame(path, k):
 
 
 def _width_distances(study_dir, records, axes, w2_kwargs):
-    """``{(job id, τ): (W_2, method, N_ref)}`` against the widest run with the same other
-    axis values."""
+    """``{(job id, stage): (W_2, method, N_ref)}`` against the widest run with the same other
+    axis values (the same stage at the same temperature)."""
     if WIDTH_AXIS not in axes or len(axes[WIDTH_AXIS]) < 2:
         return {}
     n_max = max(axes[WIDTH_AXIS])
@@ -201,7 +199,7 @@ def _width_distances(study_dir, records, axes, w2_kwargs):
             Y = _frame(Path(study_dir) / pe["run_file"], k2)
             res = w2_snapshots(X, Y, **w2_kwargs)
             val, method = res["w2"], res["method"]
-            out[(entry["id"], tau)] = (val, method, n_max)
+            out[(entry["id"], i)] = (val, method, n_max)
     return out
 
 
@@ -233,10 +231,10 @@ def analyze_study(study_dir: str | os.PathLike, *, summarize: Callable | None = 
     dict
         ``{"study_dir", "axes", "seed_axis", "width_axis", "jobs": {status: count},
         "runs": [{"id", "axis_values", "taus", "risk", "n_rays", "n_hyperplanes",
-        "source"}], "table": [{<axis values but the seed>, "tau", "n_seeds",
+        "source"}], "table": [{<axis values but the seed>, "stage", "tau", "n_seeds",
         "risk_mean", "risk_std", "J_mean", "J_std", "K_mean", "K_std", "w2_mean", "w2_std",
         "bound_2P_minus_1"}],
-        "width": [{<axis values but seed and width>, "tau", "n_particles": [...],
+        "width": [{<axis values but seed and width>, "stage", "tau", "n_particles": [...],
         "w2_mean": [...], "w2_std": [...], "reference_n_particles", "method", "slope"}]}``;
         ``nan`` marks what is unknown (``J``/``K`` without a per-run analysis).
 
@@ -262,21 +260,21 @@ def analyze_study(study_dir: str | os.PathLike, *, summarize: Callable | None = 
                      **{k: summ.get(k) for k in ("taus", "risk", "n_rays", "n_hyperplanes",
                                                  "bound_2P_minus_1", "source")}})
         params = {k: v for k, v in entry["axis_values"].items() if k != SEED_AXIS}
-        for i, tau in enumerate(summ["taus"]):
-            g = groups.setdefault((_key(params, ()), tau), {"params": params, "tau": tau,
-                                                             "risk": [], "J": [], "K": [],
-                                                             "w2": [], "bound": None})
+        for i, tau in enumerate(summ["taus"]):      # item i is stage i
+            g = groups.setdefault((_key(params, ()), i, tau),
+                                  {"params": params, "stage": i, "tau": tau, "risk": [], "J": [],
+                                   "K": [], "w2": [], "bound": None})
             g["risk"].append(summ["risk"][i])
             g["J"].append(summ["n_rays"][i])
             g["K"].append(summ["n_hyperplanes"][i])
             if summ.get("bound_2P_minus_1") is not None:
                 g["bound"] = summ["bound_2P_minus_1"]
-            if (entry["id"], tau) in dists:
-                g["w2"].append(dists[(entry["id"], tau)][0])
+            if (entry["id"], i) in dists:
+                g["w2"].append(dists[(entry["id"], i)][0])
     table = []
     for g in groups.values():
         row = dict(g["params"])
-        row["tau"] = g["tau"]
+        row["stage"], row["tau"] = g["stage"], g["tau"]
         rs = _stats(g["risk"])
         row["n_seeds"] = rs["n"]
         for name in ("risk", "J", "K", "w2"):
@@ -295,9 +293,9 @@ def analyze_study(study_dir: str | os.PathLike, *, summarize: Callable | None = 
                 continue
             params = {k: v for k, v in row.items()
                       if k in axes and k not in (SEED_AXIS, WIDTH_AXIS)}
-            g = wgroups.setdefault((_key(params, ()), row["tau"]),
-                                   {**params, "tau": row["tau"], "n_particles": [],
-                                    "w2_mean": [], "w2_std": []})
+            g = wgroups.setdefault((_key(params, ()), row["stage"], row["tau"]),
+                                   {**params, "stage": row["stage"], "tau": row["tau"],
+                                    "n_particles": [], "w2_mean": [], "w2_std": []})
             g["n_particles"].append(row[WIDTH_AXIS])
             g["w2_mean"].append(row["w2_mean"])
             g["w2_std"].append(row["w2_std"])
@@ -325,16 +323,21 @@ class StudyArrays:
         Axis name -> list of values (the grid coordinates, in order).
     shape : tuple of int
         Grid shape, one entry per axis.
+    stages : ndarray of int, shape (T,)
+        The ladder stage of each of the ``T`` positions: the union over the runs of their
+        ``(stage, τ)`` pairs, by stage, then by descending ``τ`` (one position per stage when
+        every run has the same ladder; a temperature visited twice is two positions).
     taus : ndarray of shape (T,)
-        Union of the ladders' temperatures, descending.
+        The temperature of each position.
     status : ndarray of str, shape ``shape``
     run_files : ndarray of str, shape ``shape``
     risk, n_rays, n_hyperplanes : ndarray of shape ``shape + (T,)``
-        ``nan`` where a run is not done, lacks that ``τ`` or the quantity is unknown.
+        ``nan`` where a run is not done, lacks that stage or the quantity is unknown.
     """
 
     axes: dict
     shape: tuple
+    stages: np.ndarray
     taus: np.ndarray
     status: np.ndarray
     run_files: np.ndarray
@@ -349,9 +352,10 @@ def study_arrays(study_dir, *, summarize=None) -> StudyArrays:
     doc, records = _collect(study_dir, summarize)
     axes = doc.get("axes", {})
     shape = tuple(len(v) for v in axes.values())
-    taus = sorted({t for _, s in records if s for t in s["taus"]}, reverse=True)
-    T = len(taus)
-    pos = {t: i for i, t in enumerate(taus)}
+    places = sorted({(i, t) for _, s in records if s for i, t in enumerate(s["taus"])},
+                    key=lambda p: (p[0], -p[1]))
+    T = len(places)
+    pos = {p: i for i, p in enumerate(places)}
     n = len(records)
     status = np.empty(n, dtype=object)
     files = np.empty(n, dtype=object)
@@ -364,8 +368,10 @@ def study_arrays(study_dir, *, summarize=None) -> StudyArrays:
             continue
         for s, tau in enumerate(summ["taus"]):
             for k in arrs:
-                arrs[k][i, pos[tau]] = summ[k][s]
-    return StudyArrays(axes=axes, shape=shape, taus=np.asarray(taus, dtype=float),
+                arrs[k][i, pos[(s, tau)]] = summ[k][s]
+    return StudyArrays(axes=axes, shape=shape,
+                       stages=np.asarray([p[0] for p in places], dtype=np.int64),
+                       taus=np.asarray([p[1] for p in places], dtype=float),
                        status=status.astype(str).reshape(shape),
                        run_files=files.astype(str).reshape(shape),
                        **{k: v.reshape(shape + (T,)) for k, v in arrs.items()})
@@ -406,7 +412,7 @@ def format_markdown(result: dict) -> str:
              f"{c.get('pending', 0) + c.get('running', 0)} not finished. "
              + (f"Mean ± sample std over `{SEED_AXIS}`." if result["seed_axis"] else
                 "One seed per point (no spread)."), ""]
-    head = axes + ["tau", "seeds", "risk", "J (rays)", "K (hyperplanes)"]
+    head = axes + ["stage", "tau", "seeds", "risk", "J (rays)", "K (hyperplanes)"]
     has_w2 = any(np.isfinite(r.get("w2_mean", float("nan"))) for r in result["table"])
     has_bound = any(r.get("bound_2P_minus_1") is not None for r in result["table"])
     if has_bound:
@@ -415,7 +421,8 @@ def format_markdown(result: dict) -> str:
         head.append("W2 to widest")
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in result["table"]:
-        cells = [json.dumps(r[a]) for a in axes] + [f"{r['tau']:.3g}", str(r["n_seeds"]),
+        cells = [json.dumps(r[a]) for a in axes] + [str(r["stage"]), f"{r['tau']:.3g}",
+                                                     str(r["n_seeds"]),
                                                      _fmt(r["risk_mean"], r["risk_std"]),
                                                      _fmt(r["J_mean"], r["J_std"]),
                                                      _fmt(r["K_mean"], r["K_std"])]
@@ -430,11 +437,11 @@ def format_markdown(result: dict) -> str:
                       f"{result['width'][0]['reference_n_particles']}), same seed; slope of "
                       f"log W2 against log N (mean-field: shrinks with N):", ""]
         other = [a for a in axes if a != WIDTH_AXIS]
-        head = other + ["tau", "N", "W2", "slope", "method"]
+        head = other + ["stage", "tau", "N", "W2", "slope", "method"]
         lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for g in result["width"]:
             cells = [json.dumps(g[a]) for a in other] + [
-                f"{g['tau']:.3g}", ", ".join(str(n) for n in g["n_particles"]),
+                str(g["stage"]), f"{g['tau']:.3g}", ", ".join(str(n) for n in g["n_particles"]),
                 ", ".join(_fmt(m) for m in g["w2_mean"]), _fmt(g["slope"]), g["method"]]
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

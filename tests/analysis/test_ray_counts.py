@@ -224,7 +224,7 @@ def test_report_gives_no_theorem6_verdict_when_N_is_too_small(tmp_path):
     pair[1, 1:] = r * (v + 1e-3) / np.linalg.norm(v + 1e-3)
     path = tmp_path / "small.h5"
     with RunWriter(path, cfg, ds) as w:
-        w.append_frame(np.vstack([theta, pair]), 1000, 50.0, 1e-4)
+        w.append_frame(np.vstack([theta, pair]), 1000, 50.0, 1e-4, 0, 1000)
         w.mark_complete()
     rep = analyze_run(path, w2=False)
     assert rep["ladder"][-1]["J"] == 3

@@ -142,7 +142,7 @@ def test_report_prints_cell_conflicts_next_to_the_theorem6_verdict(tmp_path, w9_
     ds = data.from_config(cfg)
     path = tmp_path / "split.h5"
     with RunWriter(path, cfg, ds) as w:
-        w.append_frame(theta, 1000, 50.0, 1e-4)
+        w.append_frame(theta, 1000, 50.0, 1e-4, 0, 1000)
         w.mark_complete()
     rep = analyze_run(path, w2=False)
     th = rep["theorem6"]
@@ -173,7 +173,7 @@ def test_theorem6_is_not_decided_when_cell_conflicts_explain_every_failure():
     res = find_rays(theta, XW, merge=False)
 
     def verdict(conflicts):
-        fa = FrameAnalysis(tau=1e-4, step=1, risk=0.0, theta=theta, rays=res, kinks=[],
+        fa = FrameAnalysis(tau=1e-4, step=1, stage=0, risk=0.0, theta=theta, rays=res, kinks=[],
                            f_train=np.zeros(9), theorem6=theorem6(pats, conflicts))
         ra = RunAnalysis(run="r", d=1, n=9, X=XW, y=YW, dichotomies=count_dichotomies(XW),
                          complete=True, frames=[fa], ladder=[])

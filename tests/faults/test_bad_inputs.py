@@ -93,13 +93,15 @@ def make_run_file(path: Path, cfg=None, complete=True):
     N, n = cfg.n_particles, ds.n
     with RunWriter(path, cfg, ds, capacity=(2, 4)) as w:
         for k in range(4):
-            w.append_observations([Observation(step=5 * (k + 1), time=0.25 * (k + 1), tau=0.01,
+            w.append_observations([Observation(step=5 * (k + 1), time=0.25 * (k + 1), stage=0,
+                                               step_in_stage=5 * (k + 1), tau=0.01,
                                                risk=1.0, regulariser=0.1, mean_sq_norm=2.0,
                                                stationarity=np.nan, residuals=np.zeros(n),
                                                residuals_previous=np.zeros(n),
                                                eta_lambda_max=0.5)])
         for k in range(2):
-            w.append_frame(np.full((N, ds.d + 2), float(k)), 10 * (k + 1), 0.5 * (k + 1), 0.01)
+            w.append_frame(np.full((N, ds.d + 2), float(k)), 10 * (k + 1), 0.5 * (k + 1), 0.01,
+                           0, 10 * (k + 1))
         if complete:
             w.mark_complete()
     return path

@@ -14,7 +14,7 @@ import copy
 import numpy as np
 import pytest
 
-from analysis.stationarity import run_verdicts, stage_bounds, verdict
+from analysis.stationarity import run_verdicts, verdict
 from meanfield import config, runner
 from meanfield.errors import UnstableStepError
 from meanfield.store import open_run
@@ -141,11 +141,17 @@ def test_auto_stages_end_on_their_verdict_and_resume_bitwise(tmp_path):
     resumed = runner.integrate(cfg, ds, state=saved["s"], progress=False, stage_done=done)
     assert resumed.step == full.step
     assert resumed.theta.tobytes() == full.theta.tobytes()
-    # and through the runner: rows of early-ended stages are dropped, stages told by tau
+    # and through the runner: rows of early-ended stages are dropped, the stage of every row
+    # is stored (checked against the temperatures: this ladder's are distinct)
     r = open_run(runner.run(cfg, tmp_path / "auto.h5", progress=False))
     assert r.complete
-    bounds = [stage_bounds(r, s) for s in range(2)]
+    tau = r.observables["tau"]["value"]
+    np.testing.assert_array_equal(np.asarray([5e-2, 5e-3])[r.stage], tau)
+    steps = r.observables["tau"]["step"]
+    ends = [int(steps[r.stage == s][-1]) for s in range(2)]
+    bounds = [(0, ends[0]), (ends[0], ends[1])]
     lengths = [hi - lo for lo, hi in bounds]
+    assert [r.steps_run(s) for s in range(2)] == lengths
     assert [r.schedule.stage_bounds(s) for s in range(2)] == bounds
     assert list(full.stage_lengths) == lengths
     assert all(L % 6000 == 0 and 12000 <= L <= 48000 for L in lengths)

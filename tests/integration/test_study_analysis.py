@@ -240,9 +240,10 @@ def test_run_summary_takes_j_k_from_the_per_run_report(run_file, monkeypatch):
         calls.append(path)
         # two snapshots per stage; the last one of each stage must be used
         return {"bound_2P_minus_1": 31,
-                "snapshots": [{"step": st, "tau": t, "n_rays": st // 10, "n_hyperplanes": 1}
-                              for st, t in ((150, 1e-2), (200, 1e-2), (350, 1e-3),
-                                            (400, 1e-3), (550, 1e-3), (600, 1e-3))]}
+                "snapshots": [{"stage": g, "step": st, "tau": t, "n_rays": st // 10,
+                               "n_hyperplanes": 1}
+                              for g, st, t in ((0, 150, 1e-2), (0, 200, 1e-2), (1, 350, 1e-3),
+                                               (1, 400, 1e-3), (2, 550, 1e-3), (2, 600, 1e-3))]}
 
     monkeypatch.setattr(S, "_per_run_analysis", lambda: fake_analyze_run)
     summ = S.run_summary(run_file)

@@ -37,7 +37,8 @@ WRITER = textwrap.dedent("""\
     with RunWriter(sys.argv[1], cfg, ds, capacity=(M // 10, M)) as w:
         print("started", flush=True)
         for k in range(1, M + 1):
-            w.append_observations([Observation(step=10 * k, time=0.5 * k, tau=0.1,
+            w.append_observations([Observation(step=10 * k, time=0.5 * k, stage=0,
+                                               step_in_stage=10 * k, tau=0.1,
                                                risk=float(k), regulariser=0.0,
                                                mean_sq_norm=0.0, stationarity=0.0,
                                                residuals=np.full(3, k / 7),
@@ -45,7 +46,7 @@ WRITER = textwrap.dedent("""\
                                                eta_lambda_max=0.0)])
             if k % 10 == 0:
                 w.append_frame(np.arange(24.0).reshape(6, 4) + 1000 * (k // 10), 10 * k,
-                               0.5 * k, 0.1)
+                               0.5 * k, 0.1, 0, 10 * k)
             time.sleep(0.008)
         w.mark_complete()
 """)

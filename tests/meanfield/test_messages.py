@@ -63,12 +63,13 @@ def test_inspect_prints_every_field_of_the_config(tmp_path, capsys):
     ds = data.from_config(cfg)
     path = tmp_path / "r.h5"
     with RunWriter(path, cfg, ds, capacity=(1, 1)) as w:
-        w.append_observations([Observation(step=10, time=0.2, tau=0.1, risk=0.5,
+        w.append_observations([Observation(step=10, time=0.2, stage=0, step_in_stage=10, tau=0.1,
+                                           risk=0.5,
                                            regulariser=0.1, mean_sq_norm=1.0,
                                            stationarity=np.nan, residuals=np.zeros(3),
                                            residuals_previous=np.zeros(3),
                                            eta_lambda_max=0.01)])
-        w.append_frame(np.zeros((5, 4)), 10, 0.2, 0.1)
+        w.append_frame(np.zeros((5, 4)), 10, 0.2, 0.1, 0, 10)
     assert main(["inspect", str(path)]) == 0
     out = capsys.readouterr().out.splitlines()
     canon = __import__("json").loads(cfg.canonical_json())

@@ -36,7 +36,7 @@ def run_file(tmp_path_factory):
         for k, (tau, noise) in enumerate([(1e-3, 0.05), (3e-4, 0.02), (1e-4, 0.005)]):
             theta, _ = planted_rays(dirs, [c, c], 1500, noise=noise, halo_particles=0.2,
                                     halo_mass=0.02, seed=k)
-            w.append_frame(theta, (k + 1) * 1000, (k + 1) * 10.0, tau)
+            w.append_frame(theta, (k + 1) * 1000, (k + 1) * 10.0, tau, k, 1000)
         w.mark_complete()
     return path, p
 

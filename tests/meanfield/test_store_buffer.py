@@ -20,7 +20,7 @@ def _cfg():
 
 
 def _obs(k, n=3):
-    return Observation(step=k, time=0.5 * k, tau=0.1, risk=float(k), regulariser=2.0 * k,
+    return Observation(step=k, time=0.5 * k, stage=0, step_in_stage=k, tau=0.1, risk=float(k), regulariser=2.0 * k,
                        mean_sq_norm=3.0 * k, stationarity=np.nan, residuals=np.full(n, k / 7),
                        residuals_previous=np.full(n, k / 9), eta_lambda_max=0.1 * k)
 
@@ -54,7 +54,7 @@ def test_rows_wait_until_a_block_is_full(tmp_path):
 def test_a_frame_commits_the_observations_before_it(tmp_path):
     with _writer(tmp_path, flush_rows=100, flush_seconds=1e9) as w:
         w.append_observations([_obs(1), _obs(2)])
-        w.append_frame(np.ones((4, 4)), 2, 1.0, 0.1)
+        w.append_frame(np.ones((4, 4)), 2, 1.0, 0.1, 0, 2)
         assert _seen(w.path) == (2, 1)
         w.append_observations([_obs(3)])
         w.commit()
@@ -113,7 +113,8 @@ from solvers.observation import Observation
 cfg = config.from_dict({{"data": {{"kind": "gaussian", "n": 3}}, "model": {{"n_particles": 4}}}})
 w = RunWriter(sys.argv[1], cfg, data.from_config(cfg), capacity=(1, 100000), flush_seconds=1e9)
 for k in range(1, 100000):
-    w.append_observations([Observation(step=k, time=k / 2, tau=0.1, risk=k * 1.0,
+    w.append_observations([Observation(step=k, time=k / 2, stage=0, step_in_stage=k, tau=0.1,
+                                       risk=k * 1.0,
                                        regulariser=1.0, mean_sq_norm=1.0, stationarity=0.0,
                                        residuals=np.full(3, k * 1.0),
                                        residuals_previous=np.full(3, k * 1.0),

@@ -31,7 +31,7 @@ def _cfg(N=6, n=3, d=2, T=40, every=10, snaps=2, taus=(0.1, 0.01)):
 
 
 def _obs(k, n):
-    return Observation(step=k, time=0.5 * k, tau=0.1, risk=float(k), regulariser=2.0 * k,
+    return Observation(step=k, time=0.5 * k, stage=0, step_in_stage=k, tau=0.1, risk=float(k), regulariser=2.0 * k,
                        mean_sq_norm=3.0 * k, stationarity=np.nan, residuals=np.full(n, k / 7),
                        residuals_previous=np.full(n, k / 9), eta_lambda_max=0.1 * k)
 
@@ -84,7 +84,7 @@ def test_rows_are_preallocated_and_trimmed_on_completion(tmp_path):
         assert w.f["particles/neurons/position/value"].shape == (3, N, d + 2)
         assert w.f["observables/residuals/value"].shape == (5, n)
         w.append_observations([_obs(1, n), _obs(2, n)])
-        w.append_frame(_frame(1, N, d), 10, 5.0, 0.1)
+        w.append_frame(_frame(1, N, d), 10, 5.0, 0.1, 0, 10)
         run = open_run(path)       # another handle, like a reader after a crash
         assert run.n_frames == 1 and len(run.observables["risk"]["step"]) == 2
         assert not run.complete
@@ -111,8 +111,8 @@ def test_truncate_rewinds_counters_and_rows_are_rewritten(tmp_path):
     with RunWriter(path, cfg, ds, capacity=(2, 4)) as w:
         for k in range(1, 5):
             w.append_observations([_obs(k, n)])
-        w.append_frame(_frame(1, N, d), 10, 5.0, 0.1)
-        w.append_frame(_frame(2, N, d), 20, 10.0, 0.1)
+        w.append_frame(_frame(1, N, d), 10, 5.0, 0.1, 0, 10)
+        w.append_frame(_frame(2, N, d), 20, 10.0, 0.1, 0, 20)
     with RunWriter(path, mode="a") as w:
         assert (w.n_frames, w.n_observations) == (2, 4)
         with pytest.raises(RunFileError, match="fewer than the checkpoint"):
@@ -120,7 +120,7 @@ def test_truncate_rewinds_counters_and_rows_are_rewritten(tmp_path):
         w.truncate(1, 2)
         assert open_run(path).n_frames == 1
         w.append_observations([_obs(30, n)])
-        w.append_frame(_frame(9, N, d), 99, 1.0, 0.1)
+        w.append_frame(_frame(9, N, d), 99, 1.0, 0.1, 0, 99)
         w.mark_complete()
     run = open_run(path)
     np.testing.assert_array_equal(run.observables["risk"]["value"], [1.0, 2.0, 30.0])
@@ -176,13 +176,14 @@ print("ready", flush=True)
 k = 0
 while True:
     k += 1
-    w.append_observations([Observation(step=k, time=k / 2, tau=0.1, risk=k * 1.0,
+    w.append_observations([Observation(step=k, time=k / 2, stage=0, step_in_stage=k, tau=0.1,
+                                       risk=k * 1.0,
                                        regulariser=1.0, mean_sq_norm=1.0, stationarity=0.0,
                                        residuals=np.full(5, k * 1.0),
                                        residuals_previous=np.full(5, k * 1.0),
                                        eta_lambda_max=0.0)])
     if k % 10 == 0:
-        w.append_frame(np.full((300, 4), k * 1.0), k, k / 2, 0.1)
+        w.append_frame(np.full((300, 4), k * 1.0), k, k / 2, 0.1, 0, k)
 """
 
 

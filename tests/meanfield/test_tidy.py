@@ -166,9 +166,10 @@ def test_study_results_is_a_dataset_over_the_axes(tmp_path, monkeypatch):
     summary = study.run(serial=True, threads=1, progress=False)
     assert summary.ok, summary.failed
     res = study.results()
-    assert res.risk.dims == ("lam", "seed", "tau")
+    assert res.risk.dims == ("lam", "seed", "stage")
     assert res.risk.shape == (2, 3, 2) and res.J.shape == (2, 3, 2)
     assert list(res.seed.values) == [0, 1, 2] and list(res.tau.values) == [1e-2, 1e-3]
+    assert list(res.stage.values) == [0, 1] and res.tau.dims == ("stage",)
     assert res.lam.attrs["axis"] == "dynamics.lam"
     assert (res.status == "done").all()
     # each cell holds its own run's numbers: the time-averaged risk of the stage
@@ -177,12 +178,15 @@ def test_study_results_is_a_dataset_over_the_axes(tmp_path, monkeypatch):
         run = open_run(study.run_file(job))
         stage = run.observables["risk"]
         sel = (stage["step"] > 200 + 100) & (stage["step"] <= 400)
-        np.testing.assert_allclose(res.risk.sel(lam=lam, seed=seed, tau=1e-3),
+        np.testing.assert_allclose(res.risk.sel(lam=lam, seed=seed, stage=1),
                                    stage["value"][sel].mean())
         assert res.run_file.sel(lam=lam, seed=seed).item() == str(study.run_file(job))
     assert np.isfinite(res.J.values).all()
     # the mean over seeds, the xarray way
-    assert res.risk.mean("seed").dims == ("lam", "tau")
+    assert res.risk.mean("seed").dims == ("lam", "stage")
+    # a ladder visiting each temperature once: tau can index the stages
+    assert res.risk.swap_dims(stage="tau").sel(lam=lam, seed=seed, tau=1e-3).item() == \
+        res.risk.sel(lam=lam, seed=seed, stage=1).item()
 
 
 def test_to_xarray_on_an_auto_length_run(tmp_path):
