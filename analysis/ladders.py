@@ -62,29 +62,43 @@ def _same_tau(ta, tb, rtol):
     return abs(ta - tb) <= rtol * max(abs(ta), abs(tb))
 
 
+def _partners(a, b, rtol):
+    """``[(row of a, row of b or None)]``: the ``k``-th visit of a temperature in ``a`` (its
+    ``k``-th row at that temperature) paired with the ``k``-th visit of it in ``b``, so a ladder
+    that visits a temperature twice (a reheating study) pairs its stages in order."""
+    out = []
+    for ia, row_a in enumerate(a):
+        visit = sum(_same_tau(row_a[0], r[0], rtol) for r in a[:ia])
+        same = [r for r in b if _same_tau(row_a[0], r[0], rtol)]
+        out.append((row_a, same[visit] if visit < len(same) else None))
+    return out
+
+
 def unmatched(a, b, rtol: float = 1e-9) -> list[float]:
-    """The temperatures of the ladder ``a`` with no partner in ``b`` (rows as in
-    :func:`compare_ladders`: the temperature first)."""
-    return [float(ra[0]) for ra in a if not any(_same_tau(ra[0], rb[0], rtol) for rb in b)]
+    """The temperatures of the stages of ladder ``a`` with no partner in ``b`` (rows as in
+    :func:`compare_ladders`: the temperature first; a temperature ``a`` visits more often than
+    ``b`` is listed once per visit left over)."""
+    return [float(ra[0]) for ra, rb in _partners(list(a), list(b), rtol) if rb is None]
 
 
 def _matched(a, b, rtol):
-    """``(ia, ib, tau, (ma, sa), (mb, sb))`` for every temperature of ``a`` also in ``b``; the
-    stages ``ia``, ``ib`` are the rows' fourth entries where given, else their positions."""
-    for ia, row_a in enumerate(a):
+    """``(ia, ib, tau, (ma, sa), (mb, sb))`` for every stage of ``a`` whose temperature ``b``
+    visits as often (:func:`_partners`); the stages ``ia``, ``ib`` are the rows' fourth entries
+    where given, else their positions."""
+    a, b = list(a), list(b)
+    pos_b = {id(r): i for i, r in enumerate(b)}
+    for ia, (row_a, row_b) in enumerate(_partners(a, b, rtol)):
+        if row_b is None:
+            continue
         ta, ma, sa = row_a[:3]
+        mb, sb = row_b[1:3]
         ia = row_a[3] if len(row_a) > 3 else ia
-        for ib, row_b in enumerate(b):
-            tb, mb, sb = row_b[:3]
-            ib = row_b[3] if len(row_b) > 3 else ib
-            if _same_tau(ta, tb, rtol):
-                ma, mb = np.asarray(ma, float), np.asarray(mb, float)
-                if ma.shape != mb.shape:
-                    raise ValueError(f"predictors on {ma.size} and {mb.size} points: not the "
-                                     "same data")
-                yield (ia, ib, float(ta), (ma, np.asarray(sa, float)),
-                       (mb, np.asarray(sb, float)))
-                break
+        ib = row_b[3] if len(row_b) > 3 else pos_b[id(row_b)]
+        ma, mb = np.asarray(ma, float), np.asarray(mb, float)
+        if ma.shape != mb.shape:
+            raise ValueError(f"predictors on {ma.size} and {mb.size} points: not the "
+                             "same data")
+        yield (ia, ib, float(ta), (ma, np.asarray(sa, float)), (mb, np.asarray(sb, float)))
 
 
 def z_scores(diff, den):
@@ -96,7 +110,8 @@ def z_scores(diff, den):
 
 
 def compare_ladders(a, b, rtol: float = 1e-9) -> list[LadderDifference]:
-    """Match the stages of two ladders by temperature and difference their predictors.
+    """Match the stages of two ladders by temperature and difference their predictors (the
+    ``k``-th stage at a temperature in ``a`` with the ``k``-th at it in ``b``).
 
     Parameters
     ----------

@@ -115,14 +115,14 @@ def _elements(N, d, n):
 
 def estimate_size(n_particles, d, n, capacity) -> int:
     """Upper bound, in bytes, of a new run file holding ``capacity = (n_frames,
-    n_observations)`` rows (raw data of every allocated chunk, plus 4 KiB of metadata per
+    n_observations)`` rows (raw data of every allocated chunk, plus 2 KiB of metadata per
     dataset and 64 KiB for the rest)."""
     rows = {"n_frames": int(capacity[0]), "n_observations": int(capacity[1])}
     total = 8 * n * (d + 1) + 65536
     for _, shape, counter, crows, _ in _elements(n_particles, d, n):
         r = rows[counter]
         for shp, cr in (((), crows), ((), crows), (shape, _value_chunk_rows(shape, crows))):
-            total += -(-r // cr) * cr * 8 * int(np.prod(shp, dtype=np.int64)) + 4096
+            total += -(-r // cr) * cr * 8 * int(np.prod(shp, dtype=np.int64)) + 2048
     return int(total)
 
 
