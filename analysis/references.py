@@ -86,11 +86,6 @@ def convex_reference(X, y, lam):
     return _CACHE[k]
 
 
-def stage_of_frame(run, k: int) -> int:
-    """Ladder stage of snapshot frame ``k`` of a :class:`meanfield.store.Run` (by its step)."""
-    return run.schedule.stage_of_step(int(run.frame_step[k]))
-
-
 def _particles(run, stage, window):
     return time_average_predictor(run, stage, window)
 

@@ -12,7 +12,6 @@ from analysis.references import (
     convex_distance,
     gibbs_distance,
     match_rays,
-    stage_of_frame,
 )
 
 
@@ -74,7 +73,7 @@ def test_distances_on_a_run(small_run):
     from solvers.convex import convex
     from solvers.gibbs import gibbs
     run = small_run
-    assert [stage_of_frame(run, k) for k in range(run.n_frames)] == [0, 0, 1, 1]
+    assert list(run.frame_stage) == [0, 0, 1, 1]
     for stage, tau in enumerate([0.04, 0.02]):
         g = gibbs_distance(run, stage)
         f, se = time_average_predictor(run, stage, 0.5)

@@ -42,9 +42,9 @@ def test_predictor_one_panel_per_temperature_and_labelled_kinks(analysed):
         np.testing.assert_array_equal(pts.get_offsets(), run.X)
         np.testing.assert_array_equal(pts.get_array(), run.y)
         assert pts.norm.vmin == -pts.norm.vmax                  # zero is white
-    # six temperatures: a grid two panels wide, not a strip
-    many = dict(rep, snapshots=[dict(s, tau=t) for s in rep["snapshots"]
-                                for t in (s["tau"], s["tau"] * 1.01)])
+    # six stages: a grid two panels wide, not a strip
+    many = dict(rep, snapshots=[dict(s, stage=2 * s["stage"] + k, tau=t) for s in rep["snapshots"]
+                                for k, t in enumerate((s["tau"], s["tau"] * 1.01))])
     w, h = meanfield.plot_predictor(many, run).get_size_inches()
     assert w == pytest.approx(figures.WIDTH) and h > 4
 
