@@ -126,3 +126,21 @@ def one_line(capsys, code, want=2):
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
     return lines[0]
+
+
+def auto_walk(lengths, T, every):
+    """Step by step: ``(stage, step_in_stage, global step)`` of every observation boundary and
+    of every frame of an auto ladder whose stages ran ``lengths`` steps (budget ``T``)."""
+    from solvers.schedule import AUTO_CHUNKS
+    c = T // AUTO_CHUNKS
+    ends = {c * k for k in range(1, AUTO_CHUNKS)} | {T}
+    obs, frames, start = [], [], 0
+    for s, L in enumerate(lengths):
+        for k in range(1, L + 1):
+            snap = k in ends or k == L
+            if k % every == 0 or snap:
+                obs.append((s, k, start + k))
+            if snap:
+                frames.append((s, k, start + k))
+        start += L
+    return obs, frames

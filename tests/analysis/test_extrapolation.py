@@ -212,3 +212,15 @@ def test_analyze_extrapolate_n(tmp_path, capsys):
     assert cli.main(["analyze", str(small), "--extrapolate-n", str(large),
                      "--extrapolate", str(large)]) == 2
     assert "not both" in capsys.readouterr().err
+
+
+def test_two_ladders_pair_the_kth_visit_of_a_temperature():
+    from analysis.ladders import compare_ladders, unmatched
+    one = np.ones(2)
+    a = [(1e-2, one * 0, one, 0), (1e-3, one * 1, one, 1), (1e-2, one * 2, one, 2)]
+    b = [(1e-2, one * 10, one, 0), (1e-2, one * 12, one, 1), (1e-3, one * 11, one, 2)]
+    rows = compare_ladders(a, b)
+    assert [(r.stage_a, r.stage_b, r.max_abs_diff) for r in rows] == [(0, 0, 10.0),
+                                                                      (1, 2, 10.0),
+                                                                      (2, 1, 10.0)]
+    assert unmatched(a, b[:2]) == [1e-3] and unmatched(a, b[1:]) == [1e-2]

@@ -1,88 +1,13 @@
-"""The stage of a row: ``Schedule``'s auto mode against a step-by-step walk, the stage stored with
-every observation and frame, files written before it was stored, and ladders that visit a
-temperature twice (a reheating study) through ``to_xarray``, ``analyze``, the figures and the
-study summary."""
+"""Ladder stages in run files: the stage stored with every observation and frame, files written
+before it was stored, and ladders that visit a temperature twice (a reheating study) through
+``to_xarray``, ``analyze --json``, the figures and the study summary."""
 
 import json
-import math
 
 import h5py
 import numpy as np
 import pytest
-
-from solvers.schedule import AUTO_CHUNKS, Schedule
-
-
-def _auto_walk(lengths, T, every):
-    """Step by step: ``(stage, step_in_stage, global step)`` of every observation boundary and
-    of every frame of an auto ladder whose stages ran ``lengths`` steps (budget ``T``)."""
-    c = T // AUTO_CHUNKS
-    ends = {c * k for k in range(1, AUTO_CHUNKS)} | {T}
-    obs, frames, start = [], [], 0
-    for s, L in enumerate(lengths):
-        for k in range(1, L + 1):
-            snap = k in ends or k == L
-            if k % every == 0 or snap:
-                obs.append((s, k, start + k))
-            if snap:
-                frames.append((s, k, start + k))
-        start += L
-    return obs, frames
-
-
-@pytest.mark.parametrize("lengths,T,every", [((40, 160, 60), 160, 10), ((320, 80), 320, 7),
-                                             ((8, 33, 12, 28), 33, 5)])
-def test_auto_schedule_matches_a_step_by_step_walk(lengths, T, every):
-    taus = (1e-2, 1e-3, 1e-2, 0.0)[:len(lengths)]
-    sch = Schedule(taus, "auto", every, 1, T).with_lengths(lengths)
-    obs, frames = _auto_walk(lengths, T, every)
-    assert sch.row_counts() == (len(frames), len(obs))
-    assert sch.total_steps == sum(lengths)
-    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
-    for s, L in enumerate(lengths):
-        lo = int(starts[s])
-        assert sch.stage_bounds(s) == (lo, lo + L)
-        assert sch.stage_length(s) == L
-        assert sch.boundaries(s) == [k for t, k, _ in obs if t == s]
-        assert sch.snapshots(s) == [k for t, k, _ in frames if t == s]
-        for frac in (0.5, 0.25, 1.0):
-            assert sch.last_part(s, frac) == (lo + math.floor((1 - frac) * L), lo + L)
-    for step in range(1, sch.total_steps + 1):
-        want = int(np.searchsorted(np.cumsum(lengths), step))      # (lo, hi] by brute force
-        assert sch.stage_of_step(step) == want
-    stage, in_stage = sch.stages_of_steps([g for _, _, g in obs])
-    assert list(zip(stage.tolist(), in_stage.tolist())) == [(t, k) for t, k, _ in obs]
-    # the schedule as the rows show it: decided lengths from the stored stages alone
-    undecided = Schedule(taus, "auto", every, 1, T)
-    seen = undecided.as_run([t for t, _, _ in obs], [g for _, _, g in obs])
-    assert seen.lengths == tuple(lengths)
-    part = [(t, g) for t, _, g in obs if t < 1 or g <= starts[1] + every]   # stage 1 under way
-    under_way = undecided.as_run(*zip(*part))
-    assert under_way.lengths == (lengths[0], part[-1][1] - lengths[0])
-    # a file without stored stages (adjacent temperatures differ here): told once from its rows
-    st, ins = undecided.stages_of_rows([g for _, _, g in obs], [taus[t] for t, _, _ in obs])
-    assert list(zip(st.tolist(), ins.tolist())) == [(t, k) for t, k, _ in obs]
-
-
-def test_legacy_rows_of_two_adjacent_stages_at_one_temperature_split_at_the_budget():
-    sch = Schedule((1e-2, 1e-2), "auto", 10, 1, 80)
-    obs, _ = _auto_walk((80, 40), 80, 10)
-    st, ins = sch.stages_of_rows([g for _, _, g in obs], [1e-2] * len(obs))
-    assert list(zip(st.tolist(), ins.tolist())) == [(t, k) for t, k, _ in obs]
-
-
-def test_a_fixed_schedule_tells_rows_from_steps_alone_and_the_coldest_stage_is_the_last():
-    sch = Schedule((1e-2, 1e-3, 1e-2, 1e-3), 50, 10, 2)
-    steps = np.arange(10, 201, 10)
-    st, ins = sch.stages_of_rows(steps, np.full(steps.shape, np.nan))   # temperatures unused
-    np.testing.assert_array_equal(st, (steps - 1) // 50)
-    np.testing.assert_array_equal(ins, steps - 50 * ((steps - 1) // 50))
-    assert sch.as_run(st, steps) is sch
-    assert sch.coldest_stage() == 3
-    assert Schedule((1e-2, 1e-3, 1e-2), 5, 1).coldest_stage() == 1
-
-
-# --- run files --------------------------------------------------------------------------------
+from support import auto_walk
 
 REHEAT = [1e-2, 1e-3, 1e-2]
 
@@ -154,7 +79,7 @@ def test_the_run_file_stores_the_stage_of_every_row(reheat_run):
 def test_auto_reheating_run_stores_the_stage_lengths_it_ran(reheat_auto_run):
     from meanfield.store import open_run
     run = open_run(reheat_auto_run)
-    obs, frames = _auto_walk((40, 160, 40), 160, 10)
+    obs, frames = auto_walk((40, 160, 40), 160, 10)
     assert list(zip(run.stage.tolist(), run.step_in_stage.tolist(),
                     run.observables["risk"]["step"].tolist())) == obs
     assert list(zip(run.frame_stage.tolist(), run.frame_step_in_stage.tolist(),
@@ -272,15 +197,3 @@ def test_study_of_a_reheating_ladder_keeps_its_stages_apart(tmp_path, monkeypatc
     out = tmp_path / "report"
     files = S.write_report(res, out)
     assert {"study.json", "study.md", "risk_tau.png"} <= {f.name for f in files}
-
-
-def test_two_ladders_pair_the_kth_visit_of_a_temperature():
-    from analysis.ladders import compare_ladders, unmatched
-    one = np.ones(2)
-    a = [(1e-2, one * 0, one, 0), (1e-3, one * 1, one, 1), (1e-2, one * 2, one, 2)]
-    b = [(1e-2, one * 10, one, 0), (1e-2, one * 12, one, 1), (1e-3, one * 11, one, 2)]
-    rows = compare_ladders(a, b)
-    assert [(r.stage_a, r.stage_b, r.max_abs_diff) for r in rows] == [(0, 0, 10.0),
-                                                                      (1, 2, 10.0),
-                                                                      (2, 1, 10.0)]
-    assert unmatched(a, b[:2]) == [1e-3] and unmatched(a, b[1:]) == [1e-2]
