@@ -72,6 +72,24 @@ def foreign_modules(modules) -> list[str]:
     return bad
 
 
+def pytest_addoption(parser):
+    parser.addoption("--long", action="store_true",
+                     help="also run the tests marked long (the longest end-to-end runs: "
+                          "sweeps on a Dask cluster, SIGKILL at random moments, the tutorial's "
+                          "study); CI runs them with --long -m long")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Leave out the tests marked ``long`` unless ``--long`` is given (deselected, not skipped:
+    the default command is the README's test command, and they are a tier of their own)."""
+    if config.getoption("--long"):
+        return
+    long = [it for it in items if it.get_closest_marker("long")]
+    if long:
+        config.hook.pytest_deselected(items=long)
+        items[:] = [it for it in items if not it.get_closest_marker("long")]
+
+
 def pytest_report_header(config):
     return f"meanfield under test: {Path(meanfield.__file__).resolve().parent}"
 

@@ -33,6 +33,7 @@ def _ou_second_moment(eta, lam, tau, seed, N=20000, d=2, samples=300, every=20):
     return F
 
 
+@pytest.mark.long
 def test_ou_second_moment_extrapolates_to_the_continuous_value():
     """EM's stationary variance is ``v(η) = τ/(λ(1 − ηλ/2)) = (τ/λ)(1 + ηλ/2 + O(η²))``.
     From the chains at ``η`` and ``2η`` the extrapolation must land on the closed form

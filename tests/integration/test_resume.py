@@ -286,6 +286,7 @@ def test_signal_writes_checkpoint_exit_130_and_resume_matches(kill_ref, tmp_path
     assert_identical(ref, out)
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_sigkill_at_random_moments_then_resume_matches(kill_ref, tmp_path):
     """20 runs killed with SIGKILL at random moments while they write (5 of their resumes

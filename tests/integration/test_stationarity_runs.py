@@ -114,6 +114,7 @@ def test_relaxed_plane8_run_is_stationary(tmp_path):
     assert v.stationary, v.reasons
 
 
+@pytest.mark.long
 @pytest.mark.usefixtures("one_thread")
 def test_auto_stages_end_on_their_verdict_and_resume_bitwise(tmp_path):
     from meanfield import data as _data

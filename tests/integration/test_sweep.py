@@ -24,7 +24,7 @@ from meanfield.sweep import execute as _execute
 from meanfield.sweep import manifest as man
 
 pytest.importorskip("distributed")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -82,6 +82,7 @@ def workdir(tmp_path_factory):
     return d
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_script_output_is_the_tutorials(workdir):
     env = dict(os.environ)
@@ -94,6 +95,7 @@ def test_script_output_is_the_tutorials(workdir):
                        "examples/low_temperature_study.py")
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_python_steps_print_what_the_tutorial_shows(workdir, monkeypatch):
     monkeypatch.chdir(workdir)

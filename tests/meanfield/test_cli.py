@@ -41,6 +41,7 @@ def test_inspect_json(tiny_run, capsys):
                                [0.05 * s for s in (1125, 1500, 2625, 3000)])
 
 
+@pytest.mark.long
 @pytest.mark.slow       # the full analysis with W2 and both references (36 s under load)
 def test_analyze_json(tiny_run, capsys, tmp_path):
     cfg, out = tiny_run

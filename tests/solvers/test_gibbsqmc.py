@@ -239,6 +239,7 @@ def test_refusal_keeps_the_hotter_temperatures_solved():
         assert ei.value.solved == []
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_barrier_in_d4_is_refused_with_a_solvable_temperature():
     """d = 4, tau = 1e-3 (Gaussian data, n = 10, lam = 0.05): the fixed point presses
