@@ -128,60 +128,186 @@ def _dot(u, v, n):
 
 
 @nb.njit(inline="always")
-def _features(th, XT, n, d, kind, p, z, s, ds):
-    """``z_j = b + w·x_j``, ``s_j = σ(z_j)``, ``ds_j = σ'(z_j)`` of one particle ``th``
-    (``XT`` the (d, n) transposed inputs; loops over ``j`` vectorise)."""
+def _dot2(u1, v1, u2, v2, n):
+    """``(:func:`_dot` (u1, v1), :func:`_dot` (u2, v2))`` in one loop over the points: the same
+    sums bit for bit, with eight independent accumulators instead of four."""
+    s0 = 0.0
+    s1 = 0.0
+    s2 = 0.0
+    s3 = 0.0
+    r0 = 0.0
+    r1 = 0.0
+    r2 = 0.0
+    r3 = 0.0
+    j = 0
+    while j + 4 <= n:
+        s0 = _fma(u1[j], v1[j], s0)
+        s1 = _fma(u1[j + 1], v1[j + 1], s1)
+        s2 = _fma(u1[j + 2], v1[j + 2], s2)
+        s3 = _fma(u1[j + 3], v1[j + 3], s3)
+        r0 = _fma(u2[j], v2[j], r0)
+        r1 = _fma(u2[j + 1], v2[j + 1], r1)
+        r2 = _fma(u2[j + 2], v2[j + 2], r2)
+        r3 = _fma(u2[j + 3], v2[j + 3], r3)
+        j += 4
+    acc = (s0 + s1) + (s2 + s3)
+    acc2 = (r0 + r1) + (r2 + r3)
+    while j < n:
+        acc = _fma(u1[j], v1[j], acc)
+        acc2 = _fma(u2[j], v2[j], acc2)
+        j += 1
+    return acc, acc2
+
+
+@nb.njit(inline="always")
+def _dot2_rows(u, A, r, n):
+    """``(:func:`_dot` (u, A[r]), :func:`_dot` (u, A[r + 1]))`` in one loop, as :func:`_dot2`
+    (no views of ``A`` made)."""
+    s0 = 0.0
+    s1 = 0.0
+    s2 = 0.0
+    s3 = 0.0
+    r0 = 0.0
+    r1 = 0.0
+    r2 = 0.0
+    r3 = 0.0
+    q = r + 1
+    j = 0
+    while j + 4 <= n:
+        s0 = _fma(u[j], A[r, j], s0)
+        s1 = _fma(u[j + 1], A[r, j + 1], s1)
+        s2 = _fma(u[j + 2], A[r, j + 2], s2)
+        s3 = _fma(u[j + 3], A[r, j + 3], s3)
+        r0 = _fma(u[j], A[q, j], r0)
+        r1 = _fma(u[j + 1], A[q, j + 1], r1)
+        r2 = _fma(u[j + 2], A[q, j + 2], r2)
+        r3 = _fma(u[j + 3], A[q, j + 3], r3)
+        j += 4
+    acc = (s0 + s1) + (s2 + s3)
+    acc2 = (r0 + r1) + (r2 + r3)
+    while j < n:
+        acc = _fma(u[j], A[r, j], acc)
+        acc2 = _fma(u[j], A[q, j], acc2)
+        j += 1
+    return acc, acc2
+
+
+@nb.njit(inline="always")
+def _dot_row(u, A, r, n):
+    """:func:`_dot` of ``u`` with row ``r`` of ``A`` (no view made: the same sums, bit for bit)."""
+    s0 = 0.0
+    s1 = 0.0
+    s2 = 0.0
+    s3 = 0.0
+    j = 0
+    while j + 4 <= n:
+        s0 = _fma(u[j], A[r, j], s0)
+        s1 = _fma(u[j + 1], A[r, j + 1], s1)
+        s2 = _fma(u[j + 2], A[r, j + 2], s2)
+        s3 = _fma(u[j + 3], A[r, j + 3], s3)
+        j += 4
+    acc = (s0 + s1) + (s2 + s3)
+    while j < n:
+        acc = _fma(u[j], A[r, j], acc)
+        j += 1
+    return acc
+
+
+@nb.njit(inline="always")
+def _pre_activations(th, XT, n, d, z, dims):
+    """``z_j = b + w·x_j`` of particle ``th`` (FMAs in the order of ``solvers._kernels``).
+    With ``d`` fixed at compile time (``dims`` a d-tuple) one loop over the points, the
+    coordinates unrolled; with ``d`` at run time (``dims = ()``) coordinates outside, points
+    inside. Both vectorise over the points and give the same bits."""
     b = th[d + 1]
-    for j in range(n):
-        z[j] = b
-    for k in range(d):
-        w = th[1 + k]
+    if len(dims) == 0:
         for j in range(n):
-            z[j] = _fma(w, XT[k, j], z[j])
+            z[j] = b
+        for k in range(d):
+            w = th[1 + k]
+            for j in range(n):
+                z[j] = _fma(w, XT[k, j], z[j])
+    else:
+        for j in range(n):
+            zz = b
+            for k in range(d):
+                zz = _fma(th[1 + k], XT[k, j], zz)
+            z[j] = zz
+
+
+@nb.njit(inline="always")
+def _own_terms(th, XT, n, d, kind, p, e, z, s, h, dims):
+    """The terms of particle ``th`` at the current errors ``e``: ``z`` (see
+    :func:`_pre_activations`), ``s_j = σ(z_j)`` and the gradient weights ``h_j = e_j σ'(z_j)``
+    (the activation's branch outside the loop over the points, so that it vectorises)."""
+    _pre_activations(th, XT, n, d, z, dims)
     if kind == ACT_RELU:
         for j in range(n):
             zz = z[j]
             s[j] = zz if zz > 0.0 else 0.0
-            ds[j] = 1.0 if zz > 0.0 else 0.0
+            h[j] = e[j] * (1.0 if zz > 0.0 else 0.0)
     else:
         for j in range(n):
-            s[j], ds[j] = _act_pair(z[j], kind, p)
+            sj, dsj = _act_pair(z[j], kind, p)
+            s[j] = sj
+            h[j] = e[j] * dsj
 
 
 @nb.njit(inline="always")
-def _gradient(th, XT, n, d, e, s, ds, lam, h, ones, g):
-    """``g = ∇_θ U`` of one particle from its features and the errors ``e_j = f_j − y_j``:
-    ``g_a = (1/n) Σ_j e_j s_j + λ a``, ``g_u = (a/n) Σ_j e_j ds_j x̃_j + λ u``
-    (:func:`_dot` for the sums; ``h`` is scratch, ``ones`` a vector of ones)."""
+def _move_terms(th, thp, XT, n, d, kind, p, inv_N, e, s, zp, sp, df, t, ep, hp, grad, dims):
+    """The terms of the move ``th → thp``: ``zp`` and ``sp = σ(zp)`` as in :func:`_own_terms`,
+    the change of the predictor ``df_j = (a' sp_j − a s_j)/N``, ``t_j = 2 e_j + df_j`` (for
+    ``ΔU``) and, when ``grad``, the errors after the move ``ep = e + df`` and the weights
+    ``hp_j = ep_j σ'(zp_j)``."""
+    _pre_activations(thp, XT, n, d, zp, dims)
+    a = th[0]
+    ap = thp[0]
+    if kind == ACT_RELU:
+        for j in range(n):
+            zz = zp[j]
+            sj = zz if zz > 0.0 else 0.0
+            sp[j] = sj
+            dfj = (ap * sj - a * s[j]) * inv_N
+            df[j] = dfj
+            t[j] = 2.0 * e[j] + dfj
+        if grad:
+            for j in range(n):
+                epj = e[j] + df[j]
+                ep[j] = epj
+                hp[j] = epj * (1.0 if zp[j] > 0.0 else 0.0)
+    else:
+        for j in range(n):
+            sj, dsj = _act_pair(zp[j], kind, p)
+            sp[j] = sj
+            dfj = (ap * sj - a * s[j]) * inv_N
+            df[j] = dfj
+            t[j] = 2.0 * e[j] + dfj
+            if grad:
+                epj = e[j] + dfj
+                ep[j] = epj
+                hp[j] = epj * dsj
+
+
+@nb.njit(inline="always")
+def _grad_from(th, XT, n, d, e, s, h, lam, ones, g):
+    """``g = ∇_θ U`` of one particle from ``s`` and the weights ``h`` of :func:`_own_terms`:
+    ``g_a = (1/n) Σ_j e_j s_j + λ a``, ``g_u = (a/n) Σ_j h_j x̃_j + λ u`` (each sum a
+    :func:`_dot`, two at a time; ``ones`` a vector of ones)."""
     D = d + 2
     inv_n = 1.0 / n
     a = th[0]
-    for j in range(n):
-        h[j] = e[j] * ds[j]
-    g[0] = _fma(lam, a, _dot(e, s, n) * inv_n)
     an = a * inv_n
-    for k in range(d):
-        g[1 + k] = _fma(an, _dot(h, XT[k], n), lam * th[1 + k])
-    g[D - 1] = _fma(an, _dot(h, ones, n), lam * th[D - 1])
-
-
-@nb.njit(inline="always")
-def _delta_u(th, thp, n, D, inv_N, N, e, s, sp, lam, df, t, data):
-    """``ΔU`` of replacing ``th`` by ``thp`` (features ``s``, ``sp``); fills ``df`` with ``Δf``
-    (``t`` is scratch)."""
-    du = 0.0
-    if data:
-        a = th[0]
-        ap = thp[0]
-        for j in range(n):
-            dfj = (ap * sp[j] - a * s[j]) * inv_N
-            df[j] = dfj
-            t[j] = 2.0 * e[j] + dfj
-        du = _dot(df, t, n) * (N / (2.0 * n))
-    nq = 0.0
-    for c in range(D):
-        nq += (thp[c] - th[c]) * (thp[c] + th[c])
-    return du + 0.5 * lam * nq
+    sa, sb = _dot2(e, s, h, ones, n)
+    g[0] = _fma(lam, a, sa * inv_n)
+    g[D - 1] = _fma(an, sb, lam * th[D - 1])
+    k = 0
+    while k + 2 <= d:
+        w0, w1 = _dot2_rows(h, XT, k, n)
+        g[1 + k] = _fma(an, w0, lam * th[1 + k])
+        g[2 + k] = _fma(an, w1, lam * th[2 + k])
+        k += 2
+    if k < d:
+        g[1 + k] = _fma(an, _dot_row(h, XT, k, n), lam * th[1 + k])
 
 
 @nb.njit(inline="always")
@@ -224,7 +350,7 @@ def _forward_serial(T, XT, n, partial, scratch, kind, p, dims):
 
 
 @nb.njit(cache=True)
-def mala_steps(T, X, y, XT, partial, scratch, work, sub, f, R, counts, f_sum, lam, eta, tau,
+def mala_steps(T, X, y, XT, partial, scratch, sub, f, R, counts, f_sum, lam, eta, tau,
                seed, step0, nsteps, kind, p, data_term, jumps, dims):
     """Advance ``nsteps`` Metropolis-adjusted passes from global step ``step0``.
 
@@ -237,7 +363,7 @@ def mala_steps(T, X, y, XT, partial, scratch, work, sub, f, R, counts, f_sum, la
     partial, scratch : ndarray
         Work space of ``solvers._kernels.forward``: ``(ceil(N/BLOCK), n)`` and
         :func:`solvers._kernels.scratch_shape`.
-    work : ndarray (12, n) ; sub : int64 ndarray (JUMP_SUBSET,)
+    sub : int64 ndarray (JUMP_SUBSET,)
         Work space.
     f, R : ndarray (n,)
         Out: predictor and scaled residuals ``(f − y)/n`` after the last pass.
@@ -255,8 +381,10 @@ def mala_steps(T, X, y, XT, partial, scratch, work, sub, f, R, counts, f_sum, la
     jumps : float
         Share of jump moves in ``[0, 1]``.
     dims : tuple
-        ``()`` (``d = T.shape[0] - 2`` at run time: one compile for every input dimension,
-        what :class:`solvers.stepper.Stepper` passes) or a d-tuple (specialised).
+        ``()`` (``d = T.shape[0] - 2`` at run time: one compile for every input dimension) or
+        a d-tuple (specialised: the loops over the points fused and unrolled over the
+        coordinates, faster; bitwise the same results). :class:`solvers.stepper.Stepper`
+        passes :func:`solvers.stepper.kernel_dims`.
 
     Returns
     -------
@@ -273,18 +401,19 @@ def mala_steps(T, X, y, XT, partial, scratch, work, sub, f, R, counts, f_sum, la
     s_jump = math.sqrt(tau / lam)
     inv2s2 = 0.5 * lam / tau if tau > 0.0 else 0.0
     K = sub.shape[0]
-    e = work[0]
-    z = work[1]
-    s = work[2]
-    ds = work[3]
-    zp = work[4]
-    sp = work[5]
-    dsp = work[6]
-    df = work[7]
-    ep = work[8]
-    hb = work[9]
-    tb = work[10]
-    ones = work[11]
+    # separate allocations (not rows of one array): the compiler then vectorises the loops
+    # over the points, which it does not when they may overlap
+    e = np.empty(n)
+    z = np.empty(n)
+    s = np.empty(n)
+    h = np.empty(n)
+    zp = np.empty(n)
+    sp = np.empty(n)
+    hp = np.empty(n)
+    df = np.empty(n)
+    ep = np.empty(n)
+    tb = np.empty(n)
+    ones = np.empty(n)
     for j in range(n):
         ones[j] = 1.0
     inv_N = 1.0 / N
@@ -318,10 +447,11 @@ def mala_steps(T, X, y, XT, partial, scratch, work, sub, f, R, counts, f_sum, la
         for i in range(N):
             for c in range(D):
                 th[c] = T[c, i]
-            u_type = _uniform(_hash(k3, _position(step, 3 * i)))
-            jump = can_jump and u_type < jumps
+            jump = False
+            if can_jump:        # the move type's draw is made only when it can matter
+                jump = _uniform(_hash(k3, _position(step, 3 * i))) < jumps
             if data_term:
-                _features(th, XT, n, d, kind, p, z, s, ds)
+                _own_terms(th, XT, n, d, kind, p, e, z, s, h, dims)
             if jump:
                 for k in range(K):
                     o = _below(k5, step, i * K + k, N - 1)
@@ -332,23 +462,27 @@ def mala_steps(T, X, y, XT, partial, scratch, work, sub, f, R, counts, f_sum, la
                     thp[c] = T[c, c0] + s_jump * _normal(k4, _position(step, i * D + c))
             else:
                 if data_term:
-                    _gradient(th, XT, n, d, e, s, ds, lam, hb, ones, g)
+                    _grad_from(th, XT, n, d, e, s, h, lam, ones, g)
                 else:
                     for c in range(D):
                         g[c] = lam * th[c]
                 for c in range(D):
                     thp[c] = th[c] - eta * g[c] + sd * _normal(k1, _position(step, i * D + c))
+            du = 0.0
             if data_term:
-                _features(thp, XT, n, d, kind, p, zp, sp, dsp)
-            du = _delta_u(th, thp, n, D, inv_N, N, e, s, sp, lam, df, tb, data_term)
+                _move_terms(th, thp, XT, n, d, kind, p, inv_N, e, s, zp, sp, df, tb, ep, hp,
+                            not jump, dims)
+                du = _dot(df, tb, n) * (N / (2.0 * n))
+            nq = 0.0
+            for c in range(D):
+                nq += (thp[c] - th[c]) * (thp[c] + th[c])
+            du = du + 0.5 * lam * nq
             if jump:
                 log_a = -du / tau + (_log_mixture(th, T, sub, K, D, inv2s2, mbuf)
                                      - _log_mixture(thp, T, sub, K, D, inv2s2, mbuf))
             else:
                 if data_term:
-                    for j in range(n):
-                        ep[j] = e[j] + df[j]          # the errors after the move
-                    _gradient(thp, XT, n, d, ep, sp, dsp, lam, hb, ones, gp)
+                    _grad_from(thp, XT, n, d, ep, sp, hp, lam, ones, gp)
                 else:
                     for c in range(D):
                         gp[c] = lam * thp[c]
@@ -360,8 +494,10 @@ def mala_steps(T, X, y, XT, partial, scratch, work, sub, f, R, counts, f_sum, la
                     r = th[c] - thp[c] + eta * gp[c]
                     bwd += r * r
                 log_a = -du / tau - (bwd - fwd) * inv4
-            u_acc = _uniform(_hash(k3, _position(step, 3 * i + 1)))
-            ok = math.log(u_acc) < log_a               # False for NaN
+            # log u < 0 <= log_a: accepted without the uniform's logarithm (the same verdict;
+            # False for a NaN log_a either way)
+            ok = log_a >= 0.0 or \
+                math.log(_uniform(_hash(k3, _position(step, 3 * i + 1)))) < log_a
             if jump:
                 counts[2] += 1
             else:

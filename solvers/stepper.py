@@ -299,7 +299,6 @@ class Stepper:
         self.f_sum = np.zeros(n)
         if integrator == "mala":
             self.XT = np.ascontiguousarray(self.X.T)
-            self.work = np.empty((12, n))
             self.sub = np.empty(_mala.JUMP_SUBSET, dtype=np.int64)
 
     def reset_counts(self) -> None:
@@ -341,11 +340,11 @@ class Stepper:
             if nsteps > 0 and not float(tau) > 0.0:
                 raise ValueError(f"integrator 'mala' needs tau > 0, got {tau}")
             code = _mala.mala_steps(self.T, self.X, self.y, self.XT, self.partial, self.scratch,
-                                    self.work, self.sub, self.f, self.R, self.counts, self.f_sum,
+                                    self.sub, self.f, self.R, self.counts, self.f_sum,
                                     self.lam,
                                     self.eta, float(tau), self.seed, int(step0), int(nsteps),
                                     self.kind, self.params, bool(data_term), self.jumps,
-                                    ())     # sequential moves: d at run time, one compile
+                                    self.dims)
             finite = kernels.to_rows(self.T, theta)
             return int(code) if code else (0 if finite else 1)
         code = kernels.run_steps(self.T, self.X, self.y, self.batch_size, self.partial,
