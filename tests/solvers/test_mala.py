@@ -253,3 +253,24 @@ def test_stepper_refuses_minibatch_bad_jumps_and_zero_tau():
     with pytest.raises(ValueError, match="tau > 0"):
         st.advance(np.zeros((5, 3)), 0.0, 0, 1)
     assert st.advance(np.zeros((5, 3)), 0.0, 0, 0) == 0     # no pass: only f and R
+
+
+@pytest.mark.parametrize("d", [1, 2])
+def test_specialised_and_run_time_d_passes_agree_bitwise(d):
+    """The pass specialised for ``d`` (what the stepper runs) and the one with ``d`` at run time
+    are the same chain: the same operations in the same order, so the same bits."""
+    from solvers.stepper import kernel_dims
+    assert kernel_dims(d) != ()
+    rng = np.random.default_rng(d)
+    X, y = rng.standard_normal((9, d)), rng.standard_normal(9)
+    theta = initial_particles(300, d, 1.0, 3)
+    out = []
+    for dims in ((), kernel_dims(d)):
+        st = Stepper(X, y, 300, lam=0.05, eta=0.2, seed=4, integrator="mala", jumps=0.3)
+        st.dims = dims
+        th = theta.copy()
+        assert st.advance(th, 0.01, 0, 12) == 0
+        out.append((th, st.counts.copy(), st.R.copy(), st.f_sum.copy()))
+    assert out[0][1][1] > 0 and out[0][1][3] > 0
+    for a, b in zip(*out):
+        assert np.array_equal(a, b)
