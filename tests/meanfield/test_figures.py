@@ -87,7 +87,7 @@ def test_seam_goes_into_the_widest_gap():
     deg = np.deg2rad
     # rays at ±179°: a map centred at 0 splits them; the seam must move away from them
     seam = figures.seam_longitude(deg([179.0, -179.0, 10.0]))
-    assert min(abs(np.rad2deg(figures._wrap(seam - deg(a)))) for a in (179, -179, 10)) > 60
+    assert min(abs(np.rad2deg(figures.directions._wrap(seam - deg(a)))) for a in (179, -179, 10)) > 60
     assert figures.seam_longitude(deg([0.0, 90.0])) == pytest.approx(deg(-135.0))
 
 

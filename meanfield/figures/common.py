@@ -1,0 +1,78 @@
+"""What every figure of meanfield shares: the Matplotlib import (Agg backend), the styles, the
+atomic writer :func:`save`, and the look-ups of one run's analysis that several figures make."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from meanfield import atomic
+
+STYLE = {"figure.dpi": 120, "axes.grid": True, "grid.alpha": 0.3, "font.size": 9,
+         "axes.titlesize": 10, "savefig.bbox": "tight"}
+
+
+def save(fig, path, **kw) -> None:
+    """Write ``fig`` to ``path`` atomically (:func:`meanfield.atomic.replacing`); ``kw`` go to
+    ``savefig``. The format follows the suffix of ``path``."""
+    with atomic.replacing(path, suffix=Path(path).suffix) as tmp:
+        fig.savefig(tmp, **kw)
+
+
+def import_matplotlib():
+    """Import and return :mod:`matplotlib` for writing PNG files with the Agg backend.
+
+    The figures never need the backend named by ``MPLBACKEND``; a value that matplotlib
+    rejects (``MPLBACKEND=nonsense`` makes ``import matplotlib`` raise ``ValueError``) is
+    set aside while importing, so that the figures are still written.
+    """
+    import os
+    import sys
+    if "matplotlib" not in sys.modules and "MPLBACKEND" in os.environ:
+        try:
+            import matplotlib
+        except ValueError:
+            for name in [m for m in sys.modules if m == "matplotlib"
+                         or m.startswith("matplotlib.")]:
+                del sys.modules[name]       # the half-imported package, imported again below
+            saved = os.environ.pop("MPLBACKEND")
+            try:
+                import matplotlib
+            finally:
+                os.environ["MPLBACKEND"] = saved
+    import matplotlib
+    matplotlib.use("Agg", force=False)
+    return matplotlib
+
+
+def _plt():
+    # Deferred on purpose: Matplotlib is heavy, and pyplot must see the Agg backend first.
+    import_matplotlib()
+    import matplotlib.pyplot as plt
+    return plt
+
+
+#: Single-column width (inches) and the text sizes the figures are designed for.
+WIDTH = 3.4
+RUN_STYLE = {"font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "xtick.labelsize": 7,
+         "ytick.labelsize": 7, "legend.fontsize": 7, "figure.dpi": 150,
+         "savefig.bbox": "tight", "savefig.dpi": 200, "axes.grid": False}
+#: Colours of the sign of a (kink lines, rays), distinct from the red-blue predictor map.
+SIGN_COLOURS = {1: "#1b7837", -1: "#762a83", 0: "#000000"}
+SIGN_STYLES = {1: "-", -1: "--", 0: "-."}
+
+
+def _figure(figsize):
+    import_matplotlib()
+    from matplotlib.figure import Figure
+    return Figure(figsize=figsize, layout="constrained")
+
+
+def _rc():
+    return import_matplotlib().rc_context(RUN_STYLE)
+
+
+def _frame_of(run, step):
+    k = int(np.nonzero(np.asarray(run.frame_step) == step)[0][0])
+    return run.frame(k)

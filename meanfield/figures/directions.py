@@ -1,0 +1,198 @@
+"""The directions figure of one run's analysis (:func:`plot_directions`): where the neurons
+point, on equal-area maps of the sphere of directions."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from analysis.rays import directions
+from analysis.run_analysis import last_of_stages
+from meanfield.figures.common import SIGN_COLOURS, WIDTH, _figure, _frame_of, _rc
+
+
+def _lonlat(V):
+    return np.arctan2(V[:, 1], V[:, 0]), np.arcsin(np.clip(V[:, 2], -1, 1))
+
+
+def seam_longitude(lons) -> float:
+    """A centre longitude for the map that puts the ±180° seam in the widest gap between the
+    given longitudes (radians), so that no marked direction is split across the edge."""
+    lons = np.sort(np.mod(np.asarray(lons, float), 2 * np.pi))
+    if lons.size == 0:
+        return 0.0
+    gaps = np.diff(np.r_[lons, lons[0] + 2 * np.pi])
+    k = int(np.argmax(gaps))
+    return float(_wrap(lons[k] + gaps[k] / 2))
+
+
+def _wrap(x):
+    return np.mod(x + np.pi, 2 * np.pi) - np.pi
+
+
+def plot_directions(rep, run, *, axes=None, tau=None, stage=None, convex=None):
+    """Where the neurons point at one temperature: the mass density of the directions
+    ``v = (w, b)/|(w, b)|`` with the rays marked.
+
+    Parameters
+    ----------
+    rep : dict
+        The analysis (``analyze_run``).
+    run : meanfield.store.Run
+    axes : sequence of two matplotlib Axes (Mollweide projection), optional
+        For ``a > 0`` and ``a < 0`` (``d = 2``); one polar Axes for ``d = 1``.
+    tau : float, optional
+        The temperature (default: the last stage); the last snapshot of the last stage at
+        that temperature is drawn.
+    stage : int, optional
+        The stage instead (its last snapshot; ``tau`` is then ignored).
+    convex : tuple (directions (J, d+1), signs (J,)), optional
+        Rays of the ``τ → 0`` convex solution to overlay (``+``); by default those of the exact
+        reference when the analysis compared with it.
+
+    Returns
+    -------
+    matplotlib.figure.Figure or None
+        ``None`` when ``d > 2``.
+
+    Raises
+    ------
+    meanfield.errors.RunFileError
+        The run file cannot be read (the particles of a snapshot load from it).
+    ValueError
+        ``tau`` is not a temperature of the analysis, or ``stage`` has no snapshot.
+
+    Notes
+    -----
+    ``d = 2``: two equal-area (Mollweide) maps of the sphere of directions, one per sign of
+    ``a``: longitude is the angle of ``(w₁, w₂)`` and latitude the elevation toward ``b``;
+    colour is the particle mass ``|a||(w, b)|`` per steradian (fraction of the total, log
+    scale). The map is centred so that its ±180° edge falls in the widest gap between rays.
+    Circles: the rays found (``r0`` the heaviest); ``+``: the rays of the exact ``τ → 0``
+    limit; mass not circled is the thermal halo, not counted as rays (its fraction is in the
+    title). Sources: THEORY §4, [LJM26].
+    """
+    X, d = np.asarray(run.X, float), run.X.shape[1]
+    snaps = last_of_stages(rep.get("snapshots", []))
+    if d > 2 or not snaps:
+        return None
+    if stage is not None:
+        pick = [s for s in snaps if s["stage"] == stage]
+        if not pick:
+            listed = ", ".join(str(s["stage"]) for s in snaps)
+            raise ValueError(f"no snapshot of stage {stage}; the analysis has stages {listed}")
+    else:
+        pick = [s for s in snaps if tau is None or s["tau"] == tau]
+        if not pick:
+            listed = ", ".join(f"{s['tau']:g}" for s in snaps)
+            raise ValueError(f"no snapshot at tau={tau:g}; the analysis has {listed}")
+    snap = pick[-1]
+    theta = _frame_of(run, snap["step"])
+    V, _, mass = directions(theta)
+    mass = mass / max(mass.sum(), 1e-300)
+    sign = np.sign(theta[:, 0])
+    if convex is None and rep.get("references") and "skipped" not in rep["references"]:
+        try:
+            from analysis.references import convex_reference
+            c = convex_reference(X, run.y, float(run.config["dynamics"]["lam"]))
+            convex = (np.asarray(c.directions), np.asarray(c.signs))
+        except (ImportError, ValueError, RuntimeError):   # the overlay is optional
+            convex = None
+    halo = snap.get("thresholds", {}).get("halo_mass_fraction")
+    title = (f"τ = {snap['tau']:.0e}: J = {len(snap['rays'])} rays"
+             + (f", thermal halo {100 * halo:.0f} % of the mass" if halo is not None else ""))
+    with _rc():
+        if d == 1:
+            return _directions_1d(snap, V, mass, sign, convex, axes, title)
+        return _directions_2d(snap, V, mass, sign, convex, axes, title)
+
+
+def _directions_1d(snap, V, mass, sign, convex, axes, title):
+    if axes is None:
+        fig = _figure((WIDTH, WIDTH))
+        ax = fig.add_subplot(projection="polar")
+    else:
+        ax = axes[0] if np.iterable(axes) else axes
+        fig = ax.figure
+    ang = np.arctan2(V[:, 1], V[:, 0])
+    bins = np.linspace(-np.pi, np.pi, 181)
+    for s in (1, -1):
+        h, _ = np.histogram(ang[sign == s], bins=bins, weights=mass[sign == s])
+        ax.bar(bins[:-1], h, width=np.diff(bins), color=SIGN_COLOURS[s], alpha=0.6,
+               align="edge", label="a > 0" if s > 0 else "a < 0")
+    rmax = ax.get_rmax()
+    for i, q in enumerate(snap["rays"]):
+        t = math.atan2(q["direction"][1], q["direction"][0])
+        ax.plot([t, t], [0, rmax], color=SIGN_COLOURS[q["sign"]], lw=0.9)
+        ax.text(t, rmax * 1.08, f"r{i}", fontsize=6, ha="center")
+    if convex is not None:
+        for v in convex[0]:
+            ax.plot(math.atan2(v[1], v[0]), rmax * 0.95, "+", color="k", ms=7)
+    ax.set_title(title, pad=12)
+    ax.legend(loc="lower right", frameon=False)
+    return fig
+
+
+def _directions_2d(snap, V, mass, sign, convex, axes, title):
+    from matplotlib.colors import LogNorm
+    from matplotlib.lines import Line2D
+    ray_lon = [math.atan2(q["direction"][1], q["direction"][0]) for q in snap["rays"]]
+    if convex is not None:
+        ray_lon += [math.atan2(v[1], v[0]) for v in convex[0]]
+    centre = _wrap(seam_longitude(ray_lon) + np.pi) if ray_lon else 0.0   # seam opposite
+    rounded = np.deg2rad(30 * round(np.rad2deg(centre) / 30))     # round tick labels if the
+    if all(abs(_wrap(r - rounded - np.pi)) > np.deg2rad(12) for r in ray_lon):  # seam stays clear
+        centre = rounded
+    if axes is None:
+        fig = _figure((WIDTH, 3.5))
+        axes = [fig.add_subplot(2, 1, i + 1, projection="mollweide") for i in range(2)]
+    else:
+        axes = list(np.ravel(axes))
+        fig = axes[0].figure
+    lon, lat = _lonlat(V)
+    lon = _wrap(lon - centre)
+    le = np.linspace(-np.pi, np.pi, 91)
+    be = np.linspace(-np.pi / 2, np.pi / 2, 46)
+    area = np.outer(np.diff(le), np.diff(np.sin(be)))
+    dens = {s: np.histogram2d(lon[sign == s], lat[sign == s], bins=(le, be),
+                              weights=mass[sign == s])[0] / area for s in (1, -1)}
+    top = max(max(h.max() for h in dens.values()), 1e-300)
+    norm = LogNorm(vmin=top * 1e-3, vmax=top)
+    im = None
+    for ax, s in zip(axes, (1, -1)):
+        im = ax.pcolormesh(le, be, np.ma.masked_less_equal(dens[s].T, top * 1e-3),
+                           cmap="magma_r", norm=norm, rasterized=True)
+        n_s = 0
+        for i, q in enumerate(snap["rays"]):
+            if q["sign"] != s:
+                continue
+            n_s += 1
+            v = np.asarray(q["direction"])
+            x, yv = _wrap(math.atan2(v[1], v[0]) - centre), math.asin(max(-1, min(1, v[2])))
+            ax.plot(x, yv, "o", mfc="none", mec=SIGN_COLOURS[s], ms=9, mew=1.3)
+            ax.annotate(f"r{i}", (x, yv), xytext=(6, 5), textcoords="offset points",
+                        fontsize=6, color=SIGN_COLOURS[s])
+        if convex is not None:
+            for v, cs in zip(*convex):
+                if np.sign(cs) == s:
+                    ax.plot(_wrap(math.atan2(v[1], v[0]) - centre),
+                            math.asin(max(-1, min(1, v[2]))), "+", color="k", ms=7, mew=1.0)
+        ax.set_title(f"a {'>' if s > 0 else '<'} 0: {n_s} ray{'s' if n_s != 1 else ''}",
+                     pad=3)
+        ticks = np.deg2rad(np.arange(-120, 121, 60))
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([f"{np.rad2deg(_wrap(t + centre)):.0f}°" for t in ticks],
+                           fontsize=6, color="0.35")
+        ax.set_yticks(np.deg2rad([-60, -30, 0, 30, 60]))
+        ax.set_yticklabels(["−60°", "−30°", "0°", "30°", "60°"], fontsize=6)
+        ax.grid(True, alpha=0.35, lw=0.5)
+    axes[-1].set_xlabel("longitude: angle of (w₁, w₂); latitude: toward b", fontsize=7)
+    fig.colorbar(im, ax=axes, label="mass fraction per steradian", shrink=0.7, pad=0.02)
+    key = [Line2D([], [], marker="o", ls="", mfc="none", mec="0.3", label="ray found (r0 heaviest)")]
+    if convex is not None:
+        key.append(Line2D([], [], marker="+", ls="", color="k", label="ray of the τ → 0 limit"))
+    axes[0].legend(handles=key, loc="upper center", bbox_to_anchor=(0.5, 1.42), ncol=2,
+                   frameon=False, fontsize=6)
+    fig.suptitle(title, fontsize=8)
+    return fig

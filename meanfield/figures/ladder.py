@@ -1,0 +1,165 @@
+"""The ladder figure of one run's analysis (:func:`plot_ladder`): the low-temperature limit
+against the temperature."""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+
+from analysis.time_average import time_average_observable
+from meanfield.figures.common import WIDTH, _figure, _rc
+from solvers.geometry import kink_hyperplanes
+
+
+def plot_ladder(rep, run, *, axes=None):
+    """The low-temperature limit against ``τ`` (log axis, hot on the left, the exact ``τ → 0``
+    limit at the right end).
+
+    Panels: (a) rays ``J`` and kink hyperplanes ``K`` with the bounds ``2P − 1`` and ``P − 1``
+    of [LJM26] and the convex solution's ``J``, ``K``; (b) the risk, time-averaged over the
+    second half of each temperature with its standard error, and the risk of the exact
+    references (Gibbs at each ``τ``, convex at ``τ → 0``); (c) ``W2`` between the particle
+    measures (and between the rays) of successive temperatures; (d) the distance of the
+    predictor on the data to the references: time-averaged (max over the data, ± standard
+    error) and at the last snapshot (RMS, to the convex limit).
+
+    Parameters
+    ----------
+    rep : dict
+        The analysis (``analyze_run``).
+    run : meanfield.store.Run
+    axes : four matplotlib Axes, optional
+
+    Returns
+    -------
+    matplotlib.figure.Figure or None
+        ``None`` with fewer than two temperatures.
+
+    Raises
+    ------
+    meanfield.errors.RunFileError
+        The run file cannot be read (the particles of a snapshot load from it).
+    """
+    rows = rep.get("ladder", [])
+    if len(rows) < 2:
+        return None
+    taus = np.array([r["tau"] for r in rows], float)
+    refs = rep.get("references") or {}
+    if "skipped" in refs:
+        refs = {}
+    cvx = refs.get("convex") if refs else None
+    t0 = taus.min() / 10                        # where the τ → 0 limit is drawn
+    with _rc():
+        has_refs = bool(refs) or any(r["dist_to_reference"] is not None for r in rows)
+        if axes is None:
+            fig = _figure((WIDTH, 3.9 if has_refs else 3.3))
+            if has_refs:
+                axes = list(fig.subplots(2, 2, sharex=True).ravel())
+            else:                       # no reference: three panels, none left empty
+                gs = fig.add_gridspec(2, 2)
+                axes = [fig.add_subplot(gs[0, 0]), fig.add_subplot(gs[0, 1]),
+                        fig.add_subplot(gs[1, :])]
+        else:
+            axes = list(np.ravel(axes))
+            fig = axes[0].figure
+        a, b, c = axes[:3]
+        d = axes[3] if len(axes) > 3 else None
+        # (a) J, K and the bounds
+        # a stage judged not stationary keeps its counts under J_measured / K_measured
+        J = np.array([r.get("J_measured", r["J"]) for r in rows], float)
+        K = np.array([r.get("K_measured", r["K"]) for r in rows], float)
+        a.plot(taus, J, "o-", color="C0", ms=4, label="rays J")
+        a.plot(taus, K, "s--", color="C1", ms=3.5, mfc="none", label="kinks K")
+        bad = np.array([r.get("stationary") is False for r in rows])
+        if bad.any():
+            a.plot(taus[bad], J[bad], "x", color="red", ms=8, mew=1.5,
+                   label="not stationary")
+        P = rep.get("P")
+        if P is not None:
+            a.axhline(2 * P - 1, color="0.3", lw=0.8, ls="-")
+            a.axhline(P - 1, color="0.3", lw=0.8, ls=":")
+            a.text(0.97, 2 * P - 1, f"2P−1 = {2 * P - 1}", va="top", ha="right", fontsize=6,
+                   transform=a.get_yaxis_transform())
+            a.text(0.97, P - 1, f"P−1 = {P - 1}", va="top", ha="right", fontsize=6,
+                   transform=a.get_yaxis_transform())
+            a.set_yscale("log")
+            a.set_ylim(0.7, (2 * P - 1) * 1.6)
+        if cvx and cvx.get("n_rays") is not None:
+            try:
+                from analysis.references import convex_reference
+                sol = convex_reference(run.X, run.y, float(run.config["dynamics"]["lam"]))
+                a.plot([t0], [len(sol.weights)], "o", color="C0", mfc="white", ms=5,
+                       label="τ → 0 (exact)")
+                a.plot([t0], [len(kink_hyperplanes(sol.directions))], "s", color="C1",
+                       mfc="none", ms=6)
+            except (ImportError, ValueError, RuntimeError):   # the overlay is optional
+                pass
+        a.set_ylabel("count")
+        a.legend(frameon=False, fontsize=6, loc="center left")
+        a.set_title("(a) rays J, kinks K", loc="left")
+        # (b) risk
+        m, e = np.full(len(taus), np.nan), np.full(len(taus), np.nan)
+        for i, r in enumerate(rows):
+            with contextlib.suppress(ValueError):       # no observation in the window
+                m[i], e[i] = time_average_observable(run, "risk", r["stage"])
+        if np.isfinite(m).any():
+            b.errorbar(taus, m, yerr=e, fmt="o-", ms=3.5, capsize=2, color="C0",
+                       label="particles, time avg.")
+        g = [x for x in refs.get("gibbs", []) if "skipped" not in x] if refs else []
+        if g:
+            y = np.asarray(run.y, float)
+            b.plot([x["tau"] for x in g],
+                   [np.mean((np.asarray(x["f_reference"]) - y) ** 2) for x in g], "x",
+                   color="k", ms=5, label="exact Gibbs")
+        if cvx and "f_reference" in cvx:
+            b.plot([t0], [np.mean((np.asarray(cvx["f_reference"]) - np.asarray(run.y)) ** 2)],
+                   "+", color="k", ms=7, label="exact τ → 0")
+        b.set_ylabel("risk (1/n)Σ(f−y)²")
+        if b.get_legend_handles_labels()[0]:
+            b.legend(frameon=False, fontsize=6, loc="upper right")
+        b.set_title("(b) risk", loc="left")
+        # (c) W2
+        w2 = [np.nan if r["w2_to_previous"] is None else r["w2_to_previous"] for r in rows]
+        w2r = [np.nan if r.get("w2_rays_to_previous") is None else r["w2_rays_to_previous"]
+               for r in rows]
+        c.plot(taus, w2, "o-", ms=3.5, color="C0", label="particles")
+        c.plot(taus, w2r, "s--", ms=3.5, mfc="none", color="C2", label="rays")
+        c.set_ylabel("W2")
+        c.legend(frameon=False, fontsize=6, loc="upper right")
+        c.set_title("(c) W2 to previous τ", loc="left")
+        # (d) distances to the references
+        if d is not None:
+            if g:
+                d.errorbar([x["tau"] for x in g], [x["max_abs_diff"] for x in g],
+                           yerr=[x["max_stderr"] for x in g], fmt="o-", ms=3.5, capsize=2,
+                           color="C0", label="max|f̄ − f_Gibbs| at each τ")
+            if cvx and "max_abs_diff" in cvx:
+                d.plot([t0], [cvx["max_abs_diff"]], "+", color="k", ms=7,
+                       label="max|f̄ − f_τ→0| at the coldest τ")
+            dist = [np.nan if r["dist_to_reference"] is None else r["dist_to_reference"]
+                    for r in rows]
+            if np.isfinite(dist).any():
+                d.plot(taus, dist, "s:", ms=3, mfc="none", color="C3",
+                       label="RMS|f − f_τ→0|, last snapshot of each τ")
+            d.set_yscale("log")
+            d.set_ylabel("distance on the data")
+            d.set_title("(d) vs exact", loc="left")
+            fig.legend(handles=d.get_legend_handles_labels()[0], loc="outside lower center",
+                       ncol=1, frameon=False, fontsize=6,
+                       title="(d): f̄ averaged over the second half of each τ; error bars: "
+                             "standard errors", title_fontsize=5.5)
+        ticks = list(taus) + [t0]
+        panels = [ax for ax in (a, b, c, d) if ax is not None]
+        for ax in panels:
+            ax.set_xscale("log")
+            ax.set_xlim(taus.max() * 3, t0 / 3)
+            ax.grid(True, alpha=0.3, lw=0.5)
+        for ax in panels:
+            ax.set_xticks(ticks)
+            ax.set_xticklabels([f"{t:.0e}".replace("e-0", "e-") for t in taus] + ["→0"],
+                               fontsize=6)
+            ax.minorticks_off()
+        for ax in panels[2:]:
+            ax.set_xlabel("temperature τ")
+    return fig

@@ -1,0 +1,69 @@
+"""The trajectory figure of one run (:func:`plot_trajectory`): the run against time."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from meanfield.figures.common import WIDTH, _figure, _rc
+
+
+def plot_trajectory(run, rep=None, *, axes=None):
+    """The run against time ``t = step · η``: risk, mean ``|θ|²`` and the stationarity statistic
+    (drift of the time-averaged residuals, THEORY §2), the temperatures' stages shaded and
+    labelled, the snapshot frames marked.
+
+    Parameters
+    ----------
+    run : meanfield.store.Run
+        Complete or in progress (its committed rows).
+    rep : dict, optional
+        Unused except for the title (the analysis it belongs to).
+    axes : three matplotlib Axes, optional
+
+    Returns
+    -------
+    matplotlib.figure.Figure or None
+        ``None`` before the first observation.
+
+    Raises
+    ------
+    meanfield.errors.RunFileError
+        The run file cannot be read (the particles of a snapshot load from it).
+    """
+    obs = run.observables
+    if not len(obs["risk"]["step"]):
+        return None
+    eta = float(run.config["dynamics"]["eta"])
+    taus = run.taus
+    bounds = [run.schedule.stage_bounds(s) for s in range(len(taus))]   # steps (lo, hi]
+    t = np.asarray(obs["risk"]["time"], float)
+    with _rc():
+        if axes is None:
+            fig = _figure((WIDTH, 3.4))
+            axes = fig.subplots(3, 1, sharex=True)
+        else:
+            axes = list(np.ravel(axes))
+            fig = axes[0].figure
+        series = [("risk", "risk", False), ("mean_sq_norm", "mean |θ|²", False),
+                  ("stationarity", "stationarity", True)]
+        for ax, (name, label, logy) in zip(axes, series):
+            v = np.asarray(obs[name]["value"], float)
+            ax.plot(t, v, lw=0.8, color="C0")
+            ax.set_ylabel(label)
+            if logy and np.any(v > 0):
+                ax.set_yscale("log")
+            for s, (lo, hi) in enumerate(bounds):
+                if s % 2:
+                    ax.axvspan(lo * eta, hi * eta, color="0.92", lw=0)
+            for fs in run.frame_time:
+                ax.axvline(fs, color="C3", lw=0.6, ls=":")
+            ax.grid(True, alpha=0.3, lw=0.5)
+        top = axes[0]
+        for tau, (lo, hi) in zip(taus, bounds):
+            top.text((lo + hi) / 2 * eta, 1.02, f"τ = {tau:.0e}",
+                     transform=top.get_xaxis_transform(), ha="center", va="bottom", fontsize=6)
+        axes[-1].set_xlabel("time t = step · η   (dotted: snapshot frames)")
+        axes[-1].set_xlim(0, bounds[-1][1] * eta)
+        if not run.complete:
+            fig.suptitle(f"run in progress: {len(t)} observations so far", fontsize=7)
+    return fig
