@@ -48,12 +48,36 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import ArrayLike
 from scipy.sparse import coo_matrix
-from scipy.sparse.csgraph import connected_components, minimum_spanning_tree
-from scipy.spatial import cKDTree
+from scipy.sparse.csgraph import connected_components
 
 from analysis.certificate import certificate, residuals
-from analysis.ternary import PatternTolerance, ray_pattern, ternary_pattern
+from analysis.ray_linkage import (
+    _cell_conflicts,
+    _linkage_tree,
+    _merge_across_data_points,
+    _widest_plateau,
+    cells,
+    directions,
+    pattern_of,
+    weighted_median,
+)
+from analysis.ray_thresholds import (
+    THERMAL_GAP,
+    _thermal_entry,
+    halo_baseline,
+    label_weight_scale,
+    mass_gap,
+    min_particles_default,
+    thermal_gap_threshold,
+)
+from analysis.ternary import PatternTolerance, ray_pattern
 from solvers.geometry import lifted
+
+#: The public names; the building blocks live in :mod:`analysis.ray_linkage` and
+#: :mod:`analysis.ray_thresholds` and are importable from here as before.
+__all__ = ["THERMAL_GAP", "Ray", "RayResult", "cells", "directions", "find_rays",
+           "halo_baseline", "label_weight_scale", "mass_gap", "min_particles_default",
+           "pattern_of", "thermal_gap_threshold", "weighted_median"]
 
 
 @dataclass
@@ -194,290 +218,6 @@ class RayResult:
                 "weight_scale": self.weight_scale,
                 "gap_threshold": self.gap_threshold,
                 "thermal_mass_fraction": float(sum(t["mass_fraction"] for t in self.thermal))}
-
-
-def directions(theta):
-    """Directions ``v`` (N, d+1), norms ``|u|`` (N,) and masses ``|a||u|`` (N,) of particles
-    ``theta`` (N, d+2)."""
-    theta = np.asarray(theta, dtype=np.float64)
-    u = theta[:, 1:]
-    r = np.linalg.norm(u, axis=1)
-    v = u / np.where(r > 0, r, 1.0)[:, None]
-    return v, r, np.abs(theta[:, 0]) * r
-
-
-def pattern_of(v, X, tol):
-    """Ternary pattern of direction ``v`` with angular tolerance ``tol`` (radians); see
-    :func:`analysis.ternary.ternary_pattern`."""
-    return ternary_pattern(v, X, tol)[0]
-
-
-def weighted_median(values, weights) -> float:
-    """The weighted median of ``values`` (the smallest value with at least half the weight
-    at or below it)."""
-    o = np.argsort(values)
-    c = np.cumsum(weights[o])
-    return float(values[o][np.searchsorted(c, 0.5 * c[-1])])
-
-
-def cells(sign, V, X) -> np.ndarray:
-    """Cell id of each particle: its sign and binary activation pattern ``1[v·x̃_j > 0]``
-    (ids are consecutive integers from 0; equal ids, equal cells).
-
-    Parameters
-    ----------
-    sign : ndarray of shape (m,)   sign of ``a``
-    V : ndarray of shape (m, d+1)  directions
-    X : ndarray of shape (n, d)    training inputs
-    """
-    bits = np.hstack([(np.asarray(sign) > 0)[:, None], np.asarray(V) @ lifted(X).T > 0])
-    packed = np.ascontiguousarray(np.packbits(bits, axis=1))
-    key = packed.view(np.dtype((np.void, packed.shape[1]))).ravel()
-    return np.unique(key, return_inverse=True)[1].ravel()
-
-
-def _linkage_tree(V, sign, mass, knn):
-    """Minimum spanning forest of the mutual-reachability k-NN graph of each sign.
-
-    Returns
-    -------
-    ei, ej, ew : ndarrays
-        Tree edges (indices into the rows of ``V``) and their mutual-reachability chord distance
-        ``max(|v_i − v_j|, core_i, core_j)``.
-    core_median : float
-        Mass-weighted median core distance (distance to the k-th neighbour): the typical
-        neighbour spacing inside rays.
-    """
-    m_all = V.shape[0]
-    rows, cols, wts = [], [], []
-    core = np.full(m_all, np.inf)
-    for s in (1, -1):
-        idx = np.nonzero(sign == s)[0]
-        m = idx.size
-        if m < 2:
-            continue
-        kk = min(knn + 1, m)
-        dist, nb = cKDTree(V[idx]).query(V[idx], k=kk)
-        core[idx] = dist[:, -1]
-        mr = np.maximum(dist[:, 1:], np.maximum(dist[:, -1:], dist[nb[:, 1:], -1]))
-        rows.append(np.repeat(idx, kk - 1))
-        cols.append(idx[nb[:, 1:].ravel()])
-        wts.append(mr.ravel())
-    fin = np.isfinite(core)
-    core_median = weighted_median(core[fin], mass[fin]) if fin.any() else float("nan")
-    if not rows:
-        return np.zeros(0, int), np.zeros(0, int), np.zeros(0), core_median
-    w = np.maximum(np.concatenate(wts), 1e-300)     # zero weights would read as "no edge"
-    g = coo_matrix((w, (np.concatenate(rows), np.concatenate(cols))),
-                   shape=(m_all, m_all)).tocsr()
-    T = minimum_spanning_tree(g).tocoo()
-    return T.row, T.col, T.data, core_median
-
-
-def _cell_conflicts(ray_of, cell, mass, J, frac):
-    """Pairs ``[k, l]`` of rays that each hold at least ``frac`` of their mass in one common
-    cell (same sign and binary pattern)."""
-    if J < 2:
-        return []
-    sel = ray_of >= 0
-    C = int(cell.max()) + 1
-    M = np.zeros((J, C))
-    np.add.at(M, (ray_of[sel], cell[sel]), mass[sel])
-    M /= np.maximum(M.sum(axis=1, keepdims=True), 1e-300)
-    big = M >= frac
-    out = []
-    for k in range(J):
-        for l in range(k + 1, J):
-            if np.any(big[k] & big[l]):
-                out.append([k, l])
-    return out
-
-
-def _widest_plateau(counts):
-    """Index range ``(i, j)`` of the longest run of equal non-zero counts (first if tied)."""
-    best = (0, 0)
-    found = False
-    i = 0
-    L = len(counts)
-    while i < L:
-        j = i
-        while j + 1 < L and counts[j + 1] == counts[i]:
-            j += 1
-        if counts[i] > 0 and (not found or (j - i) > (best[1] - best[0])):
-            best = (i, j)
-            found = True
-        i = j + 1
-    return best
-
-
-def min_particles_default(N: int) -> int:
-    """Default smallest number of particles of a ray: ``max(3, ceil(sqrt(N)/2))``.
-
-    A ray of mass fraction ``f`` holds a number of particles that grows linearly with ``N``;
-    a threshold growing like ``sqrt(N)`` is negligible against that for large ``N`` and still
-    rejects clumps of one or two heavy particles of the halo (or of a ray split by the linkage)
-    at small ``N`` (3 at ``N ≤ 36``, 5 at ``N = 100``, 12 at ``N = 500``, 158 at ``N = 10⁵``).
-    """
-    return max(3, int(np.ceil(0.5 * np.sqrt(max(int(N), 0)))))
-
-
-def halo_baseline(d: int, tau: float, lam: float) -> float:
-    """The free-particle second moment ``(d+1) τ / λ`` (THEORY §5: ``E[r² | v]`` at ``G = 0``),
-    the scale of the mass ``|a||u|`` of a thermal-halo particle."""
-    return (d + 1) * float(tau) / float(lam)
-
-
-#: Default constant κ of the certificate-gap threshold ``ε(τ) = κ (d+1)τ / (λ c_y)``
-#: (docs/theory.md §6.5).
-THERMAL_GAP = 1.0
-
-
-def label_weight_scale(X, y) -> float | None:
-    """The weight scale of the labels ``c_y = rms_j(y_j) / rms_j(|x̃_j|)``: the weight of one
-    neuron whose output on the data has the labels' RMS (docs/theory.md §6.5). ``None`` when
-    the labels are all 0.
-
-    Parameters
-    ----------
-    X : ndarray of shape (n, d)
-    y : ndarray of shape (n,)
-    """
-    y = np.asarray(y, dtype=float).ravel()
-    ry = float(np.sqrt(np.mean(y ** 2))) if y.size else 0.0
-    if not ry > 0:
-        return None
-    rx = float(np.sqrt(np.mean(np.sum(lifted(X) ** 2, axis=1))))
-    return ry / rx
-
-
-def thermal_gap_threshold(d: int, tau: float, lam: float, weight_scale: float,
-                          kappa: float = THERMAL_GAP) -> float:
-    """The largest certificate gap ``1 − |G|`` of a ray at temperature ``τ``:
-    ``ε(τ) = κ (d+1)τ / (λ c_y)`` (docs/theory.md §6.5). By the radial law a cluster whose
-    particles hold mean mass ``m`` has ``1 − G² = (d+1)τ/(λ m)``, so the test passes a ray
-    whose mean particle mass is at least about ``c_y / (2κ)`` at every ``τ``, and refuses, once
-    ``τ`` is small enough, a concentration whose gap stays bounded away from 0 (thermal mass,
-    weight ``∝ τ``). Linear in ``τ``; ``inf`` when ``κ`` or ``c_y`` is not positive."""
-    if not (kappa > 0 and weight_scale is not None and weight_scale > 0):
-        return float("inf")
-    return float(kappa) * (d + 1) * float(tau) / (float(lam) * float(weight_scale))
-
-
-def mass_gap(mean_mass, baseline):
-    """Certificate gap ``1 − |G|`` implied by the radial law from a cluster's mean particle
-    mass ``m`` and the baseline ``B = (d+1)τ/λ``: ``1 − sqrt(max(0, 1 − B/m))`` (1 for
-    ``m ≤ B``). Array in, array out."""
-    m = np.asarray(mean_mass, dtype=float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        q = np.where(m > 0, 1.0 - baseline / np.where(m > 0, m, 1.0), 0.0)
-    return 1.0 - np.sqrt(np.clip(q, 0.0, 1.0))
-
-
-def _thermal_entry(c, info, members, theta, V, mass, N, gap, eps, baseline, above_baseline,
-                   cdir) -> dict:
-    """The ``thermal`` entry of a cluster refused as thermal mass: its weight, direction,
-    ``G``, gap and the weight the radial law gives thermal mass at that ``G``."""
-    mm = mass[members]
-    ang = np.arccos(np.clip(V[members] @ cdir, -1.0, 1.0))
-    r = np.linalg.norm(theta[members, 1:], axis=1)
-    G = info["G"]
-    g_abs = None
-    if G is not None and np.isfinite(G):
-        g_abs = abs(G)
-    elif baseline is not None and mm.size:
-        g_abs = float(1.0 - mass_gap(mm.mean(), baseline))
-    radial = None
-    if baseline is not None and g_abs is not None and g_abs < 1:
-        radial = float(info["sign"] * members.size / N * g_abs * baseline / (1.0 - g_abs ** 2))
-    return {**info, "weight": float(np.sum(theta[members, 0] * r) / N),
-            "spread": float(np.sqrt(np.sum(mm * ang ** 2) / max(mm.sum(), 1e-300))),
-            "gap": None if not np.isfinite(gap) else float(gap),
-            "gap_threshold": eps, "radial_weight": radial,
-            "reason": "certificate gap" if above_baseline else "free-particle baseline"}
-
-
-def _near_boundaries(v, spread, L, angle_tol, absorb):
-    """Per data point ``j``: the angle (radians) from unit direction ``v`` to the hyperplane
-    ``{u : u·x̃_j = 0}`` is at most ``max(absorb·spread, angle_tol)``."""
-    z = np.abs(L @ v) / np.linalg.norm(L, axis=1)
-    return np.arcsin(np.clip(z, 0.0, 1.0)) <= max(absorb * spread, angle_tol)
-
-
-def _summary(members, V, mass):
-    """Mass-weighted mean direction and RMS angle of a set of particles."""
-    mm = mass[members]
-    vbar = mm @ V[members]
-    vbar /= np.linalg.norm(vbar)
-    ang = np.arccos(np.clip(V[members] @ vbar, -1.0, 1.0))
-    return vbar, float(np.sqrt(np.sum(mm * ang ** 2) / mm.sum()))
-
-
-def _merge_across_data_points(labels, signs, V, mass, X, ptol, max_spread, absorb):
-    """Join rays of one sign that are one ray split by a data point's cell boundary
-    (docs/theory.md §6.6).
-
-    Rays ``k`` and ``l`` of one sign are joined when (i) their patterns differ, and only at
-    data points ``j`` where the pattern of the union is 0 (its kink passes within the pattern
-    tolerance of ``x_j``: within ``angle_tol``, or the union straddles ``x̃_j``'s hyperplane
-    with at least ``mass_tol`` on the lighter side); (ii) each of the two lies within
-    ``absorb`` times its own RMS spread of that hyperplane (the radius within which a particle
-    joins a ray: it touches the boundary); (iii) the union is compact (RMS angle at most
-    ``max_spread``). Repeated until no pair qualifies.
-
-    Returns
-    -------
-    labels : ndarray of shape (N,) int
-        Ray of each particle after the joins (consecutive from 0, −1 for the halo).
-    signs : list of int
-        Sign of each ray.
-    merged : list of dict
-        ``{"ray", "parts", "data_points"}`` per joined ray (indices after the joins).
-    """
-    L = lifted(X)
-    groups = {k: ([k], []) for k in range(len(signs))}
-    labels = labels.copy()
-    changed = True
-    while changed:
-        changed = False
-        keys = sorted(groups)
-        info = {}
-        for k in keys:
-            mem = np.nonzero(labels == k)[0]
-            vbar, sp = _summary(mem, V, mass)
-            info[k] = (mem, vbar, sp, ray_pattern(vbar, V[mem], mass[mem], X, ptol)[0])
-        for a in keys:
-            for b in keys:
-                if b <= a or signs[a] != signs[b]:
-                    continue
-                ma, va, sa, ta = info[a]
-                mb, vb, sb, tb = info[b]
-                D = np.nonzero(ta != tb)[0]
-                if D.size == 0:
-                    continue
-                if not (np.all(_near_boundaries(va, sa, L[D], ptol.angle_tol, absorb))
-                        and np.all(_near_boundaries(vb, sb, L[D], ptol.angle_tol, absorb))):
-                    continue
-                mu = np.concatenate([ma, mb])
-                vu, su = _summary(mu, V, mass)
-                if su > max_spread:
-                    continue
-                tu = ray_pattern(vu, V[mu], mass[mu], X, ptol)[0]
-                if np.any(tu[D] != 0):
-                    continue
-                labels[labels == b] = a
-                groups[a] = (groups[a][0] + groups[b][0], sorted(set(groups[a][1]) | set(D.tolist())))
-                del groups[b]
-                changed = True
-                break
-            if changed:
-                break
-    keys = sorted(groups)
-    new = -np.ones(len(signs) + 1, dtype=int)
-    new[keys] = np.arange(len(keys))
-    labels = np.where(labels >= 0, new[labels], -1)
-    merged = [{"ray": i, "parts": len(groups[k][0]), "data_points": [int(j) for j in groups[k][1]]}
-              for i, k in enumerate(keys) if len(groups[k][0]) > 1]
-    return labels, [signs[k] for k in keys], merged
 
 
 def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
