@@ -107,8 +107,8 @@ def analyze_run(path: str | os.PathLike, outdir: str | os.PathLike | None = None
 
 
 #: The figures :func:`write_report` may write, by name (removed first, in every format, when
-#: a report is rewritten).
-FIGURES = ("predictor", "directions", "ladder", "trajectory")
+#: a report is rewritten): those of :data:`meanfield.figures.RUN_FIGURES`.
+FIGURES = tuple(plots.RUN_FIGURES)
 #: Their file formats.
 FORMATS = ("png", "pdf", "svg")
 
@@ -129,13 +129,10 @@ def write_report(rep: dict, result: RunAnalysis, outdir: str | os.PathLike,
     figs = []
     if figures and result.frames:
         run = run if run is not None else open_run(rep["run"])
-        drawn = {"predictor": plots.plot_predictor(rep, run),
-                 "directions": plots.plot_directions(rep, run),
-                 "ladder": plots.plot_ladder(rep, run),
-                 "trajectory": plots.plot_trajectory(run, rep)}
-        for name in FIGURES:
-            if drawn[name] is not None:
-                plots.save(drawn[name], out / f"{name}.{fmt}")
+        drawn = {name: figure.draw(rep, run) for name, figure in plots.RUN_FIGURES.items()}
+        for name, fig in drawn.items():
+            if fig is not None:
+                plots.save(fig, out / f"{name}.{fmt}")
                 figs.append(f"{name}.{fmt}")
     atomic.write_text(out / "report.md", markdown(rep, figs))
 
@@ -146,26 +143,6 @@ def _fmt(x, spec=".3e"):
 
 def _pattern_str(p):
     return "".join({1: "+", 0: "0", -1: "−"}[int(t)] for t in p)
-
-
-#: One line under each figure of the report.
-CAPTIONS = {
-    "predictor": "Predictor f(x) at each temperature (last snapshot) with its kink lines, "
-                 "labelled with their rays' numbers (green solid: rays with a > 0, purple "
-                 "dashed: a < 0, black dash-dot: both); the training points are filled with "
-                 "y on the same colour scale.",
-    "directions": "Directions (w, b)/|(w, b)| of the neurons at the coldest temperature, one "
-                  "equal-area map per sign of a, coloured by mass per steradian: circles are "
-                  "the rays found, + the rays of the exact τ → 0 limit; uncircled mass is "
-                  "the thermal halo (not counted as rays).",
-    "ladder": "Against τ (exact τ → 0 limit at the right): (a) rays J and kinks K with the "
-              "bounds 2P−1, P−1; (b) risk averaged over the second half of each τ (± "
-              "standard error) and the exact references'; (c) W2 to the previous τ; (d) "
-              "distances to the exact references.",
-    "trajectory": "The run against time: risk, mean |θ|² and the stationarity statistic "
-                  "(drift of the time-averaged residuals), temperatures shaded, snapshot "
-                  "frames dotted.",
-}
 
 
 def markdown(rep, figs=()) -> str:
@@ -295,7 +272,7 @@ def markdown(rep, figs=()) -> str:
     if rep.get("references"):
         L += _references_markdown(rep["references"])
     for f in figs:
-        L += ["", f"![{f}]({f})", "", CAPTIONS[f.rsplit(".", 1)[0]]]
+        L += ["", f"![{f}]({f})", "", plots.RUN_FIGURES[f.rsplit(".", 1)[0]].caption]
     L += ["", "Method: directions (w, b)/|(w, b)| of one sign of a are linked by single linkage "
           "on the mutual-reachability chord distance; a cluster is a ray when it holds enough "
           "mass, its mean particle mass is well above the free-particle baseline (d+1)τ/λ, its "

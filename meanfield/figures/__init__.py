@@ -7,8 +7,13 @@ and return the ``Figure``: :func:`plot_predictor`, :func:`plot_directions`,
 (3.4 in wide, 8 pt text). The study and highdim figures use :data:`STYLE` and :func:`_plt`.
 
 One module per figure; :mod:`meanfield.figures.common` holds the styles, the Matplotlib import
-and the writer they share.
+and the writer they share. :data:`RUN_FIGURES` is the table of a run's figures: every one is
+drawn by ``draw(rep, run, *, axes=None)``. Adding a figure to the report is one module with its
+function and one entry in that table (its file name is the key, its caption the entry's).
 """
+
+from collections.abc import Callable
+from typing import NamedTuple
 
 from meanfield.figures.common import (
     RUN_STYLE,
@@ -27,6 +32,51 @@ from meanfield.figures.predictor import plot_predictor
 from meanfield.figures.study import study_figures
 from meanfield.figures.trajectory import plot_trajectory
 
-__all__ = ["RUN_STYLE", "SIGN_COLOURS", "SIGN_STYLES", "STYLE", "WIDTH", "_plt",
-           "highdim_figure", "import_matplotlib", "plot_directions", "plot_ladder",
-           "plot_predictor", "plot_trajectory", "save", "seam_longitude", "study_figures"]
+__all__ = ["RUN_FIGURES", "RUN_STYLE", "SIGN_COLOURS", "SIGN_STYLES", "STYLE", "WIDTH",
+           "RunFigure", "_plt", "highdim_figure", "import_matplotlib", "plot_directions",
+           "plot_ladder", "plot_predictor", "plot_trajectory", "save", "seam_longitude",
+           "study_figures"]
+
+
+class RunFigure(NamedTuple):
+    """One figure of a run's report.
+
+    Attributes
+    ----------
+    draw : callable ``(rep, run, *, axes=None) -> matplotlib.figure.Figure | None``
+        ``rep`` the analysis (``analyze_run``), ``run`` the run (:func:`meanfield.open_run`);
+        draws into ``axes`` (or a new figure) and returns the figure, ``None`` when the run
+        has nothing to draw (the report then leaves the figure out).
+    caption : str
+        The line under the figure in ``report.md``.
+    """
+
+    draw: Callable
+    caption: str
+
+
+#: The figures of a run's report by name (the file is ``NAME.png``, ``.pdf`` or ``.svg``), in
+#: the order ``report.md`` shows them.
+RUN_FIGURES: dict[str, RunFigure] = {
+    "predictor": RunFigure(
+        plot_predictor,
+        "Predictor f(x) at each temperature (last snapshot) with its kink lines, labelled "
+        "with their rays' numbers (green solid: rays with a > 0, purple dashed: a < 0, black "
+        "dash-dot: both); the training points are filled with y on the same colour scale."),
+    "directions": RunFigure(
+        plot_directions,
+        "Directions (w, b)/|(w, b)| of the neurons at the coldest temperature, one equal-area "
+        "map per sign of a, coloured by mass per steradian: circles are the rays found, + the "
+        "rays of the exact τ → 0 limit; uncircled mass is the thermal halo (not counted as "
+        "rays)."),
+    "ladder": RunFigure(
+        plot_ladder,
+        "Against τ (exact τ → 0 limit at the right): (a) rays J and kinks K with the bounds "
+        "2P−1, P−1; (b) risk averaged over the second half of each τ (± standard error) and "
+        "the exact references'; (c) W2 to the previous τ; (d) distances to the exact "
+        "references."),
+    "trajectory": RunFigure(
+        plot_trajectory,
+        "The run against time: risk, mean |θ|² and the stationarity statistic (drift of the "
+        "time-averaged residuals), temperatures shaded, snapshot frames dotted."),
+}

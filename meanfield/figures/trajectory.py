@@ -7,17 +7,18 @@ import numpy as np
 from meanfield.figures.common import WIDTH, _figure, _rc
 
 
-def plot_trajectory(run, rep=None, *, axes=None):
+def plot_trajectory(rep, run, *, axes=None):
     """The run against time ``t = step · η``: risk, mean ``|θ|²`` and the stationarity statistic
     (drift of the time-averaged residuals, THEORY §2), the temperatures' stages shaded and
     labelled, the snapshot frames marked.
 
     Parameters
     ----------
+    rep : dict or None
+        The analysis (``analyze_run``); not used (everything drawn is the run's), taken so that
+        every figure of :data:`meanfield.figures.RUN_FIGURES` has one signature.
     run : meanfield.store.Run
         Complete or in progress (its committed rows).
-    rep : dict, optional
-        Unused except for the title (the analysis it belongs to).
     axes : three matplotlib Axes, optional
 
     Returns
@@ -29,7 +30,12 @@ def plot_trajectory(run, rep=None, *, axes=None):
     ------
     meanfield.errors.RunFileError
         The run file cannot be read (the particles of a snapshot load from it).
+    TypeError
+        The run is given first (the order of this function before it took ``rep, run``).
     """
+    if hasattr(rep, "observables") or isinstance(run, dict):
+        raise TypeError("plot_trajectory(rep, run): the analysis comes first and the run "
+                        "second, as in every figure; got the run first")
     obs = run.observables
     if not len(obs["risk"]["step"]):
         return None

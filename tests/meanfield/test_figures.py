@@ -61,7 +61,7 @@ def test_figures_draw_into_given_axes(analysed):
     assert meanfield.plot_ladder(rep, run, axes=ax4) is fig2
     fig3 = Figure()
     ax3 = fig3.subplots(3, 1, sharex=True)
-    assert meanfield.plot_trajectory(run, axes=ax3) is fig3
+    assert meanfield.plot_trajectory(rep, run, axes=ax3) is fig3
     fig4 = Figure()
     moll = [fig4.add_subplot(1, 2, i + 1, projection="mollweide") for i in range(2)]
     assert meanfield.plot_directions(rep, run, axes=moll) is fig4
@@ -112,13 +112,27 @@ def test_ladder_has_the_bounds_and_no_empty_panel(analysed):
 
 
 def test_trajectory_marks_stages_and_frames(analysed):
-    run, _, _ = analysed
-    fig = meanfield.plot_trajectory(run)
+    run, rep, _ = analysed
+    fig = meanfield.plot_trajectory(rep, run)
     top = fig.axes[0]
     assert [t.get_text() for t in top.texts] == ["τ = 1e-02", "τ = 1e-03", "τ = 1e-04"]
     np.testing.assert_allclose(top.lines[0].get_xdata(), run.observables["risk"]["time"])
     frame_lines = [ln for ln in top.lines[1:]]
     assert len(frame_lines) == run.n_frames
+
+
+def test_every_figure_of_the_table_takes_the_analysis_then_the_run(analysed):
+    import inspect
+    run, rep, _ = analysed
+    assert list(figures.RUN_FIGURES) == ["predictor", "directions", "ladder", "trajectory"]
+    for name, fig in figures.RUN_FIGURES.items():
+        params = list(inspect.signature(fig.draw).parameters.values())
+        assert [p.name for p in params[:2]] == ["rep", "run"], name
+        assert params[2].name == "axes" and params[2].kind is inspect.Parameter.KEYWORD_ONLY
+        assert fig.draw(rep, run) is not None, name      # d = 2: every figure draws
+        assert fig.caption.endswith("."), name
+    with pytest.raises(TypeError, match="the analysis comes first and the run second"):
+        meanfield.plot_trajectory(run, rep)             # the order before every figure had one
 
 
 def test_report_writes_the_figures_in_the_chosen_format(analysed):
