@@ -168,7 +168,7 @@ def replacing_dir(final, field: str = "-o", replaceable=None):
         try:
             yield tmp
         except OSError as exc:
-            from meanfield.failures import describe
+            from meanfield.io_failures import describe
             what, reason = describe(exc, tmp, within=tmp)
             with contextlib.suppress(ValueError):
                 what = final / Path(what).relative_to(tmp.absolute())

@@ -1,7 +1,7 @@
 """Run configuration: reading TOML, the validated :class:`RunConfig` and its canonical form.
 
 A config has four tables (the public interface, documented in ``docs/cli.md``), each a frozen
-dataclass of :mod:`meanfield.tables` whose field defaults are the defaults of the tool::
+dataclass of :mod:`meanfield.schema` whose field defaults are the defaults of the tool::
 
     [data]      kind = "file" | "two_point" | "gaussian" | "grid" | "inline"   (DATA_KINDS)
     [model]     ModelConfig:    activation, n_particles, init_scale, sharpness, cap
@@ -30,7 +30,7 @@ else:  # pragma: no cover
 
 from meanfield import defaults
 from meanfield.errors import ConfigError
-from meanfield.tables import DataConfig, DynamicsConfig, ModelConfig, OutputConfig, validate_tables
+from meanfield.schema import DataConfig, DynamicsConfig, ModelConfig, OutputConfig, validate_tables
 from solvers.schedule import Schedule
 
 
@@ -149,9 +149,9 @@ def check_against_data(cfg: RunConfig, n: int, d: int) -> None:
     ------
     ConfigError
         ``dynamics.batch_size > n``, or ``n_particles * (d + 2)`` noise draws per step beyond
-        the noise counter (:data:`meanfield.tables.MAX_DRAWS`).
+        the noise counter (:data:`meanfield.schema.MAX_DRAWS`).
     """
-    from meanfield.tables import MAX_DRAWS
+    from meanfield.schema import MAX_DRAWS
     b = int(cfg.dynamics.batch_size)
     if b > n:
         raise ConfigError(cfg.source, "dynamics.batch_size",

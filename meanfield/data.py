@@ -16,7 +16,7 @@ import numpy as np
 
 from meanfield.config import RunConfig
 from meanfield.errors import DataError
-from meanfield.tables import FileData, GaussianData, GridData, InlineData, TwoPointData
+from meanfield.schema import FileData, GaussianData, GridData, InlineData, TwoPointData
 from solvers.geometry import lifted
 from solvers.inputs import check_xy
 

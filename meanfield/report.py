@@ -38,10 +38,10 @@ class Report(dict):
         ValueError
             An unknown table name.
         """
-        from meanfield.tidy import TABLES
-        if table not in TABLES:
-            raise ValueError(f"unknown table {table!r}; one of {', '.join(TABLES)}")
-        return TABLES[table](self)
+        from meanfield.tidy import REPORT_TABLES
+        if table not in REPORT_TABLES:
+            raise ValueError(f"unknown table {table!r}; one of {', '.join(REPORT_TABLES)}")
+        return REPORT_TABLES[table](self)
 
 
 def analyze_run(path: str | os.PathLike, outdir: str | os.PathLike | None = None,

@@ -29,7 +29,7 @@ from meanfield import atomic
 from meanfield import checkpoint as _ckpt
 from meanfield import config as _config
 from meanfield import data as _data
-from meanfield import failures as _failures
+from meanfield import io_failures as _io_failures
 from meanfield import ownership as _ownership
 from meanfield.errors import (
     CheckpointError,
@@ -108,7 +108,7 @@ def _stored_physics(stored) -> tuple[str, dict]:
 
 def _data_source(cfg) -> tuple[str, str]:
     """``(file, field)`` naming where the data of ``cfg`` come from, for messages."""
-    from meanfield.tables import FileData
+    from meanfield.schema import FileData
     if isinstance(cfg.data, FileData):
         return str(cfg.data.path), ""
     return cfg.source, "data"
@@ -218,7 +218,7 @@ def _check_not_an_input(cfg, out: Path) -> None:
     InputError
         Naming the output and which input it is.
     """
-    from meanfield.tables import FileData
+    from meanfield.schema import FileData
     inputs = []
     if not cfg.source.startswith("<") and Path(cfg.source).is_file():
         inputs.append(("the config", Path(cfg.source)))
@@ -350,7 +350,7 @@ class _Writing:
             return False
         # h5py reports HDF5 I/O failures as RuntimeError("... error message = 'REASON' ...");
         # a failing numba cache or another file is named as itself, not as the run file
-        what, reason = _failures.describe(exc, self.path)
+        what, reason = _io_failures.describe(exc, self.path)
         if what.startswith(str(self.path)):        # RUN.h5.part.tmp and the like
             what = str(self.path)
         hint = self.hint if what == str(self.path) else ""

@@ -178,15 +178,15 @@ def kinks_table(rep, all_frames: bool = False):
 
 
 #: The tables of an analysis, by name (``Report.to_dataframe(name)``).
-TABLES = {"ladder": ladder_table, "rays": rays_table, "kinks": kinks_table}
+REPORT_TABLES = {"ladder": ladder_table, "rays": rays_table, "kinks": kinks_table}
 #: CSV files written by ``meanfield analyze --csv``, and their tables.
-CSV_TABLES = {f"{name}.csv": table for name, table in TABLES.items()}
+CSV_TABLES = {f"{name}.csv": table for name, table in REPORT_TABLES.items()}
 
 
 def write_csv(rep, outdir) -> list:
     """Write ``ladder.csv``, ``rays.csv`` and ``kinks.csv`` of an analysis into ``outdir``
     (each through a temporary file and a rename); returns the paths. UTF-8, one value per cell,
-    ASCII minus signs (the tables of :data:`TABLES`)."""
+    ASCII minus signs (the tables of :data:`REPORT_TABLES`)."""
     import os
     out = Path(outdir)
     written = []

@@ -135,7 +135,7 @@ def main(args) -> int:
                     png.unlink(missing_ok=True)
                 raise
         except OSError as exc:
-            from meanfield.failures import describe
+            from meanfield.io_failures import describe
             what, reason = describe(exc, h5, within=out)
             raise InputError(what, "", f"cannot write ({reason})") from None
     summary["files"] = {"h5": str(h5), "figure": str(png)}

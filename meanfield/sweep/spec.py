@@ -39,7 +39,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from meanfield import config as _config
-from meanfield import tables
+from meanfield import schema
 from meanfield.errors import ConfigError, StudyError
 
 #: Top-level keys of a study file besides the run-config tables.
@@ -104,10 +104,10 @@ def _check_axis(src: str, name: str, values) -> list:
     if len(parts) != 2 or not all(parts):
         raise StudyError(src, fld, "axis names are 'table.key', e.g. \"dynamics.lam\"")
     sec, key = parts
-    if sec not in tables.SECTIONS:
-        raise StudyError(src, fld, f"unknown table '{sec}'{_suggest(sec, tables.SECTIONS)}; "
-                                   f"valid tables: {', '.join(tables.SECTIONS)}")
-    allowed = tables.table_keys(sec)
+    if sec not in schema.SECTIONS:
+        raise StudyError(src, fld, f"unknown table '{sec}'{_suggest(sec, schema.SECTIONS)}; "
+                                   f"valid tables: {', '.join(schema.SECTIONS)}")
+    allowed = schema.table_keys(sec)
     if key not in allowed:
         full = [f"{sec}.{k}" for k in allowed]
         raise StudyError(src, fld, f"unknown key{_suggest(name, full)}; valid keys of [{sec}]: "
@@ -130,7 +130,7 @@ def _merge_tables(base: dict, over: dict) -> dict:
     """Table-wise merge of run-config tables; a ``[data]`` table that names another ``kind``
     replaces the base's ``[data]`` instead of merging into it."""
     out = copy.deepcopy(base)
-    for sec in tables.SECTIONS:
+    for sec in schema.SECTIONS:
         if sec not in over:
             continue
         tbl = over[sec]
@@ -216,12 +216,12 @@ def expand(raw: dict, source: str = "<dict>", base_dir: str | os.PathLike = ".")
     base_dir = Path(base_dir)
     if not isinstance(raw, dict):
         raise StudyError(src, "", "a study must be a TOML table")
-    valid_top = STUDY_KEYS + tables.SECTIONS
+    valid_top = STUDY_KEYS + schema.SECTIONS
     for k in raw:
         if k not in valid_top:
             raise StudyError(src, str(k), f"unknown key{_suggest(str(k), valid_top)}; valid: "
                                           f"{', '.join(valid_top)}")
-    for sec in tables.SECTIONS:
+    for sec in schema.SECTIONS:
         if sec in raw and not isinstance(raw[sec], dict):
             raise StudyError(src, sec, f"must be a table ([{sec}])")
 
@@ -238,7 +238,7 @@ def expand(raw: dict, source: str = "<dict>", base_dir: str | os.PathLike = ".")
             raise StudyError(src, "base", f"{bpath} is a study file; base must be a run config")
         _config.load(bpath)  # a base is a complete run config: its own errors name it
         merged = _absolute_data_path({k: v for k, v in braw.items()}, bpath.resolve().parent)
-    own = {k: raw[k] for k in tables.SECTIONS if k in raw}
+    own = {k: raw[k] for k in schema.SECTIONS if k in raw}
     merged = _merge_tables(merged, own)
 
     sweep = raw.get("sweep", {})

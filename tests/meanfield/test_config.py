@@ -231,7 +231,7 @@ def test_missing_data_file_names_the_config_field(tmp_path):
 def test_data_values_beyond_the_float_bound_are_refused_in_one_line(tmp_path):
     """A value of 1e300 in a CSV is bad input (exit 2 naming the file, column and line), not a
     divergence of the dynamics; the bound is the config's."""
-    from meanfield.tables import MAX_FLOAT
+    from meanfield.schema import MAX_FLOAT
     from solvers.inputs import MAX_ABS
     assert MAX_ABS == MAX_FLOAT
     for text, field, where in (("x1,x2,y\n0,1,2\n1e300,0,3\n", "X", "line 3"),

@@ -1,4 +1,4 @@
-"""The tables of a run config and their validation (the schema of ``docs/cli.md``).
+"""The schema of a run config: its tables and their validation (the reference is ``docs/cli.md``).
 
 Each table is a frozen dataclass whose fields are its keys and whose field defaults are the
 defaults of the tool (the one place they are written): one class per ``[data]`` kind, and
@@ -496,9 +496,9 @@ class OutputConfig(_Table):
 
 
 #: The tables of a config and their dataclasses (``[data]``: :data:`DATA_KINDS`).
-TABLES: dict[str, type] = {"model": ModelConfig, "dynamics": DynamicsConfig,
-                           "output": OutputConfig}
-SECTIONS = ("data", *TABLES)
+CONFIG_TABLES: dict[str, type] = {"model": ModelConfig, "dynamics": DynamicsConfig,
+                                  "output": OutputConfig}
+SECTIONS = ("data", *CONFIG_TABLES)
 
 
 def table_keys(section: str) -> list[str]:
@@ -524,7 +524,7 @@ def table_keys(section: str) -> list[str]:
         for cls in DATA_KINDS.values():
             keys.update(_defaults(cls))
         return sorted(keys)
-    return list(_defaults(TABLES[section]))
+    return list(_defaults(CONFIG_TABLES[section]))
 
 
 def validate_tables(raw: Any, src: str, base_dir: str | os.PathLike = ".") -> tuple:
@@ -555,7 +555,7 @@ def validate_tables(raw: Any, src: str, base_dir: str | os.PathLike = ".") -> tu
             _check(isinstance(raw[sec], dict), src, sec, f"must be a table ([{sec}])")
     _check("data" in raw, src, "data", "missing table [data]")
     data = data_from_table(raw["data"], src, base_dir)
-    for sec, cls in TABLES.items():
+    for sec, cls in CONFIG_TABLES.items():
         _check_keys(raw.get(sec, {}), cls, src, sec)
     model = ModelConfig.from_table(raw.get("model", {}), src)
     dynamics = DynamicsConfig.from_table(raw.get("dynamics", {}), src)
