@@ -88,7 +88,7 @@ def test_leaving_on_an_error_keeps_the_buffered_rows(tmp_path):
 
 
 def test_a_failed_write_writes_nothing_more(tmp_path, monkeypatch):
-    import meanfield.store as store
+    import meanfield.store.writer as store
     w = _writer(tmp_path, flush_rows=2, flush_seconds=1e9)
     calls = []
 

@@ -1,0 +1,93 @@
+"""The layout of a run file (H5MD 1.1, ``docs/format.md``): the schema version, the
+time-dependent elements and their chunks, the size of a new file, and the row writes."""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+
+from solvers.observation import Observation
+
+SCHEMA_VERSION = 1
+CREATOR = "meanfield"
+#: The observables of a run file: the columns of :class:`solvers.observation.Observation`.
+OBSERVABLES = Observation.columns()
+#: Observables added after the first files of schema 1 were written; absent from those files.
+LATER_OBSERVABLES = ("residuals_previous", "eta_lambda_max", "acceptance", "jump_acceptance",
+                     "cell_exchange")
+#: Where each row is on the temperature ladder (stage index, 1-based step within it): stored
+#: beside the observables and the frames, as int64 elements of those names, and read into
+#: :attr:`Run.stage`, :attr:`Run.step_in_stage`, :attr:`Run.frame_stage`,
+#: :attr:`Run.frame_step_in_stage`. Files written before they were stored lack them; the
+#: stages of those are told once by :meth:`solvers.schedule.Schedule.stages_of_rows`.
+PLACE = ("stage", "step_in_stage")
+#: The time-dependent elements of ``/particles/neurons``, one row per frame.
+FRAME_ELEMENTS = ("position", "temperature") + PLACE
+#: Observables with one value per training point.
+PER_POINT = ("residuals", "residuals_previous")
+
+
+def _value_chunk_rows(value_shape, chunk_rows):
+    """Rows per chunk of a ``value`` dataset: ``chunk_rows``, capped at about 1 MiB a chunk."""
+    if not value_shape:
+        return chunk_rows
+    return max(1, min(chunk_rows, 2**20 // (8 * int(np.prod(value_shape)))))
+
+
+def _elements(N, d, n):
+    """The time-dependent elements of a run file: ``(path, value_shape, counter, chunk_rows,
+    dtype)``."""
+    return ([("particles/neurons/position", (N, d + 2), "n_frames", 1, np.float64),
+             ("particles/neurons/temperature", (), "n_frames", 64, np.float64)]
+            + [(f"particles/neurons/{name}", (), "n_frames", 64, np.int64) for name in PLACE]
+            + [(f"observables/{name}", (), "n_observations", 64, np.int64) for name in PLACE]
+            + [(f"observables/{name}", (n,) if name in PER_POINT else (), "n_observations", 64,
+                np.float64) for name in OBSERVABLES])
+
+
+def estimate_size(n_particles, d, n, capacity) -> int:
+    """Upper bound, in bytes, of a new run file holding ``capacity = (n_frames,
+    n_observations)`` rows (raw data of every allocated chunk, plus 2 KiB of metadata per
+    dataset and 64 KiB for the rest)."""
+    rows = {"n_frames": int(capacity[0]), "n_observations": int(capacity[1])}
+    total = 8 * n * (d + 1) + 65536
+    for _, shape, counter, crows, _ in _elements(n_particles, d, n):
+        r = rows[counter]
+        for shp, cr in (((), crows), ((), crows), (shape, _value_chunk_rows(shape, crows))):
+            total += -(-r // cr) * cr * 8 * int(np.prod(shp, dtype=np.int64)) + 2048
+    return int(total)
+
+
+def _time_element(group, name, value_shape, rows=0, dtype=np.float64, chunk_rows=64):
+    """Create an H5MD time-dependent element ``{step, time, value}`` with ``rows`` rows
+    allocated up front (early allocation, no fill): appends then only write raw data into space
+    that already exists, so a crash never leaves half-updated chunk indices or dataset shapes."""
+    g = group.create_group(name)
+    value_shape = tuple(value_shape)
+    for key, shape, dt, crows in (("step", (), np.int64, chunk_rows),
+                                  ("time", (), np.float64, chunk_rows),
+                                  ("value", value_shape, dtype,
+                                   _value_chunk_rows(value_shape, chunk_rows))):
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+        dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)
+        g.create_dataset(key, shape=(rows,) + shape, maxshape=(None,) + shape, dtype=dt,
+                         chunks=(crows,) + shape, dcpl=dcpl)
+    return g
+
+
+def _write_rows(g, start, steps, times, values):
+    """Write rows ``start:start+k`` of an element, growing it only if the preallocated rows
+    are exhausted."""
+    k = len(steps)
+    for name, arr in (("step", steps), ("time", times), ("value", values)):
+        ds = g[name]
+        if ds.shape[0] < start + k:
+            ds.resize(start + k, axis=0)
+        ds[start:start + k] = arr
+
+
+def _shrink(g, rows):
+    for name in ("step", "time", "value"):
+        if g[name].shape[0] != rows:
+            g[name].resize(rows, axis=0)

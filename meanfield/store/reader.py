@@ -1,0 +1,361 @@
+"""Reading a run file (:func:`open_run`, :class:`Run`): the committed rows of a complete,
+running or killed run, and one-line errors for files that cannot be read."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from meanfield.errors import RunFileError
+from meanfield.store.layout import LATER_OBSERVABLES, OBSERVABLES, PLACE, SCHEMA_VERSION
+from meanfield.store.locks import _open_read
+from solvers.schedule import Schedule
+
+#: What h5py raises on a file it cannot read: damaged metadata (a bad local heap or object
+#: header signature is a ``RuntimeError``), truncation (``OSError``), missing or mistyped
+#: objects and attributes (``KeyError``, ``TypeError``, ``ValueError``, ``IndexError``).
+READ_ERRORS = (KeyError, OSError, RuntimeError, ValueError, TypeError, IndexError,
+               AttributeError)
+
+
+def _h5_reason(exc) -> str:
+    """The first clause of an HDF5 error message, e.g. ``unable to open file``, or what a
+    failure to lock the file means."""
+    msg = str(exc)
+    if "unable to lock file" in msg:
+        if "errno = 11" in msg:
+            return ("locked: another process has it open for writing, e.g. a running "
+                    "'meanfield run'")
+        return ("file locking failed; on a network file system set "
+                "HDF5_USE_FILE_LOCKING=FALSE (docs/format.md)")
+    if isinstance(exc, RuntimeError) and len(msg) < 200:
+        return msg.strip()           # e.g. "Unable to ... (bad local heap signature)"
+    msg = msg.split("(")[0].strip().strip("'\"")
+    return (msg[msg.index("]") + 1:] if msg.startswith("[Errno") else msg).strip() \
+        or type(exc).__name__
+
+
+def check_schema(f, source):
+    """Raise :class:`RunFileError` unless ``f`` is a meanfield run file of a supported schema.
+
+    A file written by a newer meanfield (``schema_version`` > :data:`SCHEMA_VERSION`) is
+    refused rather than misread.
+    """
+    if "h5md" not in f or "parameters" not in f:
+        raise RunFileError(source, "", "not a meanfield run file (no /h5md or /parameters group)")
+    v = f["parameters"].attrs.get("schema_version")
+    if v is None:
+        raise RunFileError(source, "parameters.schema_version",
+                           "missing; not a meanfield run file")
+    try:
+        v = int(np.asarray(v).item())
+    except (TypeError, ValueError):
+        raise RunFileError(source, "parameters.schema_version",
+                           f"not an integer ({v!r})") from None
+    if v > SCHEMA_VERSION:
+        raise RunFileError(source, "parameters.schema_version",
+                           f"version {v} is newer than this meanfield supports "
+                           f"({SCHEMA_VERSION}); upgrade meanfield")
+    if v < 1:
+        raise RunFileError(source, "parameters.schema_version", f"unknown version {v}")
+
+
+@dataclass
+class Run:
+    """A run file read into memory (all committed rows).
+
+    Attributes
+    ----------
+    path : str
+    config : dict              the canonical config
+    X : ndarray (n, d); y : ndarray (n,)
+    frame_step : ndarray (F,) int; frame_time : ndarray (F,); frame_tau : ndarray (F,)
+    observables : dict of name -> dict(step, time, value)
+    stage : ndarray (M,) int   ladder stage of each observation (0 = the first), by index, so
+                               a temperature visited twice is two stages
+    step_in_stage : ndarray (M,) int   its step within that stage (1-based)
+    frame_stage, frame_step_in_stage : ndarray (F,) int   the same for each frame
+    schedule : Schedule        the ladder the run was written with, ``"auto"`` stage lengths
+                               as run (:meth:`solvers.schedule.Schedule.as_run`)
+    complete : bool            the run reached the end of its ladder
+
+    The stage arrays are read from the file, or for a file written before they were stored
+    told once from its rows (:meth:`solvers.schedule.Schedule.stages_of_rows`); every reader
+    asks them (:meth:`stage_observations`, :meth:`stage_frames`, :meth:`last_frame`,
+    :meth:`steps_run`) or :attr:`schedule` (stage bounds, :meth:`Schedule.last_part`), never
+    the temperatures.
+    physics_hash : str         ``RunConfig.physics_hash()`` of the config that wrote it
+    data_hash : str            ``meanfield.data.data_hash(X, y)``; ``""`` in files written
+                               before it was stored
+    """
+
+    path: str
+    config: dict
+    config_json: str
+    X: np.ndarray
+    y: np.ndarray
+    frame_step: np.ndarray
+    frame_time: np.ndarray
+    frame_tau: np.ndarray
+    observables: dict
+    stage: np.ndarray
+    step_in_stage: np.ndarray
+    frame_stage: np.ndarray
+    frame_step_in_stage: np.ndarray
+    schedule: Schedule
+    complete: bool
+    provenance: dict
+    schema_version: int
+    physics_hash: str = ""
+    data_hash: str = ""
+    #: ``(st_dev, st_ino)`` of the file when it was opened: :meth:`frame` finds it again under
+    #: its final name when its writer renames ``RUN.h5.part`` into place in the meantime.
+    identity: tuple = field(default=(), repr=False, compare=False)
+
+    @property
+    def n(self):
+        return int(self.X.shape[0])
+
+    @property
+    def d(self):
+        return int(self.X.shape[1])
+
+    @property
+    def n_frames(self):
+        return int(self.frame_step.shape[0])
+
+    @property
+    def n_particles(self):
+        return int(self.config["model"]["n_particles"])
+
+    @property
+    def lam(self) -> float:
+        """Weight decay ``λ`` of the run."""
+        return float(self.config["dynamics"]["lam"])
+
+    @property
+    def taus(self) -> list[float]:
+        """The temperatures of the ladder."""
+        return [float(t) for t in self.config["dynamics"]["taus"]]
+
+    def stage_observations(self, stage: int) -> np.ndarray:
+        """Boolean mask (M,) of the observations of ladder stage ``stage``."""
+        return self.stage == int(stage)
+
+    def stage_frames(self, stage: int) -> np.ndarray:
+        """Indices (int, increasing) of the snapshot frames of ladder stage ``stage``."""
+        return np.flatnonzero(self.frame_stage == int(stage))
+
+    def last_frame(self, stage: int) -> int | None:
+        """Index of the last snapshot frame of ladder stage ``stage`` (``None`` when the
+        stage has none yet)."""
+        k = self.stage_frames(stage)
+        return int(k[-1]) if k.size else None
+
+    def steps_run(self, stage: int) -> int:
+        """Steps of ladder stage ``stage`` run by its last observation (0 when not reached)."""
+        done = self.step_in_stage[self.stage_observations(stage)]
+        return int(done.max()) if done.size else 0
+
+    def _current_path(self, k) -> str:
+        """Where the file opened as ``path`` is now: ``path`` itself, or, once its writer
+        renamed ``RUN.h5.part`` to ``RUN.h5``, the final name (the same file)."""
+        if os.path.exists(self.path) or not self.path.endswith(".part"):
+            return self.path
+        final = self.path[:-len(".part")]
+        try:
+            st = os.stat(final)
+        except OSError:
+            st = None
+        if st is not None and (not self.identity or (st.st_dev, st.st_ino) == self.identity):
+            return final
+        raise RunFileError(self.path, f"frame {k}", "the run file was removed while being read "
+                                                   "(and is not its finished run file)")
+
+    def frame(self, k):
+        """Particles of frame ``k``: ndarray of shape (N, d+2), rows (a, w, b).
+
+        Raises
+        ------
+        IndexError
+            ``k`` out of range.
+        RunFileError
+            The frame cannot be read (damaged file), has the wrong shape or holds a
+            non-finite particle (the message names the frame and the particle).
+        """
+        if not -self.n_frames <= k < self.n_frames:
+            raise IndexError(f"frame {k} out of range ({self.n_frames} frames)")
+        k %= self.n_frames
+        name = "particles/neurons/position/value"
+        try:
+            with _open_read(self._current_path(k)) as f:
+                theta = np.asarray(_need(f, name, self.path)[k], dtype=np.float64)
+        except RunFileError:
+            raise
+        except READ_ERRORS as exc:
+            raise RunFileError(self.path, f"frame {k}", f"damaged run file, cannot read "
+                                                       f"({_h5_reason(exc)})") from None
+        if theta.ndim != 2 or theta.shape != (self.n_particles, self.d + 2):
+            raise RunFileError(self.path, f"frame {k}", f"shape {theta.shape}, expected "
+                                                       f"{(self.n_particles, self.d + 2)}")
+        bad = ~np.isfinite(theta)
+        if bad.any():
+            i, c = (int(v) for v in np.argwhere(bad)[0])
+            cols = ["a"] + [f"w{j + 1}" for j in range(self.d)] + ["b"]
+            count = int(bad.any(axis=1).sum())
+            raise RunFileError(self.path, f"frame {k}",
+                               f"particle {i} is not finite ({cols[c]} = {theta[i, c]}; "
+                               f"{count} of {theta.shape[0]} particles); the file is damaged")
+        return theta
+
+    def to_xarray(self, frames: bool = True):
+        """The run as an ``xarray.Dataset``: observables over ``time`` (coordinates ``step``,
+        ``tau``, ``stage``), frames over ``frame``, ``particle``, ``coord``; the committed
+        rows only. See :func:`meanfield.tidy.run_dataset`."""
+        from meanfield.tidy import run_dataset
+        return run_dataset(self, frames=frames)
+
+
+def _identity(f, src: str) -> tuple:
+    """``(st_dev, st_ino)`` of the open HDF5 file ``f`` (of its path if the driver has no
+    descriptor); ``()`` when unknown."""
+    try:
+        st = os.fstat(f.id.get_vfd_handle()) if f.driver == "sec2" else os.stat(src)
+    except (OSError, TypeError, ValueError, RuntimeError):
+        return ()
+    return (st.st_dev, st.st_ino)
+
+
+def _need(group, name: str, src: str):
+    """``group[name]``, or a :class:`RunFileError` naming the missing object."""
+    if name not in group:
+        where = f"{group.name.rstrip('/')}/{name}".lstrip("/")
+        raise RunFileError(src, where, "missing (damaged or incomplete run file)")
+    return group[name]
+
+
+def _need_attr(obj, name: str, src: str):
+    """Attribute ``name`` of ``obj``, or a :class:`RunFileError` naming it."""
+    if name not in obj.attrs:
+        where = f"{obj.name.strip('/')}.{name}" if obj.name.strip("/") else name
+        raise RunFileError(src, where, "attribute missing (damaged or incomplete run file)")
+    return obj.attrs[name]
+
+
+def _written_schedule(config: dict) -> Schedule:
+    """The :class:`Schedule` of a stored config (its ``dynamics`` and ``output`` tables)."""
+    dyn, out = config["dynamics"], config["output"]
+    spt = dyn["steps_per_tau"]
+    return Schedule(tuple(float(t) for t in dyn["taus"]), spt if spt == "auto" else int(spt),
+                    int(out["observe_every"]), int(out["snapshots_per_tau"]),
+                    int(dyn.get("max_steps_per_tau", 0) or 0))
+
+
+def _place(f, obs: dict, frame_step, nf: int, no: int, config: dict, src: str):
+    """Stage and step within it of every observation and frame, and the schedule as run.
+
+    Read from the file, or for one written before they were stored told from its rows
+    (:meth:`solvers.schedule.Schedule.stages_of_rows`; frames lie at observations)."""
+    sch = _written_schedule(config)
+    neu = f["particles/neurons"]
+    if all(name in f["observables"] for name in PLACE):
+        got = {}
+        for where, group, rows, counter in (("", f["observables"], no, "n_observations"),
+                                           ("frame_", neu, nf, "n_frames")):
+            for name in PLACE:
+                ds = _need(_need(group, name, src), "value", src)
+                if ds.shape[0] < rows:
+                    raise RunFileError(src, counter, f"damaged run file: {counter}={rows} but "
+                                                     f"{ds.name} holds {ds.shape[0]} rows")
+                got[where + name] = np.asarray(ds[:rows], dtype=np.int64)
+        return got, sch.as_run(got["stage"], obs["tau"]["step"])
+    stage, in_stage = sch.stages_of_rows(obs["tau"]["step"], obs["tau"]["value"])
+    sch = sch.as_run(stage, obs["tau"]["step"])
+    fstage, fin_stage = sch.stages_of_steps(frame_step)
+    return ({"stage": stage, "step_in_stage": in_stage, "frame_stage": fstage,
+             "frame_step_in_stage": fin_stage}, sch)
+
+
+def open_run(path: str | os.PathLike) -> Run:
+    """Read a run file's metadata, data, frame index and observables.
+
+    Works on a partial file (``RUN.h5.part`` of a killed or running writer) as well: only the
+    rows committed when the file is opened are read (a running writer is read in HDF5's SWMR
+    mode, without touching file locking). Call again to see newer rows.
+
+    Parameters
+    ----------
+    path : path-like
+        The run file (``.h5``, or a ``.h5.part`` of a running or killed writer).
+
+    Returns
+    -------
+    Run
+        ``X`` (n, d), ``y`` (n,), ``frame_step``/``frame_time``/``frame_tau`` (F,), the config,
+        observables, the ladder stage of every row (``stage``, ``step_in_stage``,
+        ``frame_stage``, ``frame_step_in_stage``) and the ``schedule`` as run; particles load
+        per frame with :meth:`Run.frame` (shape (N, d+2)).
+
+    Raises
+    ------
+    RunFileError
+        Missing, unreadable, truncated or foreign file, inconsistent commit counters, or a newer
+        schema version.
+    """
+    src = str(path)
+    p = Path(path)
+    if not p.exists():
+        raise RunFileError(src, "", "no such file")
+    if p.is_dir():
+        raise RunFileError(src, "", "is a directory, expected a run file (.h5)")
+    try:
+        f = _open_read(path)
+    except OSError as exc:
+        raise RunFileError(src, "", f"not a readable HDF5 file ({_h5_reason(exc)})") from None
+    try:
+        with f:
+            check_schema(f, src)
+            p = f["parameters"]
+            cfg_json = str(_need_attr(p, "config_json", src))
+            nf = int(f.attrs.get("n_frames", 0))
+            no = int(f.attrs.get("n_observations", 0))
+            pos = _need(f, "particles/neurons/position", src)
+            temp = _need(f, "particles/neurons/temperature", src)
+            observables = _need(f, "observables", src)
+            names = [name for name in OBSERVABLES
+                     if name not in LATER_OBSERVABLES or name in observables]
+            for g, rows, counter in ((pos, nf, "n_frames"), (temp, nf, "n_frames")) + tuple(
+                    (_need(observables, name, src), no, "n_observations") for name in names):
+                for k in ("step", "time", "value"):
+                    if not 0 <= rows <= _need(g, k, src).shape[0]:
+                        raise RunFileError(src, counter,
+                                           f"damaged run file: {counter}={rows} but "
+                                           f"{g.name}/{k} holds {g[k].shape[0]} rows")
+            obs = {}
+            for name in names:
+                g = f["observables"][name]
+                obs[name] = {k: np.asarray(g[k][:no]) for k in ("step", "time", "value")}
+            config = json.loads(cfg_json)
+            frame_step = np.asarray(pos["step"][:nf])
+            place, schedule = _place(f, obs, frame_step, nf, no, config, src)
+            return Run(path=src, config=config, config_json=cfg_json,
+                       X=np.asarray(_need(f, "data/X", src)),
+                       y=np.asarray(_need(f, "data/y", src)),
+                       frame_step=frame_step,
+                       frame_time=np.asarray(pos["time"][:nf]),
+                       frame_tau=np.asarray(temp["value"][:nf]),
+                       observables=obs, **place, schedule=schedule,
+                       complete=bool(f.attrs.get("complete", False)),
+                       provenance=json.loads(str(p.attrs.get("provenance", "{}"))),
+                       schema_version=int(p.attrs["schema_version"]),
+                       physics_hash=str(p.attrs.get("physics_hash", "")),
+                       data_hash=str(p.attrs.get("data_hash", "")),
+                       identity=_identity(f, src))
+    except RunFileError:
+        raise
+    except READ_ERRORS as exc:
+        raise RunFileError(src, "", f"damaged or incomplete run file ({_h5_reason(exc)})") from None
