@@ -187,7 +187,7 @@ def test_a_failing_numba_cache_is_named_not_the_run_file(tiny, tmp_path, capsys,
                                                          file_size_limit):
     import numba
 
-    import meanfield.runner as runner_module
+    import meanfield.runner.loop as runner_module  # the loop calls simulate
     cfg, _ = tiny
     cache = tmp_path / "cache"
     cache.mkdir()

@@ -247,22 +247,23 @@ def test_the_pre_run_check_skips_with_a_note_where_it_would_take_minutes(monkeyp
     """At d = 50 (2^14 activation patterns for 14 points) the convex reference behind the
     pre-run check takes minutes: the check is skipped and one note says so."""
     import solvers.stability
-    from meanfield import config, data, runner
+    from meanfield import config, data
+    from meanfield.runner import guard
     calls = []
-    monkeypatch.setattr(runner, "_GUARD_CACHE", {})
+    monkeypatch.setattr(guard, "_GUARD_CACHE", {})
     monkeypatch.setattr(solvers.stability, "reference_limits",
                         lambda *a, **kw: calls.append(a) or [])
     cfg = config.loads(tiny_toml({"data.n": 14, "data.d": 50}))
     ds = data.from_config(cfg)
     lines = []
     t0 = time.monotonic()
-    runner._stability_guard(cfg, ds, lines.append)
+    guard._stability_guard(cfg, ds, lines.append)
     assert time.monotonic() - t0 < 1.0
     assert calls == []
     assert len(lines) == 1 and lines[0].startswith("note: eta is not checked") and \
         "16384 activation patterns at n=14, d=50" in lines[0]
     small = data.from_config(config.loads(tiny_toml()))
-    runner._stability_guard(config.loads(tiny_toml()), small, lines.append)
+    guard._stability_guard(config.loads(tiny_toml()), small, lines.append)
     assert len(calls) == 1                         # the shipped sizes are still checked
 
 

@@ -132,7 +132,7 @@ def test_run_says_it_compiles_when_preparing_the_kernels_is_slow(capsys, monkeyp
 
     import numpy as np
 
-    from meanfield import runner
+    from meanfield.runner import loop
     from solvers.langevin import SolverState
 
     class Slow:
@@ -143,15 +143,15 @@ def test_run_says_it_compiles_when_preparing_the_kernels_is_slow(capsys, monkeyp
             theta[:] = np.nan                     # must be a copy
             time.sleep(self.seconds)
 
-    monkeypatch.setattr(runner, "COMPILE_NOTE_AFTER", 0.05)
+    monkeypatch.setattr(loop, "COMPILE_NOTE_AFTER", 0.05)
     state = SolverState(theta=np.ones((3, 4)))
-    runner._warm_up(Slow(0.5), state, None)
+    loop._warm_up(Slow(0.5), state, None)
     assert capsys.readouterr().err == (
         "run: compiling the numba kernels, once per installation for every input dimension "
-        f"(about {runner.COMPILE_MINUTES} min on an idle 2-core machine, longer on a busy "
+        f"(about {loop.COMPILE_MINUTES} min on an idle 2-core machine, longer on a busy "
         "one)\n")
     assert np.all(state.theta == 1.0)
-    runner._warm_up(Slow(0.5), state, False)
-    runner._warm_up(Slow(0.0), state, None)
+    loop._warm_up(Slow(0.5), state, False)
+    loop._warm_up(Slow(0.0), state, None)
     time.sleep(0.1)
     assert capsys.readouterr().err == ""
