@@ -14,7 +14,7 @@ uninterrupted run. An existing ``RUN.h5`` is not touched until a new run complet
 
 The package, one module per concern: :mod:`~meanfield.runner.files` (the file protocol),
 :mod:`~meanfield.runner.identity` (is a stored run this config's), :mod:`~meanfield.runner.signals`
-(the stop request), :mod:`~meanfield.runner.guard` (the stability guard before the first step)
+(the stop request), :mod:`~meanfield.runner.guard` (the stability warning before the first step)
 and :mod:`~meanfield.runner.loop` (:func:`integrate`); :func:`run` ties them together.
 """
 

@@ -1,5 +1,5 @@
-"""The stability guard: a step size ``η`` too large for the data refused before the first
-step (the exact curvature bounds of small data sets, cached)."""
+"""The stability guard: one line before the first step when ``η`` is above the stability limit
+that the exact references predict for the data (small data sets only; the references cached)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""SIGINT, SIGTERM and SIGHUP during a run: a request to stop at the next step, with a
-checkpoint."""
+"""SIGINT, SIGTERM and SIGHUP during a run: a request to stop at the next observation boundary,
+with a checkpoint (a second signal aborts)."""
 
 from __future__ import annotations
 
