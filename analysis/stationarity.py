@@ -21,6 +21,13 @@ first half is burn-in after the temperature change).
 - **Ray weights**: the weight of the particles in each activation cell and sign (the rays of a
   cell summed, no clustering threshold) at consecutive snapshots of the second half; the
   largest change relative to the total ``Σ|c|``.
+- **R̂ and ESS** (:mod:`analysis.convergence`, ArviZ): rank-normalised split-R̂ below
+  ``RHAT_MAX`` and bulk and tail ESS of at least ``ESS_PER_CHAIN_MIN`` per chain on every
+  reported observable (``f(x_j)``, and the risk and regulariser where given). With one chain,
+  R̂ within it (the weaker test). This replaces the earlier floor of 20 effective samples.
+
+With ``K`` independent chains (``F`` of shape (K, M, n)) the drift and parity tests run on each
+chain at level ``alpha / K`` and report the worst; the standard error is that of the pooled mean.
 
 A stage is *stationary* when none of the tests fails; each failure adds one line to
 ``reasons``.
@@ -36,13 +43,16 @@ import numpy as np
 from scipy.stats import norm
 from scipy.stats import t as student_t
 
+from analysis import convergence as _convergence
 from analysis import time_average as _time_average
 
 #: Family-wise false-alarm level of the drift and parity tests (Bonferroni over the ``n``
 #: training points and the two tests).
 ALPHA = 0.01
-#: Fewest effective samples per window for the standard errors to be trusted.
-MIN_ESS = 20.0
+#: Fewest bulk and tail effective samples per chain, and the largest R̂
+#: (:mod:`analysis.convergence`).
+MIN_ESS = _convergence.ESS_PER_CHAIN_MIN
+RHAT_MAX = _convergence.RHAT_MAX
 #: Largest admissible relative change of a ray weight between snapshots.
 RAY_DRIFT_MAX = 0.1
 #: Stability limit of ``η h`` (``solvers.stability.STABILITY_LIMIT``).
@@ -67,7 +77,8 @@ class Verdict:
         Largest relative ray-weight change between snapshots (``nan``: fewer than two
         snapshots with rays).
     ess : float
-        Smallest effective sample size over the training points (second half).
+        Smallest effective sample size over the training points (second half), from the
+        integrated autocorrelation time of the MCSE (per chain).
     z_crit : float
         Threshold of the drift and parity tests.
     reasons : list of str
@@ -76,6 +87,15 @@ class Verdict:
         ``integrator = "mala"`` (:func:`run_verdicts` only): the Langevin and jump
         acceptance rates and the mass moved between activation patterns per unit of time,
         averaged over the second half (``nan`` for the other integrators or without jumps).
+    rhat, ess_bulk, ess_tail : float
+        ArviZ's largest rank-normalised split-R̂ and smallest bulk and tail ESS (all chains
+        together) over the observables (:mod:`analysis.convergence`).
+    rhat_worst, ess_worst : str
+        The observables where they were attained (``"f(x_3)"``, ``"risk"``, ...; ``j``
+        counts the training points from 0).
+    n_chains : int
+    rhat_test : str
+        ``"between chains"`` or, with one chain, the weaker test within it.
     """
 
     stationary: bool
@@ -90,6 +110,13 @@ class Verdict:
     acceptance: float = math.nan
     jump_acceptance: float = math.nan
     cell_exchange: float = math.nan
+    rhat: float = math.nan
+    ess_bulk: float = math.nan
+    ess_tail: float = math.nan
+    rhat_worst: str = ""
+    ess_worst: str = ""
+    n_chains: int = 1
+    rhat_test: str = ""
 
     def to_dict(self) -> dict:
         """Plain JSON types; ``nan`` becomes ``None``."""
@@ -185,57 +212,15 @@ def ray_drift(snapshots, X) -> float:
     return worst
 
 
-def verdict(steps, F, eta_h=None, snapshots=None, X=None, F_previous=None, *, alpha: float = ALPHA,
-            min_ess: float = MIN_ESS, ray_drift_max: float = RAY_DRIFT_MAX) -> Verdict:
-    """Stationarity verdict of one stage.
-
-    Parameters
-    ----------
-    steps : array-like of int, shape (M,)
-        Global steps of the stage's observations, increasing.
-    F : array-like, shape (M, n)
-        Predictor on the training points at those steps.
-    eta_h : array-like, shape (M,), optional
-        Stability number ``η h`` at those steps (``solvers.stability``).
-    snapshots : list of ndarray (N, d+2), optional
-        Particles of the stage's snapshots in its second half (:func:`ray_drift`).
-    X : ndarray (n, d), optional
-        Training inputs (needed with ``snapshots``).
-    F_previous : array-like, shape (M, n), optional
-        Predictor one step before each observation (the parity test).
-    alpha, min_ess, ray_drift_max : float
-        Thresholds (module constants by default).
-
-    Returns
-    -------
-    Verdict
-    """
-    steps = np.asarray(steps, dtype=np.int64)
-    F = np.asarray(F, dtype=float)
-    if F.ndim == 1:
-        F = F[:, None]
-    M, n = F.shape
-    zc = z_critical(n, alpha)
-    reasons = []
-    eh = math.nan
-    if eta_h is not None and len(eta_h):
-        eh_arr = np.asarray(eta_h, dtype=float)
-        eh = float(np.nanmax(eh_arr)) if np.any(np.isfinite(eh_arr)) else math.nan
-        if eh >= ETA_H_LIMIT:
-            reasons.append(f"unstable step: eta*h = {eh:.3g} >= {ETA_H_LIMIT:g} (period-2 "
-                           "oscillation)")
-    H = F[M // 2:]
-    hs = steps[M // 2:]
-    if len(H) < 8:
-        reasons.append(f"too few observations ({M}) for a verdict")
-        return Verdict(False, math.nan, math.nan, math.nan, eh, math.nan, 0.0, zc, reasons)
+def _chain_tests(H, hs, Hp):
+    """Standard errors, effective sample sizes, drift and parity statistics of one chain's
+    second half ``H`` (M', n) at steps ``hs``; ``Hp`` the predictor one step earlier or
+    ``None``. Returns ``(se, ess, drift_z, drift_ess, parity_z)``."""
     se, ess = mcse(H)
     k = len(H) // 2
     dz, dess = _z(H[:k], H[k:])
-    zc = z_critical(n, alpha, max(dess, 2.0))
-    if F_previous is not None:
-        Fp = np.asarray(F_previous, dtype=float).reshape(F.shape)[M // 2:]
-        P = np.where(hs % 2 == 0, 1.0, -1.0)[:, None] * (H - Fp)
+    if Hp is not None:
+        P = np.where(hs % 2 == 0, 1.0, -1.0)[:, None] * (H - Hp)
         pse, _ = mcse(P)
         pm = np.abs(P.mean(axis=0))
         pz = float(np.max(np.where(pse > 0, pm / np.where(pse > 0, pse, 1.0),
@@ -243,9 +228,85 @@ def verdict(steps, F, eta_h=None, snapshots=None, X=None, F_previous=None, *, al
     else:
         even, odd = hs % 2 == 0, hs % 2 == 1
         pz = _z(H[even], H[odd])[0] if even.sum() >= 2 and odd.sum() >= 2 else math.nan
-    if dess < min_ess:
-        reasons.append(f"too few effective samples ({dess:.3g} < {min_ess:g} per window; "
-                       "autocorrelation time too long for the stage)")
+    return se, ess, dz, dess, pz
+
+
+def verdict(steps, F, eta_h=None, snapshots=None, X=None, F_previous=None, *,
+            observables=None, alpha: float = ALPHA, min_ess: float = MIN_ESS,
+            rhat_max: float = RHAT_MAX, ray_drift_max: float = RAY_DRIFT_MAX) -> Verdict:
+    """Stationarity verdict of one stage.
+
+    Parameters
+    ----------
+    steps : array-like of int, shape (M,)
+        Global steps of the stage's observations, increasing (the same for every chain).
+    F : array-like, shape (M, n) or (K, M, n)
+        Predictor on the training points at those steps, of one chain or of ``K``
+        independent chains.
+    eta_h : array-like, shape (M,) or (K, M), optional
+        Stability number ``η h`` at those steps (``solvers.stability``).
+    snapshots : list of ndarray (N, d+2), optional
+        Particles of the stage's snapshots in its second half (:func:`ray_drift`).
+    X : ndarray (n, d), optional
+        Training inputs (needed with ``snapshots``).
+    F_previous : array-like, shape of ``F``, optional
+        Predictor one step before each observation (the parity test).
+    observables : mapping of str to array-like of shape (M,) or (K, M), optional
+        Further reported quantities for the R̂/ESS test (``"risk"``, ``"regulariser"``);
+        the predictor's columns enter as ``"f(x_j)"`` always.
+    alpha, min_ess, rhat_max, ray_drift_max : float
+        Thresholds (module constants by default; ``min_ess`` is per chain).
+
+    Returns
+    -------
+    Verdict
+
+    Raises
+    ------
+    ValueError
+        ``F``, ``F_previous`` or an observable not of the shapes above.
+    """
+    steps = np.asarray(steps, dtype=np.int64)
+    F = np.asarray(F, dtype=float)
+    if F.ndim == 1:
+        F = F[:, None]
+    if F.ndim == 2:
+        F = F[None]
+    if F.ndim != 3 or F.shape[1] != len(steps):
+        raise ValueError(f"F: expected shape (M, n) or (K, M, n) with M = {len(steps)} steps, "
+                         f"got {F.shape}")
+    K, M, n = F.shape
+    zc = z_critical(n, alpha / K)
+    reasons = []
+    eh = math.nan
+    if eta_h is not None and np.size(eta_h):
+        eh_arr = np.asarray(eta_h, dtype=float)
+        eh = float(np.nanmax(eh_arr)) if np.any(np.isfinite(eh_arr)) else math.nan
+        if eh >= ETA_H_LIMIT:
+            reasons.append(f"unstable step: eta*h = {eh:.3g} >= {ETA_H_LIMIT:g} (period-2 "
+                           "oscillation)")
+    H = F[:, M // 2:]
+    hs = steps[M // 2:]
+    if H.shape[1] < 8:
+        reasons.append(f"too few observations ({M}) for a verdict")
+        return Verdict(False, math.nan, math.nan, math.nan, eh, math.nan, 0.0, zc, reasons,
+                       n_chains=K)
+    Hp = (None if F_previous is None else
+          np.asarray(F_previous, dtype=float).reshape(F.shape)[:, M // 2:])
+    per = [_chain_tests(H[c], hs, None if Hp is None else Hp[c]) for c in range(K)]
+    se = np.sqrt(sum(p[0] ** 2 for p in per)) / K          # of the pooled mean
+    ess = min(float(np.min(p[1])) for p in per)
+    dz = max(p[2] for p in per)
+    dess = min(p[3] for p in per)
+    pzs = [p[4] for p in per if math.isfinite(p[4])]
+    pz = max(pzs) if pzs else math.nan
+    zc = z_critical(n, alpha / K, max(dess, 2.0))
+    series = {f"f(x_{j})": H[:, :, j] for j in range(n)}
+    for name, v in (observables or {}).items():
+        v = np.asarray(v, dtype=float).reshape(K, M)
+        series[name] = v[:, M // 2:]
+    cv = _convergence.assess(series, rhat_max=rhat_max, ess_per_chain_min=min_ess)
+    reasons.extend(cv.reasons)
     if dz > zc:
         reasons.append(f"drift: late and early windows differ by {dz:.3g} standard errors "
                        f"(> {zc:.3g})")
@@ -256,8 +317,20 @@ def verdict(steps, F, eta_h=None, snapshots=None, X=None, F_previous=None, *, al
     if rd > ray_drift_max:
         reasons.append(f"ray weights drift by {rd:.3g} of the total between snapshots "
                        f"(> {ray_drift_max:g})")
-    return Verdict(not reasons, float(np.max(se)), dz, pz, eh, rd, float(np.min(ess)), zc,
-                   reasons)
+    return Verdict(not reasons, float(np.max(se)), dz, pz, eh, rd, ess, zc, reasons,
+                   rhat=cv.rhat, ess_bulk=cv.ess_bulk, ess_tail=cv.ess_tail,
+                   rhat_worst=cv.rhat_worst, ess_worst=cv.ess_worst, n_chains=K,
+                   rhat_test=cv.test)
+
+
+def stage_observables(residuals, regulariser) -> dict:
+    """The scalar observables of the R̂/ESS test besides ``f(x_j)``: ``{"risk", "regulariser"}``
+    from the scaled residuals ``(f(x_j) − y_j)/n`` (..., M, n) and the regulariser (..., M) of
+    the observations (the risk as ``solvers.langevin`` records it, ``(1/n) Σ_j (n R_j)²``)."""
+    R = np.asarray(residuals, dtype=float)
+    n = R.shape[-1]
+    return {"risk": np.sum((n * R) ** 2, axis=-1) / n,
+            "regulariser": np.asarray(regulariser, dtype=float)}
 
 
 #: The ``"mala"`` observables a verdict carries (means over the second half of the stage).
@@ -267,9 +340,10 @@ MOVE_OBSERVABLES = ("acceptance", "jump_acceptance", "cell_exchange")
 def run_verdicts(run, **kw) -> list:
     """:func:`verdict` of every stage of a run file.
 
-    Uses the predictor ``y + n R`` from the ``residuals`` observable, ``residuals_previous``
-    and ``eta_lambda_max`` when the file has them, and the snapshot frames of the stage's
-    second half; the observations and frames of a stage are those the run file places in it
+    Uses the predictor ``y + n R`` from the ``residuals`` observable, the risk and the
+    regulariser (:func:`stage_observables`), ``residuals_previous`` and ``eta_lambda_max``
+    when the file has them, and the snapshot frames of the stage's second half; the
+    observations and frames of a stage are those the run file places in it
     (``run.stage_observations(s)``, ``run.stage_frames(s)`` of :class:`meanfield.store.Run`),
     never told by temperature. ``kw`` go to :func:`verdict`.
 
@@ -281,7 +355,9 @@ def run_verdicts(run, **kw) -> list:
     obs = run.observables
     n, y = run.n, np.asarray(run.y, dtype=float)
     steps_all = np.asarray(obs["residuals"]["step"])
-    F_all = np.asarray(obs["residuals"]["value"]) * n + y
+    R_all = np.asarray(obs["residuals"]["value"], dtype=float)
+    F_all = R_all * n + y
+    reg_all = np.asarray(obs["regulariser"]["value"], dtype=float)
     Fp_all = (np.asarray(obs["residuals_previous"]["value"]) * n + y
               if "residuals_previous" in obs else None)
     eh_all = np.asarray(obs["eta_lambda_max"]["value"]) if "eta_lambda_max" in obs else None
@@ -300,7 +376,8 @@ def run_verdicts(run, **kw) -> list:
         frames = [k for k in run.stage_frames(s) if frame_step[k] >= mid]
         v = verdict(steps, F_all[sel], None if eh_all is None else eh_all[sel],
                     [run.frame(int(k)) for k in frames] if len(frames) > 1 else None,
-                    run.X, None if Fp_all is None else Fp_all[sel], **kw)
+                    run.X, None if Fp_all is None else Fp_all[sel],
+                    observables=stage_observables(R_all[sel], reg_all[sel]), **kw)
         for name in MOVE_OBSERVABLES:
             if name in obs:
                 vals = np.asarray(obs[name]["value"], dtype=float)[sel][len(steps) // 2:]
@@ -342,12 +419,20 @@ def theorem6_status(checks: dict | None, n_rays: int, stationary) -> dict | None
     return out
 
 
+#: Ladder-row keys of :func:`annotate_report` and the :class:`Verdict` fields they copy.
+CONVERGENCE_COLUMNS = {"rhat": "rhat", "ess_bulk": "ess_bulk", "ess_tail": "ess_tail",
+                       "rhat_worst": "rhat_worst", "ess_worst": "ess_worst",
+                       "n_chains": "n_chains"}
+
+
 def annotate_report(rep: dict, verdicts: list) -> dict:
     """Put the stage verdicts into a report document (``meanfield analyze --json``), in place.
 
     ``verdicts[s]`` is the verdict of stage ``s``; a row or snapshot takes that of its
-    ``stage``. Every ``ladder`` row gains ``stationary`` (true, false, or null when the run file has no
-    observations of the stage) and ``stationarity`` (:meth:`Verdict.to_dict`); in a row judged
+    ``stage``. Every ``ladder`` row gains ``stationary`` (true, false, or null when the run file
+    has no observations of the stage), ``stationarity`` (:meth:`Verdict.to_dict`) and its
+    R̂/ESS columns (:data:`CONVERGENCE_COLUMNS`: ``rhat``, ``ess_bulk``, ``ess_tail``,
+    ``rhat_worst``, ``ess_worst``, ``n_chains``); in a row judged
     not stationary ``J`` and ``K`` read ``"not stationary"`` and the counts move to
     ``J_measured`` / ``K_measured``. The ``theorem6`` block of the coldest snapshot and of every
     snapshot goes through :func:`theorem6_status`.
@@ -361,6 +446,8 @@ def annotate_report(rep: dict, verdicts: list) -> dict:
     for row in rep.get("ladder", []):
         st, doc = flag(row["stage"])
         row["stationary"], row["stationarity"] = st, doc
+        for k in CONVERGENCE_COLUMNS:
+            row[k] = None if doc is None else doc[CONVERGENCE_COLUMNS[k]]
         row["J_measured"], row["K_measured"] = row["J"], row["K"]
         if st is False:
             row["J"] = row["K"] = NOT_STATIONARY

@@ -51,7 +51,10 @@ class SolverState:
     stage_eta_h : list of float
         ``η h`` at each of those observations.
     stage_steps : list of float
-        Their global steps (``steps_per_tau = "auto"`` decides from these four).
+        Their global steps.
+    stage_regulariser : list of float
+        The regulariser at each of those observations (``steps_per_tau = "auto"`` decides
+        from these five).
     stage_lengths : list of int
         ``steps_per_tau = "auto"``: the lengths of the stages finished so far
         (:meth:`solvers.schedule.Schedule.with_lengths`).
@@ -67,6 +70,7 @@ class SolverState:
     stage_previous: list = field(default_factory=list)
     stage_eta_h: list = field(default_factory=list)
     stage_steps: list = field(default_factory=list)
+    stage_regulariser: list = field(default_factory=list)
     stage_lengths: list = field(default_factory=list)
     n_frames: int = 0
     n_observations: int = 0
@@ -169,7 +173,7 @@ def simulate(stepper: Stepper, schedule: Schedule, state: SolverState, *,
     stage_done : callable(SolverState) -> bool, optional
         ``steps_per_tau = "auto"`` only: asked where :meth:`Schedule.may_end` allows whether
         the stage may end (e.g. its stationarity verdict from ``stage_steps``,
-        ``stage_residuals``, ``stage_previous``, ``stage_eta_h``); a pure function of the
+        ``stage_residuals``, ``stage_previous``, ``stage_eta_h``, ``stage_regulariser``); a pure function of the
         state, so a resumed run decides the same. The lengths decided go to
         ``state.stage_lengths``.
 
@@ -247,6 +251,7 @@ def simulate(stepper: Stepper, schedule: Schedule, state: SolverState, *,
         state.stage_previous.append(R_prev)
         state.stage_eta_h.append(eta_h)
         state.stage_steps.append(float(state.step))
+        state.stage_regulariser.append(0.5 * lam * msq)
         obs = Observation(step=state.step, time=state.step * eta, stage=state.stage,
                           step_in_stage=state.step_in_stage, tau=tau,
                           risk=float(np.sum((n * R) ** 2) / n), regulariser=0.5 * lam * msq,
@@ -268,6 +273,7 @@ def simulate(stepper: Stepper, schedule: Schedule, state: SolverState, *,
             state.stage_previous = []
             state.stage_eta_h = []
             state.stage_steps = []
+            state.stage_regulariser = []
         yield state, obs, snapshot
         if not mala and eta_h >= STABILITY_LIMIT and full_batch:
             raise UnstableStepError(

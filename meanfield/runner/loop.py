@@ -16,15 +16,18 @@ from solvers.stepper import Stepper
 
 def _stage_stationary(n):
     """``stage_done`` of ``steps_per_tau = "auto"``: the stationarity verdict of the stage so
-    far from the solver state's observations (``analysis.stationarity.verdict``)."""
+    far from the solver state's observations (``analysis.stationarity.verdict``, with the
+    risk and the regulariser as the report's verdict has them)."""
     import numpy as np
 
-    from analysis.stationarity import verdict
+    from analysis.stationarity import stage_observables, verdict
 
     def done(state) -> bool:
-        return verdict(np.asarray(state.stage_steps, dtype=np.int64),
-                       np.asarray(state.stage_residuals) * n, np.asarray(state.stage_eta_h),
-                       F_previous=np.asarray(state.stage_previous) * n).stationary
+        R = np.asarray(state.stage_residuals)
+        return verdict(np.asarray(state.stage_steps, dtype=np.int64), R * n,
+                       np.asarray(state.stage_eta_h),
+                       F_previous=np.asarray(state.stage_previous) * n,
+                       observables=stage_observables(R, state.stage_regulariser)).stationary
     return done
 
 

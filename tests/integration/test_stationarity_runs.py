@@ -86,7 +86,7 @@ def test_relaxed_ornstein_uhlenbeck_chain_is_stationary():
     st = Stepper(X, y, N, lam=lam, eta=eta, seed=4)
     theta = np.ascontiguousarray(rng.standard_normal((N, 4)) * np.sqrt(tau / lam))
     steps, F = [], []
-    for k in range(2000):
+    for k in range(8000):     # 2000 sufficed for the older floor of 20 effective samples
         st.advance(theta, tau, 11 * k, 11, data_term=False)
         steps.append(11 * (k + 1))
         F.append(st.f.copy())
