@@ -176,7 +176,10 @@ def test_auto_stage_progress_ends_at_100_percent(tmp_path, capsys, monkeypatch):
     p.write_text(plane8_toml({"dynamics.steps_per_tau": "auto", "dynamics.taus": [1e-2, 1e-3],
                               "dynamics.max_steps_per_tau": 320000}))
     cfg = config.load(p)
-    end = runner.integrate(cfg, _data.from_config(cfg), progress=True)
+    # a verdict that holds from the second chunk on: the R-hat/ESS verdict keeps these short
+    # plane8 stages to their budget, and what is tested here is the progress, not the verdict
+    end = runner.integrate(cfg, _data.from_config(cfg), progress=True,
+                           stage_done=lambda state: state.step_in_stage >= 80000)
     lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("run: ")]
     assert end.step < 2 * 320000                      # a stage ended on its verdict
     assert lines[0].split()[1].endswith(f"/{2 * 320000}")
