@@ -94,6 +94,7 @@ def test_relaxed_ornstein_uhlenbeck_chain_is_stationary():
     assert v.stationary, v.reasons
 
 
+@pytest.mark.long
 @pytest.mark.slow
 @pytest.mark.usefixtures("one_thread")
 def test_relaxed_plane8_run_is_stationary(tmp_path):
