@@ -62,21 +62,24 @@ RUN_FIGURES: dict[str, RunFigure] = {
         plot_predictor,
         "Predictor f(x) at each temperature (last snapshot) with its kink lines, labelled "
         "with their rays' numbers (green solid: rays with a > 0, purple dashed: a < 0, black "
-        "dash-dot: both); the training points are filled with y on the same colour scale."),
+        "dash-dot: rays of both signs on one line); the training points are filled with y on "
+        "the same colour scale."),
     "directions": RunFigure(
         plot_directions,
         "Directions (w, b)/|(w, b)| of the neurons at the coldest temperature, one equal-area "
-        "map per sign of a, coloured by mass per steradian: circles are the rays found, + the "
-        "rays of the exact τ → 0 limit; uncircled mass is the thermal halo (not counted as "
-        "rays)."),
+        "map per sign of a, coloured by mass per steradian: circles are the rays found, "
+        "squares the rays of the exact τ → 0 limit that the table counts (weight above its "
+        "floor); uncircled mass is the thermal halo (not counted as rays)."),
     "ladder": RunFigure(
         plot_ladder,
         "Against τ (exact τ → 0 limit at the right): (a) rays J and kinks K with the bounds "
         "2P−1, P−1; (b) risk averaged over the second half of each τ (± standard error) and "
-        "the exact references'; (c) W2 to the previous τ; (d) distances to the exact "
-        "references."),
+        "the exact references'; (c) W2 to the previous τ of the particles (left axis) and of "
+        "the rays (chord on the sphere, right axis); (d) RMS distances on the data to the "
+        "exact references."),
     "trajectory": RunFigure(
         plot_trajectory,
-        "The run against time: risk, mean |θ|² and the stationarity statistic (drift of the "
-        "time-averaged residuals), temperatures shaded, snapshot frames dotted."),
+        "The run against time: risk (log axis), mean |θ|² and the stationarity statistic "
+        "(drift of the time-averaged predictor, with the drift each stage's verdict allows "
+        "dashed), temperatures shaded, snapshot frames dotted."),
 }

@@ -48,8 +48,10 @@ def plot_directions(rep, run, *, axes=None, tau=None, stage=None, convex=None):
     stage : int, optional
         The stage instead (its last snapshot; ``tau`` is then ignored).
     convex : tuple (directions (J, d+1), signs (J,)), optional
-        Rays of the ``τ → 0`` convex solution to overlay (``+``); by default those of the exact
-        reference when the analysis compared with it.
+        Rays of the ``τ → 0`` convex solution to overlay (squares); by default the rays the
+        report counts at ``τ → 0`` (``rep["convex_counts"]``: weight at least its floor times
+        ``Σ|c|``, :func:`analysis.ray_checks.convex_counts`), none when the analysis has no
+        convex reference.
 
     Returns
     -------
@@ -69,11 +71,14 @@ def plot_directions(rep, run, *, axes=None, tau=None, stage=None, convex=None):
     ``a``: longitude is the angle of ``(w₁, w₂)`` and latitude the elevation toward ``b``;
     colour is the particle mass ``|a||(w, b)|`` per steradian (fraction of the total, log
     scale). The map is centred so that its ±180° edge falls in the widest gap between rays.
-    Circles: the rays found (``r0`` the heaviest); ``+``: the rays of the exact ``τ → 0``
-    limit; mass not circled is the thermal halo, not counted as rays (its fraction is in the
-    title). Sources: THEORY §4, [LJM26].
+    Circles: the rays found (``r0`` the heaviest); squares: the rays of the exact ``τ → 0``
+    limit counted by the report (a circle in a square: a ray found where the limit has one);
+    both are open, so the density at their centre stays visible. Mass not circled is the
+    thermal halo, not counted as rays (its fraction is in the title). Longitudes are labelled
+    every 60° from 0°, each label placed on the first parallel (0°, ∓30°, ∓55°) where no
+    marker is near it. Sources: THEORY §4, [LJM26].
     """
-    X, d = np.asarray(run.X, float), run.X.shape[1]
+    d = run.X.shape[1]
     snaps = last_of_stages(rep.get("snapshots", []))
     if d > 2 or not snaps:
         return None
@@ -92,23 +97,30 @@ def plot_directions(rep, run, *, axes=None, tau=None, stage=None, convex=None):
     V, _, mass = directions(theta)
     mass = mass / max(mass.sum(), 1e-300)
     sign = np.sign(theta[:, 0])
-    if convex is None and rep.get("references") and "skipped" not in rep["references"]:
-        try:
-            from analysis.references import convex_reference
-            c = convex_reference(X, run.y, float(run.config["dynamics"]["lam"]))
-            convex = (np.asarray(c.directions), np.asarray(c.signs))
-        except (ImportError, ValueError, RuntimeError):   # the overlay is optional
-            convex = None
+    cc = rep.get("convex_counts")
+    floor = None
+    if convex is None and cc and cc.get("rays"):    # the report's τ → 0 rays, by its rule
+        convex = (np.array([q["direction"] for q in cc["rays"]], float),
+                  np.sign([q["weight"] for q in cc["rays"]]).astype(int))
+        floor = cc.get("floor")
     halo = snap.get("thresholds", {}).get("halo_mass_fraction")
     title = (f"τ = {snap['tau']:.0e}: J = {len(snap['rays'])} rays"
              + (f", thermal halo {100 * halo:.0f} % of the mass" if halo is not None else ""))
     with _rc():
         if d == 1:
-            return _directions_1d(snap, V, mass, sign, convex, axes, title)
-        return _directions_2d(snap, V, mass, sign, convex, axes, title)
+            return _directions_1d(snap, V, mass, sign, convex, axes, title, floor)
+        return _directions_2d(snap, V, mass, sign, convex, axes, title, floor)
 
 
-def _directions_1d(snap, V, mass, sign, convex, axes, title):
+def _exact_label(floor):
+    return "exact τ → 0 ray" + (f" (weight ≥ {100 * floor:g} % of Σ|c|)" if floor else "")
+
+
+EXACT = {"marker": "s", "ls": "", "mfc": "none", "mec": "k", "ms": 12, "mew": 0.8}
+FOUND_MS = 8
+
+
+def _directions_1d(snap, V, mass, sign, convex, axes, title, floor=None):
     if axes is None:
         fig = _figure((WIDTH, WIDTH))
         ax = fig.add_subplot(projection="polar")
@@ -120,21 +132,46 @@ def _directions_1d(snap, V, mass, sign, convex, axes, title):
     for s in (1, -1):
         h, _ = np.histogram(ang[sign == s], bins=bins, weights=mass[sign == s])
         ax.bar(bins[:-1], h, width=np.diff(bins), color=SIGN_COLOURS[s], alpha=0.6,
-               align="edge", label="a > 0" if s > 0 else "a < 0")
+               align="edge", label="mass of a > 0" if s > 0 else "mass of a < 0")
     rmax = ax.get_rmax()
     for i, q in enumerate(snap["rays"]):
         t = math.atan2(q["direction"][1], q["direction"][0])
-        ax.plot([t, t], [0, rmax], color=SIGN_COLOURS[q["sign"]], lw=0.9)
-        ax.text(t, rmax * 1.08, f"r{i}", fontsize=6, ha="center")
-    if convex is not None:
-        for v in convex[0]:
-            ax.plot(math.atan2(v[1], v[0]), rmax * 0.95, "+", color="k", ms=7)
-    ax.set_title(title, pad=12)
-    ax.legend(loc="lower right", frameon=False)
+        ax.plot([t, t], [0, rmax], color=SIGN_COLOURS[q["sign"]], lw=0.9,
+                label="ray found (r0 heaviest)" if i == 0 else "_")
+        ax.text(t, rmax * 1.1, f"r{i}", fontsize=7, ha="center", va="center")
+    if convex is not None and len(convex[0]):
+        ts = [math.atan2(v[1], v[0]) for v in convex[0]]
+        ax.plot(ts, [rmax * 0.95] * len(ts), **dict(EXACT, ms=8), label=_exact_label(floor))
+    ax.set_rlabel_position(90)
+    ax.tick_params(labelsize=7)
+    ax.set_title(title + "\nangle of (w, b); radius: mass fraction per 2° bin", pad=14)
+    # under the disc, not over the angle labels (315° sat under a legend in the corner)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.06), ncol=2, frameon=False)
     return fig
 
 
-def _directions_2d(snap, V, mass, sign, convex, axes, title):
+def _lon_labels(ax, centre, marks):
+    """Meridians every 60° of absolute longitude (0° among them), each label on the first
+    parallel where no marker (``marks``: map coordinates) lies within 20°."""
+    import matplotlib.patheffects as pe
+    absolute = np.deg2rad(np.arange(-120, 181, 60))
+    pos = _wrap(absolute - centre)
+    keep = np.abs(np.abs(pos) - np.pi) > np.deg2rad(15)      # not on the seam
+    ax.set_xticks(np.sort(pos[keep]))
+    ax.set_xticklabels([])
+    out = []
+    for lon_abs, x in zip(absolute[keep], pos[keep]):
+        for lat in np.deg2rad([0, -30, 30, -55, 55]):
+            if all(math.hypot(x - mx, lat - my) > np.deg2rad(20) for mx, my in marks):
+                break
+        deg = int(round(np.rad2deg(_wrap(lon_abs))))
+        out.append(ax.text(x, lat, f"{deg}°".replace("-", "−"), fontsize=7, color="0.25",
+                           ha="center", va="center", path_effects=[
+                               pe.withStroke(linewidth=2, foreground="white")]))
+    return out
+
+
+def _directions_2d(snap, V, mass, sign, convex, axes, title, floor=None):
     from matplotlib.colors import LogNorm
     from matplotlib.lines import Line2D
     ray_lon = [math.atan2(q["direction"][1], q["direction"][0]) for q in snap["rays"]]
@@ -145,7 +182,7 @@ def _directions_2d(snap, V, mass, sign, convex, axes, title):
     if all(abs(_wrap(r - rounded - np.pi)) > np.deg2rad(12) for r in ray_lon):  # seam stays clear
         centre = rounded
     if axes is None:
-        fig = _figure((WIDTH, 3.5))
+        fig = _figure((WIDTH, 4.1))
         axes = [fig.add_subplot(2, 1, i + 1, projection="mollweide") for i in range(2)]
     else:
         axes = list(np.ravel(axes))
@@ -163,36 +200,41 @@ def _directions_2d(snap, V, mass, sign, convex, axes, title):
     for ax, s in zip(axes, (1, -1)):
         im = ax.pcolormesh(le, be, np.ma.masked_less_equal(dens[s].T, top * 1e-3),
                            cmap="magma_r", norm=norm, rasterized=True)
-        n_s = 0
+        n_s, marks = 0, []
         for i, q in enumerate(snap["rays"]):
             if q["sign"] != s:
                 continue
             n_s += 1
             v = np.asarray(q["direction"])
             x, yv = _wrap(math.atan2(v[1], v[0]) - centre), math.asin(max(-1, min(1, v[2])))
-            ax.plot(x, yv, "o", mfc="none", mec=SIGN_COLOURS[s], ms=9, mew=1.3)
-            ax.annotate(f"r{i}", (x, yv), xytext=(6, 5), textcoords="offset points",
-                        fontsize=6, color=SIGN_COLOURS[s])
+            marks.append((x, yv))
+            ax.plot(x, yv, "o", mfc="none", mec=SIGN_COLOURS[s], ms=FOUND_MS, mew=1.0)
+            ax.annotate(f"r{i}", (x, yv), xytext=(7, 6), textcoords="offset points",
+                        fontsize=7, color=SIGN_COLOURS[s])
         if convex is not None:
             for v, cs in zip(*convex):
                 if np.sign(cs) == s:
-                    ax.plot(_wrap(math.atan2(v[1], v[0]) - centre),
-                            math.asin(max(-1, min(1, v[2]))), "+", color="k", ms=7, mew=1.0)
+                    x = _wrap(math.atan2(v[1], v[0]) - centre)
+                    yv = math.asin(max(-1, min(1, v[2])))
+                    marks.append((x, yv))
+                    ax.plot(x, yv, **EXACT)
         ax.set_title(f"a {'>' if s > 0 else '<'} 0: {n_s} ray{'s' if n_s != 1 else ''}",
                      pad=3)
-        ticks = np.deg2rad(np.arange(-120, 121, 60))
-        ax.set_xticks(ticks)
-        ax.set_xticklabels([f"{np.rad2deg(_wrap(t + centre)):.0f}°" for t in ticks],
-                           fontsize=6, color="0.35")
+        _lon_labels(ax, centre, marks)
         ax.set_yticks(np.deg2rad([-60, -30, 0, 30, 60]))
-        ax.set_yticklabels(["−60°", "−30°", "0°", "30°", "60°"], fontsize=6)
+        ax.set_yticklabels(["−60°", "−30°", "0°", "30°", "60°"], fontsize=7)
         ax.grid(True, alpha=0.35, lw=0.5)
-    axes[-1].set_xlabel("longitude: angle of (w₁, w₂); latitude: toward b", fontsize=7)
-    fig.colorbar(im, ax=axes, label="mass fraction per steradian", shrink=0.7, pad=0.02)
-    key = [Line2D([], [], marker="o", ls="", mfc="none", mec="0.3", label="ray found (r0 heaviest)")]
-    if convex is not None:
-        key.append(Line2D([], [], marker="+", ls="", color="k", label="ray of the τ → 0 limit"))
-    axes[0].legend(handles=key, loc="upper center", bbox_to_anchor=(0.5, 1.42), ncol=2,
-                   frameon=False, fontsize=6)
+    axes[-1].set_xlabel("longitude: angle of (w₁, w₂); latitude: arcsin(b / |(w, b)|)",
+                        fontsize=7)
+    fig.colorbar(im, ax=axes, label="mass fraction per steradian [1/sr]", shrink=0.7,
+                 pad=0.02)
+    key = []
+    if snap["rays"]:
+        key.append(Line2D([], [], marker="o", ls="", mfc="none", mec="0.3", ms=FOUND_MS,
+                          label="ray found (r0 heaviest)"))
+    if any(any(ln.get_marker() == EXACT["marker"] for ln in ax.lines) for ax in axes):
+        key.append(Line2D([], [], **dict(EXACT, ms=9), label=_exact_label(floor)))
+    if key:
+        fig.legend(handles=key, loc="outside lower center", ncol=1, frameon=False, fontsize=7)
     fig.suptitle(title, fontsize=8)
     return fig

@@ -6,24 +6,26 @@ from pathlib import Path
 
 import numpy as np
 
-from meanfield.figures.common import import_matplotlib, save
+from meanfield.figures.common import WIDTH, import_matplotlib, save
 
 
 def highdim_figure(path, summary: dict) -> Path:
     """Log-log figure of the gap and relative gap against ``d`` (one line per ``n``), with
-    95 % intervals and the fitted slope; PNG via the Agg canvas (no display needed)."""
+    95 % intervals and the fitted slope, the two panels stacked in one journal column
+    (:data:`meanfield.figures.common.WIDTH` wide, text ≥ 7 pt); PNG via the Agg canvas (no
+    display needed)."""
     # Deferred on purpose, like _plt: Matplotlib is heavy (this figure needs no pyplot).
     import_matplotlib()
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
     path = Path(path)
-    fig = Figure(figsize=(9, 3.8), layout="constrained")
+    fig = Figure(figsize=(WIDTH, 5.6), layout="constrained")
     FigureCanvasAgg(fig)
     rows = summary["cells"]
     ns = sorted({r["n"] for r in rows})
     p = summary["params"]
-    for ax, key, label in zip(fig.subplots(1, 2), ("gap", "rel_gap"),
+    for ax, key, label in zip(fig.subplots(2, 1), ("gap", "rel_gap"),
                               (r"$\|W_\infty - W^*\|$", r"$\|W_\infty - W^*\| / \|W^*\|$")):
         fit = summary["slopes"].get(key, {})
         for n in ns:
@@ -43,12 +45,12 @@ def highdim_figure(path, summary: dict) -> Path:
                 logfit = fit["intercept"] + fit["d"]["slope"] * np.log(d) \
                     + (fit["n"]["slope"] * np.log(n) if "n" in fit else 0.0)
                 ax.plot(d, np.exp(logfit), color=line[0].get_color(), lw=1)
-        ax.set_title("; ".join(f"slope in {v}: {fit[v]['slope']:.3f}" + (
+        ax.set_title("\n".join(f"slope in {v}: {fit[v]['slope']:.3f}" + (
                                    f" [{fit[v]['ci95'][0]:.3f}, {fit[v]['ci95'][1]:.3f}]"
                                    if None not in (fit[v].get("ci95") or [None])
                                    else " (no interval)")
                                for v in ("d", "n") if v in fit),
-                     fontsize=8)
+                     fontsize=7)
         if key == "gap" and rows:
             d_all = np.array(sorted({r["d"] for r in rows}), dtype=float)
             first = [r for r in rows if r["n"] == ns[0] and r[key]["mean"] is not None]
@@ -61,13 +63,14 @@ def highdim_figure(path, summary: dict) -> Path:
             axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
             axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
             axis.set_minor_formatter(NullFormatter())
-        ax.set_xlabel("input dimension d")
-        ax.set_ylabel(label)
+        ax.set_xlabel("input dimension d", fontsize=8)
+        ax.set_ylabel(label + " [units of W]" if key == "gap" else label + " [1]", fontsize=8)
+        ax.tick_params(labelsize=7)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7)
     fig.suptitle(f"GD on m = {p['neurons']} ReLU neuron(s), init {p['init']}, c = {p['c']:g}, "
-                 f"{p['trials']} trials\npoints: mean over the trials; error bars: 95 % "
-                 f"Student-t interval of the mean (a lower end ≤ 0 is not drawn on the log "
-                 f"axis); lines: the log-log fit", fontsize=8)
+                 f"{p['trials']} trials\npoints: mean over the trials; error bars: 95 %\n"
+                 f"Student-t interval of the mean (a lower end ≤ 0\nis not drawn on the log "
+                 f"axis); lines: the log-log fit", fontsize=7)
     save(fig, path, dpi=120)
     return path

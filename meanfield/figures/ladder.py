@@ -19,10 +19,13 @@ def plot_ladder(rep, run, *, axes=None):
     Panels: (a) rays ``J`` and kink hyperplanes ``K`` with the bounds ``2P − 1`` and ``P − 1``
     of [LJM26] and the convex solution's ``J``, ``K``; (b) the risk, time-averaged over the
     second half of each temperature with its standard error, and the risk of the exact
-    references (Gibbs at each ``τ``, convex at ``τ → 0``); (c) ``W2`` between the particle
-    measures (and between the rays) of successive temperatures; (d) the distance of the
-    predictor on the data to the references: time-averaged (max over the data, ± standard
-    error) and at the last snapshot (RMS, to the convex limit).
+    references (Gibbs at each ``τ``, convex at ``τ → 0``); (c) ``W2`` to the previous
+    temperature, of the particle measures (left axis, units of ``θ``) and of the rays (right
+    axis, chord distance on the unit sphere of directions); (d) the RMS over the data of the
+    predictor's distance to the references (units of ``y``): time-averaged, to the Gibbs
+    reference at each ``τ`` and to the convex limit at the coldest, and at the last snapshot
+    of each ``τ`` to the convex limit. The legends sit under the panels, one entry per drawn
+    series, so that no data point is covered.
 
     Parameters
     ----------
@@ -53,7 +56,7 @@ def plot_ladder(rep, run, *, axes=None):
     with _rc():
         has_refs = bool(refs) or any(r["dist_to_reference"] is not None for r in rows)
         if axes is None:
-            fig = _figure((WIDTH, 3.9 if has_refs else 3.3))
+            fig = _figure((WIDTH, 5.0 if has_refs else 4.2))
             if has_refs:
                 axes = list(fig.subplots(2, 2, sharex=True).ravel())
             else:                       # no reference: three panels, none left empty
@@ -74,15 +77,16 @@ def plot_ladder(rep, run, *, axes=None):
         bad = np.array([r.get("stationary") is False for r in rows])
         if bad.any():
             a.plot(taus[bad], J[bad], "x", color="red", ms=8, mew=1.5,
-                   label="not stationary")
+                   label="stage not stationary")
         P = rep.get("P")
         if P is not None:
             a.axhline(2 * P - 1, color="0.3", lw=0.8, ls="-")
             a.axhline(P - 1, color="0.3", lw=0.8, ls=":")
-            a.text(0.97, 2 * P - 1, f"2P−1 = {2 * P - 1}", va="top", ha="right", fontsize=6,
-                   transform=a.get_yaxis_transform())
-            a.text(0.97, P - 1, f"P−1 = {P - 1}", va="top", ha="right", fontsize=6,
-                   transform=a.get_yaxis_transform())
+            for val, name in ((2 * P - 1, "2P−1"), (P - 1, "P−1")):
+                # above its line (va="bottom" at the line's height), never crossed by it
+                a.annotate(f"{name} = {val}", (0.03, val), xycoords=a.get_yaxis_transform(),
+                           xytext=(0, 1.5), textcoords="offset points", va="bottom",
+                           ha="left", fontsize=7, color="0.3")
             a.set_yscale("log")
             a.set_ylim(0.7, (2 * P - 1) * 1.6)
         if cvx and cvx.get("n_rays") is not None:
@@ -96,7 +100,6 @@ def plot_ladder(rep, run, *, axes=None):
             except (ImportError, ValueError, RuntimeError):   # the overlay is optional
                 pass
         a.set_ylabel("count")
-        a.legend(frameon=False, fontsize=6, loc="center left")
         a.set_title("(a) rays J, kinks K", loc="left")
         # (b) risk
         m, e = np.full(len(taus), np.nan), np.full(len(taus), np.nan)
@@ -115,40 +118,42 @@ def plot_ladder(rep, run, *, axes=None):
         if cvx and "f_reference" in cvx:
             b.plot([t0], [np.mean((np.asarray(cvx["f_reference"]) - np.asarray(run.y)) ** 2)],
                    "+", color="k", ms=7, label="exact τ → 0")
-        b.set_ylabel("risk (1/n)Σ(f−y)²")
-        if b.get_legend_handles_labels()[0]:
-            b.legend(frameon=False, fontsize=6, loc="upper right")
+        b.set_ylabel("risk (1/n)Σ(f−y)² [y²]")
         b.set_title("(b) risk", loc="left")
         # (c) W2
         w2 = [np.nan if r["w2_to_previous"] is None else r["w2_to_previous"] for r in rows]
         w2r = [np.nan if r.get("w2_rays_to_previous") is None else r["w2_rays_to_previous"]
                for r in rows]
-        c.plot(taus, w2, "o-", ms=3.5, color="C0", label="particles")
-        c.plot(taus, w2r, "s--", ms=3.5, mfc="none", color="C2", label="rays")
-        c.set_ylabel("W2")
-        c.legend(frameon=False, fontsize=6, loc="upper right")
+        c.plot(taus, w2, "o-", ms=3.5, color="C0", label="particle measures (left axis)")
+        c.set_ylabel("W2 of particles [θ]", color="C0")
+        c.tick_params(axis="y", colors="C0")
+        cr = None
+        if np.isfinite(w2r).any():      # another quantity: its own axis, its own unit
+            cr = c.twinx()
+            cr.plot(taus, w2r, "s--", ms=3.5, mfc="none", color="C2",
+                    label="rays, chord on the sphere (right axis)")
+            cr.set_ylabel("W2 of rays [chord]", color="C2")
+            cr.tick_params(axis="y", colors="C2", labelsize=7)
+            cr.set_ylim(bottom=0)
+        c.set_ylim(bottom=0)
         c.set_title("(c) W2 to previous τ", loc="left")
         # (d) distances to the references
-        if d is not None:
+        if d is not None:       # one distance throughout: the RMS over the data points
             if g:
-                d.errorbar([x["tau"] for x in g], [x["max_abs_diff"] for x in g],
-                           yerr=[x["max_stderr"] for x in g], fmt="o-", ms=3.5, capsize=2,
-                           color="C0", label="max|f̄ − f_Gibbs| at each τ")
-            if cvx and "max_abs_diff" in cvx:
-                d.plot([t0], [cvx["max_abs_diff"]], "+", color="k", ms=7,
-                       label="max|f̄ − f_τ→0| at the coldest τ")
+                d.plot([x["tau"] for x in g], [x["rms_diff"] for x in g], "o-", ms=3.5,
+                       color="C0", label="f̄ to exact Gibbs at each τ")
+            if cvx and "rms_diff" in cvx:
+                d.plot([t0], [cvx["rms_diff"]], "+", color="k", ms=7, mew=1.2,
+                       label="f̄ at the coldest τ to exact τ → 0")
             dist = [np.nan if r["dist_to_reference"] is None else r["dist_to_reference"]
                     for r in rows]
             if np.isfinite(dist).any():
                 d.plot(taus, dist, "s:", ms=3, mfc="none", color="C3",
-                       label="RMS|f − f_τ→0|, last snapshot of each τ")
+                       label="f at the last snapshot of each τ to exact τ → 0")
             d.set_yscale("log")
-            d.set_ylabel("distance on the data")
-            d.set_title("(d) vs exact", loc="left")
-            fig.legend(handles=d.get_legend_handles_labels()[0], loc="outside lower center",
-                       ncol=1, frameon=False, fontsize=6,
-                       title="(d): f̄ averaged over the second half of each τ; error bars: "
-                             "standard errors", title_fontsize=5.5)
+            d.set_ylabel("RMS distance on data [y]")
+            d.set_title("(d) distance to exact", loc="left")
+        _legend_below(fig, a, b, c, cr, d, t0)
         ticks = list(taus) + [t0]
         panels = [ax for ax in (a, b, c, d) if ax is not None]
         for ax in panels:
@@ -158,8 +163,36 @@ def plot_ladder(rep, run, *, axes=None):
         for ax in panels:
             ax.set_xticks(ticks)
             ax.set_xticklabels([f"{t:.0e}".replace("e-0", "e-") for t in taus] + ["→0"],
-                               fontsize=6)
+                               fontsize=7)
             ax.minorticks_off()
         for ax in panels[2:]:
-            ax.set_xlabel("temperature τ")
+            ax.set_xlabel("temperature τ [units of risk]")
     return fig
+
+
+def _legend_below(fig, a, b, c, cr, d, t0):
+    """One legend under the panels: an entry per series drawn, named by its panel; the exact
+    ``τ → 0`` counts of (a) (the markers at ``t0``, a circle for ``J`` and a square for ``K``)
+    share one entry."""
+    from matplotlib.legend_handler import HandlerTuple
+    handles, labels = [], []
+    exact = [ln for ln in a.lines if len(ln.get_xdata()) == 1 and ln.get_xdata()[0] == t0]
+    for panel, ax in (("(a)", a), ("(b)", b), ("(c)", c), ("(c)", cr), ("(d)", d)):
+        if ax is None:
+            continue
+        hs, ls = ax.get_legend_handles_labels()
+        for h, lab in zip(hs, ls):
+            if ax is a and h in exact:
+                continue
+            handles.append(h)
+            labels.append(f"{panel} {lab}")
+        if ax is a and exact:
+            handles.append(tuple(exact))
+            labels.append("(a) exact τ → 0: J (circle), K (square)")
+    if cr is None:          # without the rays' W2 the particles' is the only axis
+        labels = [lab.replace(" (left axis)", "") for lab in labels]
+    leg = fig.legend(handles, labels, loc="outside lower center", ncol=1, frameon=False,
+                     fontsize=7, handler_map={tuple: HandlerTuple(ndivide=None)},
+                     title="f̄: predictor averaged over the second half of each τ;\n"
+                           "error bars: standard errors", title_fontsize=7)
+    leg._legend_box.align = "left"

@@ -22,6 +22,17 @@ def _box(X, pad=0.3):
     return lo - pad * span, hi + pad * span
 
 
+def _same_ticks(ax, axes=("x", "y")):
+    """One tick format on both axes: at most five ticks, printed with ``%g`` and a true minus
+    sign (Matplotlib's default formatter chose a different format per axis)."""
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+    fmt = FuncFormatter(lambda v, _: f"{v:g}".replace("-", "−"))
+    for name in axes:
+        axis = getattr(ax, f"{name}axis")
+        axis.set_major_locator(MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10]))
+        axis.set_major_formatter(fmt)
+
+
 def _kink_sign(snap, kink):
     signs = {snap["rays"][r]["sign"] for r in kink["rays"]}
     return signs.pop() if len(signs) == 1 else 0
@@ -94,7 +105,7 @@ def plot_predictor(rep, run, *, axes=None, taus=None):
 def _predictor_1d(snaps, run, X, y, axes):
     import matplotlib
     if axes is None:
-        fig = _figure((WIDTH, 2.4))
+        fig = _figure((WIDTH, 3.0))
         ax = fig.add_subplot()
     else:
         ax = axes[0] if np.iterable(axes) else axes
@@ -108,11 +119,13 @@ def _predictor_1d(snaps, run, X, y, axes):
                 label=f"τ = {s['tau']:.0e} (K = {len(s['kinks'])})")
         for kk in s["kinks"]:
             ax.axvline(kk["offset"] / kk["normal"][0], color=col, ls=":", lw=0.8)
-    ax.scatter(X[:, 0], y, color="k", zorder=5, s=14, label="data")
-    ax.set_xlabel("input x")
-    ax.set_ylabel("predictor f(x)")
-    ax.legend(frameon=False)
-    ax.set_title("predictor at each τ; dotted: kinks")
+    ax.scatter(X[:, 0], y, color="k", zorder=5, s=14, label="training points (x, y)")
+    ax.set_xlabel("input x [units of x]")
+    ax.set_ylabel("predictor f(x) [units of y]")
+    _same_ticks(ax)
+    # under the axes: inside, the key's data marker read as one more training point
+    ax.legend(frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=2)
+    ax.set_title("predictor at each τ; dotted: its kinks")
     return fig
 
 
@@ -149,6 +162,7 @@ def _predictor_2d(snaps, run, X, y, axes):
         axes = list(np.ravel(axes))
         fig = axes[0].figure
     halo = [pe.withStroke(linewidth=3.0, foreground="white")]
+    drawn, labelled = set(), False
     for i, (ax, s, F) in enumerate(zip(axes, snaps, Fs)):
         im = ax.imshow(F, origin="lower", extent=(lo[0], hi[0], lo[1], hi[1]), cmap="RdBu_r",
                        vmin=-vmax, vmax=vmax, interpolation="bilinear", rasterized=True)
@@ -157,13 +171,15 @@ def _predictor_2d(snaps, run, X, y, axes):
             if seg is None:
                 continue
             sg = _kink_sign(s, kk)
+            drawn.add(sg)
+            labelled = labelled or bool(kk["rays"])
             (x0, y0), (x1, y1) = seg
             ax.plot([x0, x1], [y0, y1], color=SIGN_COLOURS[sg], ls=SIGN_STYLES[sg], lw=1.1,
                     path_effects=[pe.withStroke(linewidth=2.2, foreground="white", alpha=0.6)])
             # label at one end, alternating, pulled inside the box
             t = 0.08 if j % 2 == 0 else 0.92
             lx, ly = x0 + t * (x1 - x0), y0 + t * (y1 - y0)
-            ax.text(lx, ly, ",".join(f"r{r}" for r in kk["rays"]), fontsize=6,
+            ax.text(lx, ly, ",".join(f"r{r}" for r in kk["rays"]), fontsize=7,
                     color=SIGN_COLOURS[sg], ha="center", va="center", path_effects=halo)
         ax.scatter(X[:, 0], X[:, 1], c=y, cmap="RdBu_r", vmin=-vmax, vmax=vmax, s=22,
                    edgecolors="k", linewidths=0.9, zorder=5,
@@ -172,23 +188,27 @@ def _predictor_2d(snaps, run, X, y, axes):
         ax.set_ylim(lo[1], hi[1])
         ax.set_aspect("equal")
         ax.set_title(f"τ = {s['tau']:.0e}: J = {len(s['rays'])}, K = {len(s['kinks'])}")
-        ax.set_xlabel("x₁", labelpad=1)
+        _same_ticks(ax)
+        ax.set_xlabel("x₁ [units of x₁]", labelpad=1)
         if i % 2 == 0:
-            ax.set_ylabel("x₂", labelpad=1)
-    key = [Line2D([], [], color=SIGN_COLOURS[1], ls=SIGN_STYLES[1], label="kink of rays a > 0"),
-           Line2D([], [], color=SIGN_COLOURS[-1], ls=SIGN_STYLES[-1],
-                  label="kink of rays a < 0"),
-           Line2D([], [], color=SIGN_COLOURS[0], ls=SIGN_STYLES[0], label="both signs"),
-           Line2D([], [], marker="o", ls="", mfc="white", mec="k", label="data, fill = y")]
+            ax.set_ylabel("x₂ [units of x₂]", labelpad=1)
+    names = {1: "kink of rays with a > 0", -1: "kink of rays with a < 0",
+             0: "kink of rays of both signs"}
+    key = [Line2D([], [], color=SIGN_COLOURS[sg], ls=SIGN_STYLES[sg], label=names[sg])
+           for sg in (1, -1, 0) if sg in drawn]       # only the kinds of line drawn
+    key.append(Line2D([], [], marker="o", ls="", mfc="white", mec="k",
+                      label="training point, fill = y"))
+    key_title = "r0, r1, …: rays numbered as in report.md" if labelled else None
     if spare is not None:
         spare.set_axis_off()
         cax = spare.inset_axes([0.1, 0.80, 0.8, 0.07])
         fig.colorbar(im, cax=cax, orientation="horizontal")
-        cax.set_title("f(x) and y", fontsize=7, pad=2)
-        spare.legend(handles=key, loc="upper center", bbox_to_anchor=(0.5, 0.66), frameon=False,
-                     title="r3: ray 3 of report.md", title_fontsize=6, handlelength=2.2)
+        cax.tick_params(labelsize=7)
+        cax.set_title("f(x) and y [units of y]", fontsize=7, pad=2)
+        spare.legend(handles=key, loc="upper center", bbox_to_anchor=(0.5, 0.62), frameon=False,
+                     title=key_title, title_fontsize=7, handlelength=2.2)
     else:
-        fig.colorbar(im, ax=axes, label="f(x) and y", shrink=0.85)
-        axes[-1].legend(handles=key, loc="upper center", bbox_to_anchor=(0.5, -0.22),
-                        ncol=2, frameon=False)
+        fig.colorbar(im, ax=axes, label="f(x) and y [units of y]", shrink=0.85)
+        fig.legend(handles=key, loc="outside lower center", ncol=2, frameon=False,
+                   title=key_title, title_fontsize=7)
     return fig

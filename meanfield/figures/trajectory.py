@@ -8,15 +8,18 @@ from meanfield.figures.common import WIDTH, _figure, _rc
 
 
 def plot_trajectory(rep, run, *, axes=None):
-    """The run against time ``t = step · η``: risk, mean ``|θ|²`` and the stationarity statistic
-    (drift of the time-averaged residuals, THEORY §2), the temperatures' stages shaded and
-    labelled, the snapshot frames marked.
+    """The run against time ``t = step · η``: risk (log axis: its changes within a stage are
+    small against its range across stages), mean ``|θ|²`` and the stationarity statistic
+    (drift of the time-averaged residuals, THEORY §2, log axis) with the drift the stage's
+    verdict allows, the temperatures' stages shaded and labelled, the snapshot frames marked.
 
     Parameters
     ----------
     rep : dict or None
-        The analysis (``analyze_run``); not used (everything drawn is the run's), taken so that
-        every figure of :data:`meanfield.figures.RUN_FIGURES` has one signature.
+        The analysis (``analyze_run``): the verdicts of its ladder rows give each stage's
+        threshold, ``z_crit · 2 · mcse`` (the two half-windows' means differ with standard
+        error about twice the MCSE of the second half's mean, ``analysis.stationarity``);
+        ``None`` or rows without a verdict: no threshold drawn.
     run : meanfield.store.Run
         Complete or in progress (its committed rows).
     axes : three matplotlib Axes, optional
@@ -50,8 +53,8 @@ def plot_trajectory(rep, run, *, axes=None):
         else:
             axes = list(np.ravel(axes))
             fig = axes[0].figure
-        series = [("risk", "risk", False), ("mean_sq_norm", "mean |θ|²", False),
-                  ("stationarity", "stationarity", True)]
+        series = [("risk", "risk [y²]", True), ("mean_sq_norm", "mean |θ|² [θ²]", False),
+                  ("stationarity", "drift of f̄ [y]", True)]
         for ax, (name, label, logy) in zip(axes, series):
             v = np.asarray(obs[name]["value"], float)
             ax.plot(t, v, lw=0.8, color="C0")
@@ -64,12 +67,31 @@ def plot_trajectory(rep, run, *, axes=None):
             for fs in run.frame_time:
                 ax.axvline(fs, color="C3", lw=0.6, ls=":")
             ax.grid(True, alpha=0.3, lw=0.5)
+        thr = _thresholds(rep, taus, bounds, eta)
+        for k, (t0, t1, level) in enumerate(thr):
+            axes[2].plot([t0, t1], [level, level], color="C3", lw=1.0, ls="--",
+                         label="verdict's threshold z·2·MCSE" if k == 0 else "_")
+        if thr:
+            axes[2].legend(frameon=False, loc="upper right", fontsize=7)
         top = axes[0]
         for tau, (lo, hi) in zip(taus, bounds):
             top.text((lo + hi) / 2 * eta, 1.02, f"τ = {tau:.0e}",
-                     transform=top.get_xaxis_transform(), ha="center", va="bottom", fontsize=6)
-        axes[-1].set_xlabel("time t = step · η   (dotted: snapshot frames)")
+                     transform=top.get_xaxis_transform(), ha="center", va="bottom", fontsize=7)
+        axes[-1].set_xlabel("time t = step · η  (dotted: snapshot frames)")
         axes[-1].set_xlim(0, bounds[-1][1] * eta)
         if not run.complete:
             fig.suptitle(f"run in progress: {len(t)} observations so far", fontsize=7)
     return fig
+
+
+def _thresholds(rep, taus, bounds, eta):
+    """``(t_start, t_end, level)`` of each stage whose ladder row has a verdict with an MCSE:
+    the drift ``z_crit · 2 · mcse`` above which the verdict calls the stage not stationary."""
+    rows = {r["tau"]: r for r in (rep or {}).get("ladder", []) if isinstance(r, dict)}
+    out = []
+    for tau, (lo, hi) in zip(taus, bounds):
+        v = (rows.get(tau) or {}).get("stationarity")
+        if isinstance(v, dict) and v.get("mcse") and v.get("z_crit"):
+            # the verdict judges the stage's second half
+            out.append(((lo + hi) / 2 * eta, hi * eta, 2 * v["z_crit"] * v["mcse"]))
+    return out
