@@ -130,6 +130,8 @@ def _directions_1d(snap, V, mass, sign, convex, axes, title, floor=None):
     ang = np.arctan2(V[:, 1], V[:, 0])
     bins = np.linspace(-np.pi, np.pi, 181)
     for s in (1, -1):
+        if not np.any(sign == s):       # no bar, no entry in the key
+            continue
         h, _ = np.histogram(ang[sign == s], bins=bins, weights=mass[sign == s])
         ax.bar(bins[:-1], h, width=np.diff(bins), color=SIGN_COLOURS[s], alpha=0.6,
                align="edge", label="mass of a > 0" if s > 0 else "mass of a < 0")
@@ -142,11 +144,15 @@ def _directions_1d(snap, V, mass, sign, convex, axes, title, floor=None):
     if convex is not None and len(convex[0]):
         ts = [math.atan2(v[1], v[0]) for v in convex[0]]
         ax.plot(ts, [rmax * 0.95] * len(ts), **dict(EXACT, ms=8), label=_exact_label(floor))
-    ax.set_rlabel_position(90)
+    marked = [math.atan2(q["direction"][1], q["direction"][0]) for q in snap["rays"]]
+    if convex is not None:
+        marked += [math.atan2(v[1], v[0]) for v in convex[0]]
+    # the radial scale along the widest gap between the marked directions, clear of them
+    ax.set_rlabel_position(np.rad2deg(seam_longitude(marked)) if marked else 90)
     ax.tick_params(labelsize=7)
     ax.set_title(title + "\nangle of (w, b); radius: mass fraction per 2° bin", pad=14)
     # under the disc, not over the angle labels (315° sat under a legend in the corner)
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.06), ncol=2, frameon=False)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=1, frameon=False)
     return fig
 
 

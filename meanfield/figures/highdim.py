@@ -15,11 +15,19 @@ def highdim_figure(path, summary: dict) -> Path:
     (:data:`meanfield.figures.common.WIDTH` wide, text ≥ 7 pt); PNG via the Agg canvas (no
     display needed)."""
     # Deferred on purpose, like _plt: Matplotlib is heavy (this figure needs no pyplot).
+    path = Path(path)
+    fig = draw_highdim(summary)
+    save(fig, path, dpi=120)
+    return path
+
+
+def draw_highdim(summary: dict):
+    """The figure of :func:`highdim_figure` (a ``matplotlib.figure.Figure``, Agg canvas) for
+    ``summary`` (:func:`meanfield.highdim.summarize`), not written."""
     import_matplotlib()
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-    path = Path(path)
     fig = Figure(figsize=(WIDTH, 5.6), layout="constrained")
     FigureCanvasAgg(fig)
     rows = summary["cells"]
@@ -72,5 +80,4 @@ def highdim_figure(path, summary: dict) -> Path:
                  f"{p['trials']} trials\npoints: mean over the trials; error bars: 95 %\n"
                  f"Student-t interval of the mean (a lower end ≤ 0\nis not drawn on the log "
                  f"axis); lines: the log-log fit", fontsize=7)
-    save(fig, path, dpi=120)
-    return path
+    return fig

@@ -155,3 +155,223 @@ def test_analyze_format_pdf_from_the_cli(analysed, tmp_path):
     pdfs = sorted(p.name for p in (tmp_path / "r").glob("*.pdf"))
     assert pdfs == ["directions.pdf", "ladder.pdf", "predictor.pdf", "trajectory.pdf"]
     assert (tmp_path / "r" / "ladder.pdf").read_bytes()[:5] == b"%PDF-"
+
+
+# --- single column, read back from the Figure: sizes, legends, tick labels, plotted arrays ---
+
+def _drawn(fig):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    if fig.canvas is None or not hasattr(fig.canvas, "get_renderer"):
+        FigureCanvasAgg(fig)
+    fig.canvas.draw()
+    return fig.canvas.get_renderer()
+
+
+def _visible_texts(fig):
+    from matplotlib.text import Text
+    return [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()
+            and (t.axes is None or t.axes.get_visible())]
+
+
+def _legends(fig):
+    return list(fig.legends) + [ax.get_legend() for ax in fig.axes if ax.get_legend()]
+
+
+def _legend_texts(fig):
+    return [t.get_text() for leg in _legends(fig) for t in leg.get_texts()]
+
+
+def _assert_readable(fig, width=None):
+    """Text at least 7 pt, the figure one column wide, and no plotted point under a legend."""
+    r = _drawn(fig)
+    small = [(t.get_text(), t.get_fontsize()) for t in _visible_texts(fig)
+             if t.get_fontsize() < 7]
+    assert not small, small
+    assert fig.get_size_inches()[0] == pytest.approx(width or figures.WIDTH)
+    boxes = [leg.get_window_extent(r) for leg in _legends(fig)]
+    for ax in fig.axes:
+        for ln in ax.lines:
+            xy = ax.transData.transform(np.c_[ln.get_xdata(), ln.get_ydata()].astype(float))
+            for bb in boxes:
+                inside = [p for p in xy if np.isfinite(p).all() and bb.contains(*p)]
+                assert not inside, (ax.get_title(), ln.get_label())
+        for col in ax.collections:
+            off = col.get_offsets()
+            if len(off) and col.get_transform() is not None and hasattr(col, "get_sizes"):
+                xy = col.get_offset_transform().transform(off)
+                for bb in boxes:
+                    assert not any(bb.contains(*p) for p in xy), ax.get_title()
+
+
+@pytest.fixture(scope="module")
+def with_convex(analysed, tmp_path_factory):
+    """The same run analysed with its convex reference (the report's τ → 0 counts)."""
+    run, _, _ = analysed
+    rep = meanfield.analyze_run(run.path, None, w2=True, convex=True)
+    return run, rep
+
+
+def test_ladder_legend_units_and_separate_axes(with_convex):
+    run, rep = with_convex
+    assert rep.get("convex_counts")
+    fig = meanfield.plot_ladder(rep, run)
+    _assert_readable(fig)
+    labels = _legend_texts(fig)
+    # one entry per drawn series, named by panel; the exact τ → 0 J and K share one entry
+    assert "(a) exact τ → 0: J (circle), K (square)" in labels
+    assert "(a) rays J" in labels and "(a) kinks K" in labels
+    assert not any("τ → 0 (exact)" == lab for lab in labels)
+    assert len(labels) == len(set(labels))
+    leg = fig.legends[0]
+    n_series = sum(1 for ax in fig.axes for h in ax.get_legend_handles_labels()[0])
+    assert len(leg.get_texts()) == n_series - 1        # J and K of τ → 0: one entry
+    main = [ax for ax in fig.axes if ax.get_title(loc="left")]
+    a, b, c, d = main
+    # the bound labels sit above their lines
+    r = _drawn(fig)
+    for t in a.texts:
+        val = int(t.get_text().split("= ")[1])
+        line_y = a.transData.transform((1.0, val))[1]
+        assert t.get_window_extent(r).y0 >= line_y - 0.5, t.get_text()
+    # (c): particle W2 and ray W2 on two labelled axes, each its own series
+    twin = [ax for ax in fig.axes if ax not in main]
+    assert len(twin) == 1 and twin[0].get_ylabel() == "W2 of rays [chord]"
+    assert c.get_ylabel() == "W2 of particles [θ]"
+    w2r = [np.nan if x["w2_rays_to_previous"] is None else x["w2_rays_to_previous"]
+           for x in rep["ladder"]]
+    np.testing.assert_allclose(twin[0].lines[0].get_ydata(), w2r)
+    # (d): one distance, the RMS over the data
+    assert d.get_ylabel() == "RMS distance on data [y]"
+    cvx = rep["references"]["convex"]
+    plus = [ln for ln in d.lines if ln.get_marker() == "+"]
+    assert len(plus) == 1 and plus[0].get_ydata()[0] == pytest.approx(cvx["rms_diff"])
+    dist = [x["dist_to_reference"] for x in rep["ladder"]]
+    assert any(np.allclose(ln.get_ydata(), dist) for ln in d.lines)
+    assert not any("max" in lab for lab in labels)
+    for ax in main:
+        assert ax.get_ylabel()
+        assert [t.get_text() for t in ax.get_xticklabels()][-1] == "→0"
+    assert all("[" in ax.get_xlabel() for ax in (c, d))
+
+
+def test_directions_longitudes_exact_rays_and_key(with_convex):
+    run, rep = with_convex
+    fig = meanfield.plot_directions(rep, run)
+    _assert_readable(fig)
+    maps = [ax for ax in fig.axes if ax.name == "mollweide"]
+    cc = rep["convex_counts"]
+    # the exact markers are the report's τ → 0 rays (its floor), each in its sign's map
+    squares = [ln for ax in maps for ln in ax.lines if ln.get_marker() == "s"]
+    assert len(squares) == cc["J"]
+    for ax, s in zip(maps, (1, -1)):
+        n = sum(1 for ln in ax.lines if ln.get_marker() == "s")
+        assert n == sum(1 for q in cc["rays"] if np.sign(q["weight"]) == s)
+    assert _legend_texts(fig) == ["ray found (r0 heaviest)",
+                                  f"exact τ → 0 ray (weight ≥ {100 * cc['floor']:g} % of Σ|c|)"]
+    for ax in maps:
+        lons = [t.get_text() for t in ax.texts if t.get_text().endswith("°")]
+        assert "0°" in lons and set(lons) <= {"−120°", "−60°", "0°", "60°", "120°", "180°"}
+        assert not any(t.get_text() for t in ax.get_xticklabels())
+        marks = [(ln.get_xdata()[0], ln.get_ydata()[0]) for ln in ax.lines]
+        for t in ax.texts:
+            if t.get_text().endswith("°"):
+                x, yv = t.get_position()
+                assert all(np.hypot(x - mx, yv - my) > np.deg2rad(20) for mx, my in marks)
+    assert "arcsin(b / |(w, b)|)" in maps[-1].get_xlabel()
+
+
+def test_predictor_key_lists_only_what_is_drawn_and_one_tick_format(analysed):
+    import re
+    run, rep, _ = analysed
+    fig = meanfield.plot_predictor(rep, run)
+    _assert_readable(fig)
+    drawn = {(ln.get_color(), ln.get_linestyle()) for ax in fig.axes for ln in ax.lines}
+    labels = _legend_texts(fig)
+    names = {1: "kink of rays with a > 0", -1: "kink of rays with a < 0",
+             0: "kink of rays of both signs"}
+    for sg, name in names.items():
+        colour = figures.SIGN_COLOURS[sg]
+        style = {"-": "-", "--": "--", "-.": "-."}[figures.SIGN_STYLES[sg]]
+        assert (name in labels) == ((colour, style) in drawn), name
+    assert "training point, fill = y" in labels
+    titles = [leg.get_title().get_text() for leg in _legends(fig)]
+    has_labels = any(t.get_text().startswith("r") for ax in fig.axes for t in ax.texts)
+    assert ("r0, r1, …: rays numbered as in report.md" in titles) == has_labels
+    number = re.compile(r"^−?\d+(\.\d+)?$")
+    for ax in (ax for ax in fig.axes if ax.get_images()):
+        ticks = [t.get_text() for t in ax.get_xticklabels() + ax.get_yticklabels()]
+        assert ticks and all(number.match(t) for t in ticks), ticks
+        assert "[" in ax.get_xlabel()
+
+
+def _one_d_run():
+    """A stub run of 1-D data (what the 1-D figures read), two clusters of particles."""
+    rng = np.random.default_rng(0)
+    X = np.array([[-5.0], [-4.0], [4.0], [5.0]])
+    y = np.array([4.0, 1.0, 1.0, 4.0])
+    dirs = np.array([[1.0, 3.5], [-1.0, 3.5]]) / np.hypot(1.0, 3.5)
+    theta = np.concatenate([np.c_[np.full(50, 2.0), dirs[k] + 0.01 * rng.normal(size=(50, 2))]
+                            for k in range(2)])
+
+    class Run:
+        frame_step = np.array([100])
+
+        def frame(self, k):
+            return theta
+    run = Run()
+    run.X, run.y = X, y
+    kinks = [{"normal": [1.0], "offset": -3.5, "rays": [0]},
+             {"normal": [1.0], "offset": 3.5, "rays": [1]}]
+    rays = [{"direction": list(dirs[0]), "sign": 1}, {"direction": list(dirs[1]), "sign": 1}]
+    rep = {"snapshots": [{"tau": 1e-4, "step": 100, "rays": rays, "kinks": kinks,
+                          "thresholds": {"halo_mass_fraction": 0.1}}],
+           "convex_counts": {"J": 2, "K": 2, "floor": 0.01,
+                             "rays": [{"direction": list(v), "weight": 1.0} for v in dirs]}}
+    return run, rep
+
+
+def test_one_d_figures_keep_the_key_off_the_data():
+    run, rep = _one_d_run()
+    fig = meanfield.plot_predictor(rep, run)
+    _assert_readable(fig)
+    ax = fig.axes[0]
+    np.testing.assert_array_equal(ax.collections[0].get_offsets(), np.c_[run.X[:, 0], run.y])
+    r = _drawn(fig)
+    # the key lies under the axes, where its marker cannot read as a training point
+    assert ax.get_legend().get_window_extent(r).y1 <= ax.get_window_extent(r).y0
+    assert _legend_texts(fig) == ["τ = 1e-04 (K = 2)", "training points (x, y)"]
+    polar = meanfield.plot_directions(rep, run)
+    _assert_readable(polar)
+    pax = polar.axes[0]
+    leg = pax.get_legend().get_window_extent(_drawn(polar))
+    assert leg.y1 <= pax.get_window_extent(_drawn(polar)).y0 + 1     # under the disc
+    # every particle has a > 0: no entry for the (undrawn) a < 0 mass
+    assert sorted(_legend_texts(polar)) == sorted([
+        "mass of a > 0", "ray found (r0 heaviest)", "exact τ → 0 ray (weight ≥ 1 % of Σ|c|)"])
+
+
+def test_trajectory_log_risk_and_the_verdicts_threshold(analysed):
+    run, rep, _ = analysed
+    fig = meanfield.plot_trajectory(rep, run)
+    _assert_readable(fig)
+    risk, _, stat = fig.axes[:3]
+    assert risk.get_yscale() == "log" and stat.get_yscale() == "log"
+    dashed = [ln for ln in stat.lines if ln.get_linestyle() == "--"]
+    rows = [r for r in rep["ladder"] if (r.get("stationarity") or {}).get("mcse")]
+    assert rows and len(dashed) == len(rows)
+    for ln, r in zip(dashed, rows):
+        v = r["stationarity"]
+        np.testing.assert_allclose(ln.get_ydata(), 2 * v["z_crit"] * v["mcse"])
+    assert _legend_texts(fig) == ["verdict's threshold z·2·MCSE"]
+    assert all("[" in ax.get_ylabel() for ax in fig.axes[:3])
+
+
+def test_highdim_figure_is_one_column():
+    from meanfield.figures.highdim import draw_highdim
+    from meanfield.highdim.experiment import StudyParams, run_study, summarize
+    p = StudyParams(neurons=2, ns=(6, 8), ds=(40, 80), trials=3, seed=0)
+    fig = draw_highdim(summarize(p, run_study(p, progress=False)))
+    _assert_readable(fig, width=figures.WIDTH)
+    top, bottom = fig.axes
+    r = _drawn(fig)
+    assert top.get_window_extent(r).y0 > bottom.get_window_extent(r).y1     # stacked
