@@ -75,7 +75,7 @@ def draw_highdim(summary: dict):
         ax.set_ylabel(label + " [units of W]" if key == "gap" else label + " [1]", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="best")   # "best": where it covers the fewest points
     fig.suptitle(f"GD on m = {p['neurons']} ReLU neuron(s), init {p['init']}, c = {p['c']:g}, "
                  f"{p['trials']} trials\npoints: mean over the trials; error bars: 95 %\n"
                  f"Student-t interval of the mean (a lower end ≤ 0\nis not drawn on the log "
