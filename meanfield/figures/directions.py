@@ -171,6 +171,7 @@ def _lon_labels(ax, centre, marks):
             if all(math.hypot(x - mx, lat - my) > np.deg2rad(20) for mx, my in marks):
                 break
         deg = int(round(np.rad2deg(_wrap(lon_abs))))
+        deg = 180 if deg == -180 else deg          # the seam's meridian reads 180°
         out.append(ax.text(x, lat, f"{deg}°".replace("-", "−"), fontsize=7, color="0.25",
                            ha="center", va="center", path_effects=[
                                pe.withStroke(linewidth=2, foreground="white")]))

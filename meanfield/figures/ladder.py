@@ -88,7 +88,7 @@ def plot_ladder(rep, run, *, axes=None):
                            xytext=(0, 1.5), textcoords="offset points", va="bottom",
                            ha="left", fontsize=7, color="0.3")
             a.set_yscale("log")
-            a.set_ylim(0.7, (2 * P - 1) * 1.6)
+            a.set_ylim(0.7, (2 * P - 1) * 4)      # room above the top bound for its label
         if cvx and cvx.get("n_rays") is not None:
             try:
                 from analysis.references import convex_reference
@@ -152,7 +152,7 @@ def plot_ladder(rep, run, *, axes=None):
                        label="f at the last snapshot of each τ to exact τ → 0")
             d.set_yscale("log")
             d.set_ylabel("RMS distance on data [y]")
-            d.set_title("(d) distance to exact", loc="left")
+            d.set_title("(d) to exact", loc="left")
         _legend_below(fig, a, b, c, cr, d, t0)
         ticks = list(taus) + [t0]
         panels = [ax for ax in (a, b, c, d) if ax is not None]
@@ -162,12 +162,29 @@ def plot_ladder(rep, run, *, axes=None):
             ax.grid(True, alpha=0.3, lw=0.5)
         for ax in panels:
             ax.set_xticks(ticks)
-            ax.set_xticklabels([f"{t:.0e}".replace("e-0", "e-") for t in taus] + ["→0"],
-                               fontsize=7)
+            ax.set_xticklabels([_tau_label(t) for t in taus] + ["→0"], fontsize=7)
             ax.minorticks_off()
         for ax in panels[2:]:
-            ax.set_xlabel("temperature τ [units of risk]")
+            ax.set_xlabel("τ [units of risk]")
+        if d is not None:
+            _log_ticks(d)
     return fig
+
+
+def _tau_label(t):
+    """``10⁻³`` for a power of ten (short enough for two panels a row at 7 pt), else ``2e-3``."""
+    k = np.log10(t)
+    if abs(k - round(k)) < 1e-9:
+        return f"$10^{{{int(round(k))}}}$"
+    return f"{t:.0e}".replace("e-0", "e-")
+
+
+def _log_ticks(ax):
+    """Labelled 1-2-5 ticks on a log y axis (a range under a decade had no label at all)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.2g}".replace("-", "−")))
+    ax.yaxis.set_minor_formatter(NullFormatter())
 
 
 def _legend_below(fig, a, b, c, cr, d, t0):

@@ -23,13 +23,13 @@ def _box(X, pad=0.3):
 
 
 def _same_ticks(ax, axes=("x", "y")):
-    """One tick format on both axes: at most five ticks, printed with ``%g`` and a true minus
+    """One tick format on both axes: at most four ticks, printed with ``%g`` and a true minus
     sign (Matplotlib's default formatter chose a different format per axis)."""
     from matplotlib.ticker import FuncFormatter, MaxNLocator
     fmt = FuncFormatter(lambda v, _: f"{v:g}".replace("-", "−"))
     for name in axes:
         axis = getattr(ax, f"{name}axis")
-        axis.set_major_locator(MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10]))
+        axis.set_major_locator(MaxNLocator(nbins=4, steps=[1, 2, 5, 10]))
         axis.set_major_formatter(fmt)
 
 
@@ -198,7 +198,7 @@ def _predictor_2d(snaps, run, X, y, axes):
            for sg in (1, -1, 0) if sg in drawn]       # only the kinds of line drawn
     key.append(Line2D([], [], marker="o", ls="", mfc="white", mec="k",
                       label="training point, fill = y"))
-    key_title = "r0, r1, …: rays numbered as in report.md" if labelled else None
+    key_title = "r0, r1, …: the rays of report.md" if labelled else None
     if spare is not None:
         spare.set_axis_off()
         cax = spare.inset_axes([0.1, 0.80, 0.8, 0.07])

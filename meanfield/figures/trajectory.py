@@ -60,7 +60,7 @@ def plot_trajectory(rep, run, *, axes=None):
             ax.plot(t, v, lw=0.8, color="C0")
             ax.set_ylabel(label)
             if logy and np.any(v > 0):
-                ax.set_yscale("log")
+                _log_axis(ax)
             for s, (lo, hi) in enumerate(bounds):
                 if s % 2:
                     ax.axvspan(lo * eta, hi * eta, color="0.92", lw=0)
@@ -71,8 +71,9 @@ def plot_trajectory(rep, run, *, axes=None):
         for k, (t0, t1, level) in enumerate(thr):
             axes[2].plot([t0, t1], [level, level], color="C3", lw=1.0, ls="--",
                          label="verdict's threshold z·2·MCSE" if k == 0 else "_")
-        if thr:
-            axes[2].legend(frameon=False, loc="upper right", fontsize=7)
+        if thr:                 # under the panels: inside, it covered a stage's threshold
+            fig.legend(handles=axes[2].get_legend_handles_labels()[0],
+                       loc="outside lower center", frameon=False, fontsize=7)
         top = axes[0]
         for tau, (lo, hi) in zip(taus, bounds):
             top.text((lo + hi) / 2 * eta, 1.02, f"τ = {tau:.0e}",
@@ -95,3 +96,15 @@ def _thresholds(rep, taus, bounds, eta):
             # the verdict judges the stage's second half
             out.append(((lo + hi) / 2 * eta, hi * eta, 2 * v["z_crit"] * v["mcse"]))
     return out
+
+
+def _log_axis(ax):
+    """A log axis labelled in plain numbers at every tick, 1 to 9 times a power of ten (the
+    risk spans less than a decade: Matplotlib's default labelled none or used 1.6×10⁻¹)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    ax.set_yscale("log")
+    lo, hi = ax.get_ylim()
+    subs = np.arange(1.0, 10.0) if hi / lo < 10 else (1.0,)
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=subs, numticks=12))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.2g}".replace("-", "−")))
+    ax.yaxis.set_minor_formatter(NullFormatter())
