@@ -76,9 +76,9 @@ def test_directions_seam_title_and_exact_rays(analysed):
     assert "thermal halo" in fig._suptitle.get_text()
     maps = [ax for ax in fig.axes if ax.name == "mollweide"]
     assert len(maps) == 2
-    # one '+' per ray of the exact limit, in the panel of its sign
-    crosses = sum(1 for ax in maps for ln in ax.lines if ln.get_marker() == "+")
-    assert crosses == len(c.weights)
+    # one open square per ray of the exact limit given, in the panel of its sign
+    squares = sum(1 for ax in maps for ln in ax.lines if ln.get_marker() == "s")
+    assert squares == len(c.weights)
     with pytest.raises(ValueError, match="no snapshot at tau"):
         meanfield.plot_directions(rep, run, tau=0.5)
 
@@ -94,12 +94,16 @@ def test_seam_goes_into_the_widest_gap():
 def test_ladder_has_the_bounds_and_no_empty_panel(analysed):
     run, rep, _ = analysed
     fig = meanfield.plot_ladder(rep, run)
-    axes = [ax for ax in fig.axes if ax.has_data()]
-    assert len(axes) == len(fig.axes) == 3          # no reference in this analysis
+    # the panels carry a title; (c)'s second y axis (the rays' W2) is a twin without one
+    panels = [ax for ax in fig.axes if ax.get_title(loc="left")]
+    axes = [ax for ax in panels if ax.has_data()]
+    assert len(axes) == len(panels) == 3          # no reference in this analysis
+    assert all(ax.has_data() for ax in fig.axes)
     with_ref = dict(rep, ladder=[dict(r, dist_to_reference=0.01 / (i + 1))
                                  for i, r in enumerate(rep["ladder"])])
     four = meanfield.plot_ladder(with_ref, run)
-    assert len(four.axes) == 4 and all(ax.has_data() for ax in four.axes)
+    panels4 = [ax for ax in four.axes if ax.get_title(loc="left")]
+    assert len(panels4) == 4 and all(ax.has_data() for ax in four.axes)
     texts = _texts(fig)
     assert f"2P−1 = {2 * rep['P'] - 1}" in texts and f"P−1 = {rep['P'] - 1}" in texts
     # the risk panel shows the time average with error bars from the observables
@@ -227,11 +231,14 @@ def test_ladder_legend_units_and_separate_axes(with_convex):
     assert "(a) rays J" in labels and "(a) kinks K" in labels
     assert not any("τ → 0 (exact)" == lab for lab in labels)
     assert len(labels) == len(set(labels))
-    leg = fig.legends[0]
-    n_series = sum(1 for ax in fig.axes for h in ax.get_legend_handles_labels()[0])
-    assert len(leg.get_texts()) == n_series - 1        # J and K of τ → 0: one entry
     main = [ax for ax in fig.axes if ax.get_title(loc="left")]
     a, b, c, d = main
+    t0 = a.get_xticks()[-1]                             # where the τ → 0 limit is drawn
+    exact = [ln for ln in a.lines if list(ln.get_xdata()) == [t0]]
+    assert len(exact) == 2 and {ln.get_marker() for ln in exact} == {"o", "s"}
+    others = sum(1 for ax in fig.axes for h in ax.get_legend_handles_labels()[0]
+                 if h not in exact)
+    assert len(fig.legends[0].get_texts()) == others + 1     # + the τ → 0 J and K
     # the bound labels sit above their lines
     r = _drawn(fig)
     for t in a.texts:
@@ -254,7 +261,9 @@ def test_ladder_legend_units_and_separate_axes(with_convex):
     assert not any("max" in lab for lab in labels)
     for ax in main:
         assert ax.get_ylabel()
-        assert [t.get_text() for t in ax.get_xticklabels()][-1] == "→0"
+    for ax in (c, d):                                   # the bottom row carries the τ axis
+        ticks = [t.get_text() for t in ax.get_xticklabels()]
+        assert ticks == ["$10^{-2}$", "$10^{-3}$", "$10^{-4}$", "→0"]
     assert all("[" in ax.get_xlabel() for ax in (c, d))
 
 
