@@ -22,7 +22,8 @@ def plot_ladder(rep, run, *, axes=None):
     references (Gibbs at each ``τ``, convex at ``τ → 0``); (c) ``W2`` to the previous
     temperature, of the particle measures (left axis, units of ``θ``) and of the rays (right
     axis, chord distance on the unit sphere of directions); (d) the RMS over the data of the
-    predictor's distance to the references (units of ``y``): time-averaged, to the Gibbs
+    predictor's distance to the references (units of ``y``; the risk of (b) is
+    ``(1/n) Σ (f − y)²``): time-averaged, to the Gibbs
     reference at each ``τ`` and to the convex limit at the coldest, and at the last snapshot
     of each ``τ`` to the convex limit. The legends sit under the panels, one entry per drawn
     series, so that no data point is covered.
@@ -82,11 +83,11 @@ def plot_ladder(rep, run, *, axes=None):
         if P is not None:
             a.axhline(2 * P - 1, color="0.3", lw=0.8, ls="-")
             a.axhline(P - 1, color="0.3", lw=0.8, ls=":")
-            for val, name in ((2 * P - 1, "2P−1"), (P - 1, "P−1")):
-                # above its line (va="bottom" at the line's height), never crossed by it
+            for val, name, up in ((2 * P - 1, "2P−1", True), (P - 1, "P−1", False)):
+                # 2P−1 above its line, P−1 below its own: neither label is crossed by a line
                 a.annotate(f"{name} = {val}", (0.03, val), xycoords=a.get_yaxis_transform(),
-                           xytext=(0, 1.5), textcoords="offset points", va="bottom",
-                           ha="left", fontsize=7, color="0.3")
+                           xytext=(0, 1.5 if up else -1.5), textcoords="offset points",
+                           va="bottom" if up else "top", ha="left", fontsize=7, color="0.3")
             a.set_yscale("log")
             a.set_ylim(0.7, (2 * P - 1) * 4)      # room above the top bound for its label
         if cvx and cvx.get("n_rays") is not None:
@@ -118,7 +119,7 @@ def plot_ladder(rep, run, *, axes=None):
         if cvx and "f_reference" in cvx:
             b.plot([t0], [np.mean((np.asarray(cvx["f_reference"]) - np.asarray(run.y)) ** 2)],
                    "+", color="k", ms=7, label="exact τ → 0")
-        b.set_ylabel("risk (1/n)Σ(f−y)² [y²]")
+        b.set_ylabel("risk [y²]")                # (1/n)Σ(f − y)², in the docstring
         b.set_title("(b) risk", loc="left")
         # (c) W2
         w2 = [np.nan if r["w2_to_previous"] is None else r["w2_to_previous"] for r in rows]
@@ -151,7 +152,7 @@ def plot_ladder(rep, run, *, axes=None):
                 d.plot(taus, dist, "s:", ms=3, mfc="none", color="C3",
                        label="f at the last snapshot of each τ to exact τ → 0")
             d.set_yscale("log")
-            d.set_ylabel("RMS distance on data [y]")
+            d.set_ylabel("RMS distance [y]")
             d.set_title("(d) to exact", loc="left")
         _legend_below(fig, a, b, c, cr, d, t0)
         ticks = list(taus) + [t0]
@@ -162,7 +163,11 @@ def plot_ladder(rep, run, *, axes=None):
             ax.grid(True, alpha=0.3, lw=0.5)
         for ax in panels:
             ax.set_xticks(ticks)
-            ax.set_xticklabels([_tau_label(t) for t in taus] + ["→0"], fontsize=7)
+            # every τ has a tick; with three or more, every other one a label (7 pt labels of
+            # adjacent decades touched in a half-column panel)
+            step = 2 if len(taus) >= 3 else 1
+            ax.set_xticklabels([_tau_label(t) if k % step == 0 else ""
+                                for k, t in enumerate(taus)] + ["→0"], fontsize=7)
             ax.minorticks_off()
         for ax in panels[2:]:
             ax.set_xlabel("τ [units of risk]")
