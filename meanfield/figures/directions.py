@@ -104,7 +104,8 @@ def plot_directions(rep, run, *, axes=None, tau=None, stage=None, convex=None):
                   np.sign([q["weight"] for q in cc["rays"]]).astype(int))
         floor = cc.get("floor")
     halo = snap.get("thresholds", {}).get("halo_mass_fraction")
-    title = (f"τ = {snap['tau']:.0e}: J = {len(snap['rays'])} rays"
+    J = len(snap["rays"])
+    title = (f"τ = {snap['tau']:.0e}: J = {J} ray{'' if J == 1 else 's'}"
              + (f", thermal halo {100 * halo:.0f} % of the mass" if halo is not None else ""))
     with _rc():
         if d == 1:
@@ -150,6 +151,8 @@ def _directions_1d(snap, V, mass, sign, convex, axes, title, floor=None):
     # the radial scale along the widest gap between the marked directions, clear of them
     ax.set_rlabel_position(np.rad2deg(seam_longitude(marked)) if marked else 90)
     ax.tick_params(labelsize=7)
+    from matplotlib.ticker import MaxNLocator
+    ax.yaxis.set_major_locator(MaxNLocator(nbins=3))     # three radii labelled, not seven
     ax.set_title(title + "\nangle of (w, b); radius: mass fraction per 2° bin", pad=14)
     # under the disc, not over the angle labels (315° sat under a legend in the corner)
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=1, frameon=False)

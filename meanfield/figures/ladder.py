@@ -88,8 +88,9 @@ def plot_ladder(rep, run, *, axes=None):
                 a.annotate(f"{name} = {val}", (0.03, val), xycoords=a.get_yaxis_transform(),
                            xytext=(0, 1.5 if up else -1.5), textcoords="offset points",
                            va="bottom" if up else "top", ha="left", fontsize=7, color="0.3")
-            a.set_yscale("log")
-            a.set_ylim(0.7, (2 * P - 1) * 4)      # room above the top bound for its label
+            # log above 1 and linear below, so that a count of 0 is drawn (a log axis lost it)
+            a.set_yscale("symlog", linthresh=1, linscale=0.4)
+            a.set_ylim(-0.15, (2 * P - 1) * 4)      # room above the top bound for its label
         if cvx and cvx.get("n_rays") is not None:
             try:
                 from analysis.references import convex_reference
@@ -187,7 +188,9 @@ def _tau_label(t):
 def _log_ticks(ax):
     """Labelled 1-2-5 ticks on a log y axis (a range under a decade had no label at all)."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    lo, hi = ax.get_ylim()
+    subs = (1.0, 2.0, 5.0) if hi / lo < 30 else (1.0,)     # a label a decade over wide ranges
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=subs))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.2g}".replace("-", "−")))
     ax.yaxis.set_minor_formatter(NullFormatter())
 

@@ -390,3 +390,14 @@ def test_highdim_figure_is_one_column():
     top, bottom = fig.axes
     r = _drawn(fig)
     assert top.get_window_extent(r).y0 > bottom.get_window_extent(r).y1     # stacked
+
+
+def test_ladder_draws_a_count_of_zero(analysed):
+    run, rep, _ = analysed
+    zero = dict(rep, ladder=[dict(r, K=0, K_measured=0) if i == len(rep["ladder"]) - 1 else r
+                             for i, r in enumerate(rep["ladder"])])
+    a = meanfield.plot_ladder(zero, run).axes[0]
+    k_line = next(ln for ln in a.lines if ln.get_label() == "kinks K")
+    assert k_line.get_ydata()[-1] == 0
+    lo, hi = a.get_ylim()
+    assert lo < 0 < hi and a.get_yscale() == "symlog"     # a log axis could not show it
