@@ -338,7 +338,7 @@ def _one_d_run():
     kinks = [{"normal": [1.0], "offset": -3.5, "rays": [0]},
              {"normal": [1.0], "offset": 3.5, "rays": [1]}]
     rays = [{"direction": list(dirs[0]), "sign": 1}, {"direction": list(dirs[1]), "sign": 1}]
-    rep = {"snapshots": [{"tau": 1e-4, "step": 100, "rays": rays, "kinks": kinks,
+    rep = {"snapshots": [{"tau": 1e-4, "stage": 0, "step": 100, "rays": rays, "kinks": kinks,
                           "thresholds": {"halo_mass_fraction": 0.1}}],
            "convex_counts": {"J": 2, "K": 2, "floor": 0.01,
                              "rays": [{"direction": list(v), "weight": 1.0} for v in dirs]}}
