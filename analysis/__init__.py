@@ -19,7 +19,7 @@ its attributes); it imports :mod:`solvers` and never :mod:`meanfield`. Imports a
 and POT load on first use.
 """
 
-from solvers._lazy import exports
+from solvers.lazy import exports
 
 _EXPORTS = {
     "analyze": "analysis.run_analysis:analyze",

@@ -10,7 +10,7 @@ Method: the incremental deletion–restriction recursion ``r(A) = r(A∖H) + r(A
 (THEORY §6.2), exact for any ``d`` and any point set (duplicates, collinear or coplanar
 points, grids). Two modes:
 
-* float (default, numba kernel ``solvers._arrangement.region_count``): the inputs are first
+* float (default, numba kernel ``solvers.arrangement.region_count``): the inputs are first
   brought to unit scale per column by an invertible affine map (:func:`normalized`; ``P`` does
   not change), so the tolerance is relative to the data's own scale in every coordinate; then
   hyperplanes of every restriction are identified when the chord distance of their unit normals
@@ -42,7 +42,7 @@ from math import comb, gcd, lcm
 import numpy as np
 from numpy.typing import ArrayLike
 
-from solvers._arrangement import region_count
+from solvers.arrangement import region_count
 from solvers.geometry import lifted
 
 #: Default chord tolerance of the float mode (see the module docstring).

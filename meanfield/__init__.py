@@ -45,10 +45,10 @@ __all__ = ["__version__", *_EXPORTS]
 # then loads nothing of `solvers`, so `python -m meanfield` can first make sure that `solvers`
 # and `analysis` are this project's packages and not a stray solvers.py in the current folder.
 def __getattr__(name: str) -> object:
-    from solvers._lazy import resolve
+    from solvers.lazy import resolve
     return resolve(__name__, _EXPORTS, name)
 
 
 def __dir__() -> list[str]:
-    from solvers._lazy import names
+    from solvers.lazy import names
     return names(__name__, _EXPORTS)

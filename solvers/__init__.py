@@ -12,7 +12,7 @@
 Imports are lazy: numba, scipy and Clarabel load on first use.
 """
 
-from solvers._lazy import exports
+from solvers.lazy import exports
 
 _EXPORTS = {
     "simulate": "solvers.langevin:simulate",

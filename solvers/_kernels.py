@@ -1,5 +1,5 @@
 """Private numba kernels of the Langevin dynamics. The project's numba code lives in two private
-modules of ``solvers``: this one and ``solvers._arrangement`` (region counting).
+modules of ``solvers``: this one and ``solvers.arrangement`` (region counting).
 
 One Euler–Maruyama step of the mean-field Langevin dynamics (THEORY §2), for particles
 ``θ_i = (a_i, w_i, b_i)``::

@@ -12,7 +12,7 @@ not the user's fault:
 
 and silently ignores an unwritable ``NUMBA_CACHE_DIR`` (it caches elsewhere, or nowhere).
 
-:func:`install` (run when ``solvers._kernels`` or ``solvers._arrangement`` is imported) makes a
+:func:`install` (run when ``solvers._kernels`` or ``solvers.arrangement`` is imported) makes a
 damaged file a cache miss (the file is removed, the kernel compiled again and the cache
 rewritten), a missing cache folder a compilation without cache, and notes where the kernels
 are cached when ``NUMBA_CACHE_DIR`` cannot be written. Each case is reported once

@@ -221,7 +221,7 @@ def convex(X, y, lam: float, *, tol: float = 1e-12, ray_tol: float = 1e-7,
     ConvexSolverError
         Clarabel did not report an optimal (or almost optimal) solution.
     """
-    from solvers._failures import numerical_failures
+    from solvers.numerical import numerical_failures
     with numerical_failures(ConvexSolverError, "convex reference", X):
         return _convex(X, y, lam, tol=tol, ray_tol=ray_tol, merge_angle=merge_angle,
                        max_patterns=max_patterns)

@@ -485,7 +485,7 @@ def gibbs(X, y, lam: float, tau, **kw):
         No convergence, or a numerical failure (singular systems, overflow) on data whose
         magnitudes the quadrature cannot resolve.
     """
-    from solvers._failures import numerical_failures
+    from solvers.numerical import numerical_failures
     with numerical_failures(GibbsConvergenceError, "Gibbs reference", X):
         ref = GibbsReference(X, y, lam, **kw)
         sols = ref.solve(np.atleast_1d(tau))

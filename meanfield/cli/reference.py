@@ -75,7 +75,7 @@ def _reraise(exc, cfg):
 
 def main_gibbs(args) -> int:
     """Run ``meanfield reference gibbs`` with the parsed ``args``; returns the exit code."""
-    from solvers._failures import numerical_failures
+    from solvers.numerical import numerical_failures
     from solvers.gibbs import GibbsConvergenceError, GibbsInputError, GibbsReference
     from solvers.gibbsqmc import GibbsAccuracyError, QMCGibbsReference
     cfg, ds = _problem(args.config)

@@ -1,5 +1,6 @@
-"""Private numba kernel counting the regions of a hyperplane arrangement (used by
-:mod:`analysis.dichotomies`). With ``solvers._kernels`` the only numba code of the project.
+"""numba kernel counting the regions of a hyperplane arrangement (used by
+:mod:`analysis.dichotomies`). With the private kernel modules of the particle solver
+(``solvers._kernels`` and the modules it draws on) the only numba code of the project.
 
 ``region_count`` counts the regions of a central hyperplane arrangement in ``R^D`` by the
 incremental deletion–restriction recursion (THEORY §6.2)::

@@ -1,0 +1,22 @@
+"""The limits and codes shared by the kernels and the config schema (numba-, numpy-free).
+
+The numba kernels (``solvers._kernels``, ``solvers._mala``) and the schema of a run config
+(``meanfield.tables``) both import these, so that a bound the kernels can key and the bound
+the config accepts are one number.
+"""
+
+from __future__ import annotations
+
+#: Activation names of the config and their kernel codes (THEORY §3; docs/theory.md).
+ACT_CODES = {"relu": 0, "softplus": 1, "capped": 2}
+#: Activations the kernels implement.
+ACTIVATIONS = tuple(ACT_CODES)
+
+#: Largest global step index the noise counter can key: a run's steps (``steps_per_tau``
+#: times the temperatures) must not exceed it; also the bound of the other counts.
+MAX_STEPS = 2**31 - 1
+#: Noise draws per step must stay below this: ``n_particles * (d + 2) < MAX_DRAWS``.
+MAX_DRAWS = 2**32
+
+#: Default share of jump moves of ``integrator = "mala"`` (:mod:`solvers._mala`).
+DEFAULT_JUMPS = 0.1
