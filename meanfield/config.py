@@ -149,9 +149,9 @@ def check_against_data(cfg: RunConfig, n: int, d: int) -> None:
     ------
     ConfigError
         ``dynamics.batch_size > n``, or ``n_particles * (d + 2)`` noise draws per step beyond
-        the noise counter (:data:`meanfield.schema.MAX_DRAWS`).
+        the noise counter (:data:`solvers.limits.MAX_DRAWS`).
     """
-    from meanfield.schema import MAX_DRAWS
+    from solvers.limits import MAX_DRAWS
     b = int(cfg.dynamics.batch_size)
     if b > n:
         raise ConfigError(cfg.source, "dynamics.batch_size",

@@ -20,25 +20,14 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from meanfield.errors import ConfigError
+from solvers.integrators import INTEGRATORS
+from solvers.limits import ACTIVATIONS, DEFAULT_JUMPS, MAX_STEPS
 
-#: Activations the kernels implement (THEORY §3).
-ACTIVATIONS = ("relu", "softplus", "capped")
-#: Integrators (THEORY §2, §2.1): Euler–Maruyama, Leimkuhler–Matthews, and the
-#: Metropolis-adjusted sweep that samples the N-particle law exactly (docs/theory.md).
-INTEGRATORS = ("em", "lm", "mala")
-#: Default share of jump moves of ``integrator = "mala"``.
-DEFAULT_JUMPS = 0.1
 #: Initialisations: i.i.d. Gaussian, or the convex τ → 0 solution's rays (THEORY §2.2).
 INITS = ("random", "convex")
 
 #: Largest generated data set (``gaussian`` n, ``grid`` points_per_axis**d).
 MAX_POINTS = 10**6
-#: Largest global step index the noise counter can key (``solvers._kernels.MAX_STEP``):
-#: ``steps_per_tau * len(taus)`` must not exceed it; also the bound of the other counts.
-MAX_STEPS = 2**31 - 1
-#: Noise draws per step must stay below this (``solvers._kernels.MAX_DRAWS``):
-#: ``n_particles * (d + 2) < MAX_DRAWS``.
-MAX_DRAWS = 2**32
 #: Largest particle count (the particles of one frame, N (d+2) float64, must fit in memory).
 MAX_PARTICLES = 10**8
 #: Largest input dimension of a generated data set.

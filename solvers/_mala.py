@@ -32,7 +32,7 @@ particles with the block kernel of ``solvers._kernels`` (``forward``, bitwise in
 thread count), so a pass is a function of the particles and the step index alone and a run cut
 into calls anywhere is bitwise the run done in one piece.
 
-Random numbers come from the counter-based stream of ``solvers._kernels``, with keys derived from
+Random numbers come from the counter-based stream of ``solvers._rng``, with keys derived from
 the seed beyond the two used there (SplitMix64 outputs 3..5):
 
 * proposal normals of the Langevin move: the Euler–Maruyama noise itself, key ``k1``, position
@@ -51,24 +51,17 @@ import math
 import numba as nb
 import numpy as np
 
+from solvers._activations import ACT_RELU, _act_pair
+from solvers._fma import _fma
 from solvers._kernels import (
-    ACT_RELU,
     BLOCK,
-    _act_pair,
-    _below,
-    _fma,
     _forward_block,
     _forward_block_rt,
-    _hash,
-    _mix,
     _ndim,
-    _normal,
-    _position,
     _scaled_residuals,
-    _seed_keys,
-    _uniform,
     forward,
 )
+from solvers._rng import _below, _hash, _mix, _normal, _position, _seed_keys, _uniform
 
 #: Other particles in the mixture of a jump proposal (bounds a jump at ``O(K d)``).
 JUMP_SUBSET = 16

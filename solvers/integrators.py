@@ -14,8 +14,8 @@ one entry of :data:`INTEGRATORS`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 #: Noise rules of the parallel step kernel (``solvers._kernels.run_steps``, argument ``noise``).
 NOISE_EM = 0
@@ -90,7 +90,7 @@ INTEGRATORS = {
 }
 
 
-def integrator(name) -> Integrator:
+def integrator_named(name) -> Integrator:
     """The :class:`Integrator` called ``name``.
 
     Raises

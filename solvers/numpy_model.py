@@ -164,15 +164,17 @@ def leimkuhler_matthews_step(theta, X, y, lam, eta, tau, xi, xi_next, sigma=relu
 
 
 def ou_stationary_variance(lam, eta, tau, integrator="em"):
-    """Per-coordinate stationary variance of the chain with the data term off (THEORY §2).
+    """Per-coordinate stationary variance of the chain with the data term off (THEORY §2):
+    the ``ou_variance`` of the integrator (:data:`solvers.integrators.INTEGRATORS`).
 
     Euler–Maruyama, ``θ ← (1 − ηλ)θ + sqrt(2ητ) ξ_k``: ``τ / (λ (1 − ηλ/2))``.
     Leimkuhler–Matthews, ``θ ← (1 − ηλ)θ + sqrt(2ητ)(ξ_k + ξ_{k+1})/2``: ``τ/λ`` exactly for
-    every stable ``0 < ηλ < 2`` (the noise is MA(1); with ``q = 1 − ηλ`` the series gives
-    ``(2ητ/4)(1 + (1+q)²/(1−q²)) = ητ/(1−q)``).
+    every stable ``0 < ηλ < 2``.
+
+    Raises
+    ------
+    ValueError
+        An unknown integrator.
     """
-    if integrator == "lm":
-        return tau / lam
-    if integrator != "em":
-        raise ValueError(f"unknown integrator {integrator!r}; one of em, lm")
-    return tau / (lam * (1.0 - 0.5 * eta * lam))
+    from solvers.integrators import integrator_named
+    return integrator_named(integrator).ou_variance(lam, eta, tau)

@@ -101,7 +101,7 @@ def data_mode(theta, X, R, lam, activation="relu", sharpness=10.0, cap=3.0, *,
     Notes
     -----
     ``n ≤ dense_max``: cost ``O(N n (d + n) + n³)``, memory ``O(n (n + N))``: the factors of
-    ``K`` (numba, ``solvers._kernels``) and their products (BLAS), one symmetric
+    ``K`` (numba, ``solvers._curvature``) and their products (BLAS), one symmetric
     eigendecomposition of size ``n``, one more pass over the particles for the correction.
     ``n > dense_max``: ``K`` is never formed; ARPACK's Lanczos iteration
     (``scipy.sparse.linalg.eigsh``, fixed start vector, so deterministic) multiplies by
@@ -109,10 +109,10 @@ def data_mode(theta, X, R, lam, activation="relu", sharpness=10.0, cap=3.0, *,
     memory ``O(n N)`` for the factors within ``factor_budget``, ``O(N · block_rows + n)`` beyond.
     The two paths agree to round-off (tests/solvers/test_stability.py).
     """
-    from solvers import _kernels
-    from solvers.stepper import ACT_CODES
+    from solvers import _activations, _curvature
+    from solvers.limits import ACT_CODES
     kind = ACT_CODES[activation]
-    p = _kernels.activation_params(kind, sharpness, cap)
+    p = _activations.activation_params(kind, sharpness, cap)
     theta = np.ascontiguousarray(theta, dtype=np.float64)
     X = np.ascontiguousarray(X, dtype=np.float64)
     R = np.ascontiguousarray(R, dtype=np.float64)
@@ -124,14 +124,14 @@ def data_mode(theta, X, R, lam, activation="relu", sharpness=10.0, cap=3.0, *,
             FACTOR_BUDGET if factor_budget is None else factor_budget,
             BLOCK_ROWS if block_rows is None else block_rows)
     S, P, Q = np.empty((n, N)), np.empty((n, N)), np.empty((n, N))
-    _kernels.gauss_newton_factors(T, X, kind, p, S, P, Q)
+    _curvature.gauss_newton_factors(T, X, kind, p, S, P, Q)
     K = (S @ S.T + (Q @ Q.T) * (X @ X.T + 1.0)) / N
     vals, vecs = np.linalg.eigh(K)
     kappa, e = float(vals[-1]), np.ascontiguousarray(vecs[:, -1])
     if not kappa > 0:
         return DataMode(max(kappa, 0.0), float(lam), float(lam))
     # v = (α_i, a_i β_i) has |v|² = N κ (see the module docstring)
-    corr = float(lam) + _kernels.residual_curvature(T, X, e, R, S, P) / (N * kappa)
+    corr = float(lam) + _curvature.residual_curvature(T, X, e, R, S, P) / (N * kappa)
     return DataMode(kappa, kappa / n + corr, corr)
 
 
@@ -139,7 +139,7 @@ def _factor_blocks(T, X, kind, p, budget, rows):
     """A callable returning the blocks ``(lo, hi, S, P, Q)`` of the factors of ``K`` over rows
     ``lo:hi`` of ``X``; kept in memory when ``3 n N`` doubles fit ``budget`` bytes, else
     recomputed at each call."""
-    from solvers import _kernels
+    from solvers import _curvature
     n, N = X.shape[0], T.shape[1]
     rows = max(1, int(rows))
 
@@ -147,7 +147,7 @@ def _factor_blocks(T, X, kind, p, budget, rows):
         for lo in range(0, n, rows):
             hi = min(n, lo + rows)
             S, P, Q = (np.empty((hi - lo, N)) for _ in range(3))
-            _kernels.gauss_newton_factors(T, X[lo:hi], kind, p, S, P, Q)
+            _curvature.gauss_newton_factors(T, X[lo:hi], kind, p, S, P, Q)
             yield lo, hi, S, P, Q
 
     if 3 * 8 * n * N <= budget:
@@ -188,7 +188,7 @@ def _data_mode_lanczos(T, X, R, lam, kind, p, budget, rows) -> DataMode:
     kappa, e = float(vals[-1]), np.ascontiguousarray(vecs[:, -1])
     if not kappa > 0:
         return DataMode(max(kappa, 0.0), float(lam), float(lam))
-    # the correction: Σ_i 2 α_i a_i (β_i·h_i) (see solvers._kernels.residual_curvature)
+    # the correction: Σ_i 2 α_i a_i (β_i·h_i) (see solvers._curvature.residual_curvature)
     alpha = np.zeros(N)
     B = np.zeros((N, d + 1))
     H = np.zeros((N, d + 1))

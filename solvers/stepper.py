@@ -37,19 +37,13 @@ import time
 
 import numpy as np
 
+from solvers import _activations, _mala, _rng
 from solvers import _kernels as kernels
-from solvers import _mala
+from solvers.integrators import INTEGRATORS, integrator_named
+from solvers.limits import ACT_CODES, DEFAULT_JUMPS, MAX_DRAWS
 
-#: Activation names of the config and their kernel codes (THEORY §3).
-ACT_CODES = {"relu": kernels.ACT_RELU, "softplus": kernels.ACT_SOFTPLUS,
-             "capped": kernels.ACT_CAPPED}
-
-#: Integrators: Euler–Maruyama, Leimkuhler–Matthews (THEORY §2), and the Metropolis-adjusted
-#: sweep that samples the N-particle law exactly (``solvers._mala``).
-INTEGRATORS = ("em", "lm", "mala")
-
-#: Default share of jump moves of ``"mala"``.
-DEFAULT_JUMPS = 0.1
+__all__ = ["ACT_CODES", "DEFAULT_JUMPS", "INTEGRATORS", "SPECIALISED_DIMS", "Stepper",
+           "compile_ahead", "compile_variant", "kernel_dims", "kernel_variants"]
 
 #: Input dimensions ``d`` with kernels specialised per ``d`` (measured 1.3-1.8x faster per step
 #: than the run-time kernel; 1.06x at d = 5); every other ``d`` shares the kernels that read ``d``
@@ -261,17 +255,16 @@ class Stepper:
             raise ValueError(f"X must be (n, d) and y (n,), got {self.X.shape}, {self.y.shape}")
         n, d = self.X.shape
         N = int(n_particles)
-        if N < 1 or N * (d + 2) >= kernels.MAX_DRAWS:
+        if N < 1 or N * (d + 2) >= MAX_DRAWS:
             raise ValueError(f"need 1 <= N and N (d+2) < 2**32, got N={N}, d={d}")
         if activation not in ACT_CODES:
             raise ValueError(f"unknown activation {activation!r}; one of {', '.join(ACT_CODES)}")
         B = int(batch_size)
         if not 0 <= B <= n:
             raise ValueError(f"batch_size must be in [0, n={n}], got {B}")
-        if integrator not in INTEGRATORS:
-            raise ValueError(f"unknown integrator {integrator!r}; one of {', '.join(INTEGRATORS)}")
-        if integrator == "mala" and B != 0:
-            raise ValueError("integrator 'mala' samples the full-batch N-particle law; "
+        spec = integrator_named(integrator)
+        if not spec.minibatch and B != 0:
+            raise ValueError(f"integrator {integrator!r} samples the full-batch N-particle law; "
                              f"batch_size must be 0, got {B}")
         jumps = DEFAULT_JUMPS if jumps is None else float(jumps)
         if not 0.0 <= jumps <= 1.0:
@@ -282,10 +275,11 @@ class Stepper:
         self.lam, self.eta = float(lam), float(eta)
         self.activation, self.sharpness, self.cap = activation, float(sharpness), float(cap)
         self.kind = ACT_CODES[activation]
-        self.params = kernels.activation_params(self.kind, sharpness, cap)
+        self.params = _activations.activation_params(self.kind, sharpness, cap)
         self.batch_size = B
         self.seed = int(seed)
         self.integrator = integrator
+        self.spec = spec
         self.jumps = jumps if integrator == "mala" else 0.0
         self.dims = kernel_dims(d)   # selects a specialised kernel, or d at run time
         self.T = np.empty((d + 2, N))
@@ -333,10 +327,10 @@ class Stepper:
                 or not theta.flags.c_contiguous:
             raise ValueError(f"theta must be a C-contiguous float64 array of shape "
                              f"{(self.n_particles, self.d + 2)}")
-        if step0 < 0 or nsteps < 0 or step0 + nsteps > kernels.MAX_STEP:
+        if step0 < 0 or nsteps < 0 or step0 + nsteps > _rng.MAX_STEP:
             raise ValueError(f"steps must lie in [0, 2**31), got {step0} + {nsteps}")
         kernels.to_columns(theta, self.T)
-        if self.integrator == "mala":
+        if not self.spec.parallel:
             if nsteps > 0 and not float(tau) > 0.0:
                 raise ValueError(f"integrator 'mala' needs tau > 0, got {tau}")
             code = _mala.mala_steps(self.T, self.X, self.y, self.XT, self.partial, self.scratch,
@@ -350,8 +344,8 @@ class Stepper:
         code = kernels.run_steps(self.T, self.X, self.y, self.batch_size, self.partial,
                                  self.scratch, self.ibuf, self.fbuf, self.f, self.R, self.lam,
                                  self.eta, float(tau), self.seed, int(step0), int(nsteps),
-                                 self.kind, self.params, bool(data_term),
-                                 self.integrator == "lm", self.dims)
+                                 self.kind, self.params, bool(data_term), self.spec.noise,
+                                 self.dims)
         finite = kernels.to_rows(self.T, theta)
         return int(code) if code else (0 if finite else 1)
 
@@ -405,7 +399,7 @@ class Stepper:
         """The noise ``ξ`` of shape (N, d+2) that step ``step`` adds (before the factor
         ``sqrt(2ητ)``)."""
         out = np.empty((self.n_particles, self.d + 2))
-        kernels.gaussian_block(self.seed, int(step), self.n_particles, self.d + 2, out)
+        _rng.gaussian_block(self.seed, int(step), self.n_particles, self.d + 2, out)
         return out
 
     def batch(self, step):
@@ -414,5 +408,5 @@ class Stepper:
             return np.arange(self.n)
         perm = np.empty(self.n, dtype=np.int64)
         out = np.empty(self.n, dtype=np.int64)
-        kernels.batch_indices(self.seed, int(step), self.n, self.batch_size, perm, out)
+        _rng.batch_indices(self.seed, int(step), self.n, self.batch_size, perm, out)
         return out[:self.batch_size].copy()

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from meanfield.errors import InputError
+from solvers.integrators import INTEGRATORS
 
 # Deferred on purpose: the modules behind this command load numba, h5py, SciPy, POT or
 # Matplotlib, so they are imported when the command runs, not when `meanfield --help` or
@@ -277,10 +278,11 @@ def _extrapolate(args, kind: str) -> int:
             raise InputError(other, f"{t}.{k}",
                              f"{vb!r}, but {va!r} in {args.run}: the runs may differ only in "
                              f"{table}.{key} (and the seed and schedule)")
-    if kind == "eta" and _field(a, "dynamics", "integrator") != "em":
+    if kind == "eta" and not INTEGRATORS[_field(a, "dynamics", "integrator")].extrapolable:
+        able = ", ".join(f"{k!r}" for k, v in INTEGRATORS.items() if v.extrapolable)
         raise InputError(args.run, "dynamics.integrator",
                          f"{_field(a, 'dynamics', 'integrator')!r}: extrapolation in eta needs "
-                         "Euler-Maruyama ('em'), whose step bias is linear in eta")
+                         f"an integrator whose step bias is linear in eta ({able})")
     va, vb = _field(a, table, key), _field(b, table, key)
     if va == vb:
         raise InputError(other, f"{table}.{key}",

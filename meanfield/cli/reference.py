@@ -75,9 +75,9 @@ def _reraise(exc, cfg):
 
 def main_gibbs(args) -> int:
     """Run ``meanfield reference gibbs`` with the parsed ``args``; returns the exit code."""
-    from solvers.numerical import numerical_failures
     from solvers.gibbs import GibbsConvergenceError, GibbsInputError, GibbsReference
     from solvers.gibbsqmc import GibbsAccuracyError, QMCGibbsReference
+    from solvers.numerical import numerical_failures
     cfg, ds = _problem(args.config)
     method = args.method if args.method != "auto" else ("quadrature" if ds.d <= 2 else "qmc")
     if not (0 < args.rtol < 1):

@@ -25,8 +25,9 @@ def _stability_guard(cfg, dataset, log) -> None:
     GUARD_MAX_N`` and at most ``GUARD_MAX_PATTERNS`` activation patterns, else one note that
     the check is skipped; not for ``"mala"``, exact at any step). The run itself stops at the
     first observation with ``η h ≥ 2``."""
+    from solvers.integrators import integrator_named
     if cfg.model.activation != "relu" or dataset.n > GUARD_MAX_N \
-            or cfg.dynamics.integrator == "mala":       # exact at any step
+            or integrator_named(cfg.dynamics.integrator).exact:     # exact at any step
         return
     patterns = _pattern_bound(dataset.n, dataset.d)
     if patterns > GUARD_MAX_PATTERNS:

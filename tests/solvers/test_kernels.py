@@ -19,6 +19,7 @@ import sys
 import numpy as np
 import pytest
 
+from solvers import _activations
 from solvers import _kernels as kernels
 from solvers import numpy_model as model
 from solvers import stepper as stepper_mod
@@ -230,9 +231,9 @@ def test_divergence_is_reported():
 @pytest.mark.parametrize("act,sharp,cap", CASES[1:])
 def test_kernel_activations_equal_reference(act, sharp, cap):
     z = np.concatenate([np.linspace(-60, 60, 2001), [-1e3, -1e-300, 0.0, 1e-300, 1e3]])
-    kind = {"softplus": kernels.ACT_SOFTPLUS, "capped": kernels.ACT_CAPPED}[act]
+    kind = {"softplus": _activations.ACT_SOFTPLUS, "capped": _activations.ACT_CAPPED}[act]
     v, dv = np.empty_like(z), np.empty_like(z)
-    kernels.activation_values(z, kind, kernels.activation_params(kind, sharp, cap), v, dv)
+    _activations.activation_values(z, kind, _activations.activation_params(kind, sharp, cap), v, dv)
     s, ds = model.activation(act, sharp, cap)
     np.testing.assert_allclose(v, s(z), rtol=1e-14, atol=1e-300)
     # σ' in [0, 1]: absolute round-off (the reference's tanh form loses the far left tail)
@@ -242,7 +243,7 @@ def test_kernel_activations_equal_reference(act, sharp, cap):
 def test_relu_gate_and_nan_propagation():
     z = np.array([-1.0, -0.0, 0.0, 1e-300, 2.0, np.nan])
     v, dv = np.empty_like(z), np.empty_like(z)
-    kernels.activation_values(z, kernels.ACT_RELU, kernels.activation_params(0, 10.0, 3.0), v, dv)
+    _activations.activation_values(z, _activations.ACT_RELU, _activations.activation_params(0, 10.0, 3.0), v, dv)
     np.testing.assert_array_equal(v[:5], [0, 0, 0, 1e-300, 2.0])
     np.testing.assert_array_equal(dv[:5], [0, 0, 0, 1, 1])      # relu'(0) = 0
     assert np.isnan(v[5])

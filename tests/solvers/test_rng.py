@@ -1,4 +1,4 @@
-"""The counter-based Gaussian generator of the kernels (solvers/_kernels.py).
+"""The counter-based Gaussian generator of the kernels (solvers/_rng.py).
 
 Oracles: published SplitMix64 outputs, a pure-Python re-implementation of hash + ziggurat
 (bitwise), the exact normal distribution (moments, tail probabilities, KS, chi-square on
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from solvers import _kernels as kernels
+from solvers import _rng as rng
 
 MASK = (1 << 64) - 1
 GOLD = 0x9E3779B97F4A7C15
@@ -33,7 +33,7 @@ def py_normal(seed, pos):
     """Pure-Python ziggurat on SplitMix64 output ``pos`` (the documented algorithm)."""
     k = py_mix((seed + GOLD) & MASK)
     h = py_mix((pos * GOLD + k) & MASK)
-    ki, wi, fi, r = kernels._ziggurat_tables()
+    ki, wi, fi, r = rng._ziggurat_tables()
     t = 1
     g = h
     while True:
@@ -60,24 +60,24 @@ def py_normal(seed, pos):
 
 def draws(seed, positions):
     out = np.empty(len(positions))
-    kernels.normals(seed, np.asarray(positions, dtype=np.uint64), out)
+    rng.normals(seed, np.asarray(positions, dtype=np.uint64), out)
     return out
 
 
 def test_seed_keys_are_splitmix64_outputs():
     # SplitMix64 from state 0: first outputs 0xe220a8397b1dcdaf, 0x6e789e6aa1b965f4
-    k1, k2 = kernels._seed_keys(0)
+    k1, k2 = rng._seed_keys(0)
     assert (int(k1), int(k2)) == (0xE220A8397B1DCDAF, 0x6E789E6AA1B965F4)
 
 
 def test_bitwise_equal_to_python_reference():
     seed = 12345
-    pos = np.arange(3000, dtype=np.uint64) + np.uint64(7 * kernels.STEP_STRIDE)
+    pos = np.arange(3000, dtype=np.uint64) + np.uint64(7 * rng.STEP_STRIDE)
     got = draws(seed, pos)
     want = np.array([py_normal(seed, int(p)) for p in pos])
     np.testing.assert_array_equal(got, want)
     # the sample must exercise the wedge/tail paths, or the comparison is not complete
-    ki, wi, _, _ = kernels._ziggurat_tables()
+    ki, wi, _, _ = rng._ziggurat_tables()
     k = py_mix((seed + GOLD) & MASK)
     slow = 0
     for p in pos:
@@ -90,13 +90,13 @@ def test_gaussian_block_layout():
     # ξ(seed, step, i, k) sits at position step*M + i*dim + k
     seed, step, N, D = 3, 17, 50, 4
     out = np.empty((N, D))
-    kernels.gaussian_block(seed, step, N, D, out)
-    pos = [step * kernels.STEP_STRIDE + i * D + k for i in range(N) for k in range(D)]
+    rng.gaussian_block(seed, step, N, D, out)
+    pos = [step * rng.STEP_STRIDE + i * D + k for i in range(N) for k in range(D)]
     np.testing.assert_array_equal(out.ravel(), draws(seed, pos))
 
 
 def test_ziggurat_tables_partition_equal_areas():
-    ki, wi, fi, r = kernels._ziggurat_tables()
+    ki, wi, fi, r = rng._ziggurat_tables()
     x = wi * 2.0 ** 52                       # right edges x_i (x_0 is the base width)
     area = 0.00492867323399
     # layers i = 1..255 have area x_i (f(x_{i-1}) - f(x_i)) = v
@@ -114,7 +114,7 @@ def test_ziggurat_tables_partition_equal_areas():
 @pytest.fixture(scope="module")
 def big_sample():
     n = 1 << 23
-    return draws(2024, np.arange(n, dtype=np.uint64) + np.uint64(5 * kernels.STEP_STRIDE))
+    return draws(2024, np.arange(n, dtype=np.uint64) + np.uint64(5 * rng.STEP_STRIDE))
 
 
 def test_moments(big_sample):
@@ -164,7 +164,7 @@ def test_independence_across_neighbouring_keys(direction):
     seed = 99
     base = np.empty((steps, N, D))
     for s in range(steps):
-        kernels.gaussian_block(seed, 1000 + s, N, D, base[s])
+        rng.gaussian_block(seed, 1000 + s, N, D, base[s])
     if direction == "coordinate":
         a, b = base[:, :, :-1], base[:, :, 1:]
     elif direction == "particle":
@@ -174,7 +174,7 @@ def test_independence_across_neighbouring_keys(direction):
     else:
         other = np.empty((steps, N, D))
         for s in range(steps):
-            kernels.gaussian_block(seed + 1, 1000 + s, N, D, other[s])
+            rng.gaussian_block(seed + 1, 1000 + s, N, D, other[s])
         a, b = base, other
     assert _corr_ok(a.ravel(), b.ravel())
 
@@ -186,7 +186,7 @@ def test_batch_indices_distinct_and_uniform():
     counts = np.zeros(n)
     first = np.zeros(n)
     for s in range(steps):
-        kernels.batch_indices(7, s, n, B, perm, out)
+        rng.batch_indices(7, s, n, B, perm, out)
         b = out[:B]
         assert len(set(b.tolist())) == B and b.min() >= 0 and b.max() < n
         counts[b] += 1

@@ -8,7 +8,7 @@ Euler iteration itself (a perturbation of a fixed point grows past eta*h = 2, de
 import numpy as np
 import pytest
 
-from solvers import _kernels, stability
+from solvers import _activations, _curvature, stability
 from solvers import numpy_model as model
 from solvers.stepper import ACT_CODES
 
@@ -33,9 +33,8 @@ def test_kernel_matches_numpy(act, sharp, cap):
     theta = rng.standard_normal((333, 3))
     X = rng.standard_normal((6, 1))
     S, P, Q = np.empty((6, 333)), np.empty((6, 333)), np.empty((6, 333))
-    _kernels.gauss_newton_factors(np.ascontiguousarray(theta.T), X, ACT_CODES[act],
-                                  _kernels.activation_params(ACT_CODES[act], sharp, cap), S, P,
-                                  Q)
+    p = _activations.activation_params(ACT_CODES[act], sharp, cap)
+    _curvature.gauss_newton_factors(np.ascontiguousarray(theta.T), X, ACT_CODES[act], p, S, P, Q)
     K = (S @ S.T + (Q @ Q.T) * (X @ X.T + 1.0)) / len(theta)
     np.testing.assert_allclose(K, numpy_kernel(theta, X, act, sharp, cap), rtol=1e-12,
                                atol=1e-12)
