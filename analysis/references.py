@@ -31,6 +31,7 @@ from analysis.time_average import time_average_predictor
 from solvers.convex import ConvexSolverError, convex
 from solvers.gibbs import GibbsConvergenceError, gibbs
 from solvers.gibbsqmc import GibbsAccuracyError, QMCGibbsReference, gibbs_qmc
+from solvers.reference_methods import choose
 
 _CACHE: dict = {}
 
@@ -57,7 +58,8 @@ def _cached(solver, X, y, lam, taus, options, compute) -> list:
 
 def gibbs_reference(X, y, lam, tau):
     """Cached :class:`solvers.gibbs.GibbsSolution` at one temperature: quadrature for
-    ``d ≤ 2``, randomized QMC (:mod:`solvers.gibbsqmc`, to ``QMC_RTOL``) above.
+    ``d ≤ 2``, randomized QMC (:mod:`solvers.gibbsqmc`, to ``QMC_RTOL``) above
+    (:func:`solvers.reference_methods.choose`).
 
     Raises
     ------
@@ -66,7 +68,7 @@ def gibbs_reference(X, y, lam, tau):
     X, y = np.ascontiguousarray(X, float), np.ascontiguousarray(y, float)
     k = _key(X, y, lam, tau)
     if k not in _CACHE:
-        if np.shape(X)[1] <= 2:
+        if choose(np.shape(X)[1]) == "quadrature":
             _CACHE[k] = _cached("gibbs", X, y, lam, [float(tau)], {},
                                 lambda: [gibbs(X, y, lam, float(tau))])[0]
         else:
@@ -130,7 +132,7 @@ def gibbs_distance(run, stage: int, window: float = 0.5) -> dict:
     f, se = _particles(run, stage, window)
     out = {"stage": int(stage), "tau": tau, **_distances(f, se, ref.f_train), "max_abs_G": float(ref.max_abs_G),
            "residual": float(ref.residual), "quad_error": float(ref.quad_error),
-           "method": "quadrature" if run.d <= 2 else "qmc",
+           "method": choose(run.d),
            "seconds": round(time.time() - t0, 3)}
     return out
 
@@ -145,7 +147,7 @@ def _gibbs_or_skip(run, tau: float):
     try:
         return gibbs_reference(run.X, run.y, float(run.config["dynamics"]["lam"]), tau), None
     except (GibbsAccuracyError, GibbsConvergenceError) as exc:
-        if run.d <= 2:
+        if choose(run.d) == "quadrature":
             raise
         return None, f"Gibbs reference (qmc): {exc}"
 
@@ -325,7 +327,7 @@ def prefetch_gibbs(run) -> None:
     todo = [t for t in taus if _key(X, y, lam, t) not in _CACHE]
     if not todo:
         return
-    if run.d <= 2:
+    if choose(run.d) == "quadrature":
         sols = _cached("gibbs", X, y, lam, todo, {}, lambda: gibbs(X, y, lam, todo))
     else:
         sols = _cached("gibbs_qmc", X, y, lam, todo, {"rtol": QMC_RTOL},

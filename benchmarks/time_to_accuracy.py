@@ -199,9 +199,10 @@ def main(argv=None):
         args.etas, args.Ns, args.budget = args.etas[:1], args.Ns[:1], 5.0
     set_threads(args.threads)
     X, y, lam = load(args.problem)
-    if X.shape[1] > 2:
-        raise SystemExit("the Gibbs reference needs d <= 2")
     from solvers.gibbs import gibbs
+    from solvers.reference_methods import QUADRATURE_MAX_D, choose
+    if choose(X.shape[1]) != "quadrature":
+        raise SystemExit(f"the quadrature Gibbs reference needs d <= {QUADRATURE_MAX_D}")
     ref = gibbs(X, y, lam, args.tau).f_train
     print(f"{args.problem}: n={len(y)} d={X.shape[1]} lam={lam} tau={args.tau:g}; budget "
           f"{args.budget:g} s per run, {args.threads} thread(s); load average at start "

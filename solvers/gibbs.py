@@ -39,6 +39,7 @@ from solvers import spherequad as sq
 from solvers.errors import InputError
 from solvers.geometry import lifted
 from solvers.inputs import check_xy
+from solvers.reference_methods import QUADRATURE_MAX_D
 
 _EPS = np.finfo(float).eps
 
@@ -220,7 +221,7 @@ class GibbsReference:
         self._init_integration()
 
     def _check_dimension(self, d):
-        if d not in (1, 2):
+        if not 1 <= d <= QUADRATURE_MAX_D:
             raise GibbsInputError("<gibbs>", "X", f"the Gibbs quadrature integrates over the "
                                   f"cells of S^d and is implemented for d = 1 and d = 2 only, "
                                   f"got d = {d} (use the qmc back end, solvers.gibbsqmc)")

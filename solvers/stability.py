@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from solvers.reference_methods import QUADRATURE_MAX_D
+
 #: Euler is stable on a linear mode of curvature ``h`` iff ``η h`` is below this.
 STABILITY_LIMIT = 2.0
 
@@ -263,7 +265,8 @@ def gibbs_data_mode(solution, X, lam, tau, m=None) -> DataMode:
                      axis=-1).reshape(-1, 3)
         dA = (np.sin(T) * (np.pi / m) ** 2).ravel()
     else:
-        raise ValueError(f"the Gibbs data mode needs d <= 2, got d = {d}")
+        raise ValueError(f"the Gibbs data mode needs d <= {QUADRATURE_MAX_D} (the quadrature "
+                         f"back end), got d = {d}")
     mass = solution.density(V) * dA
     r2 = solution.second_moment(V)
     G = solution.G(V)

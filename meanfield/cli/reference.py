@@ -78,8 +78,9 @@ def main_gibbs(args) -> int:
     from solvers.gibbs import GibbsConvergenceError, GibbsInputError, GibbsReference
     from solvers.gibbsqmc import GibbsAccuracyError, QMCGibbsReference
     from solvers.numerical import numerical_failures
+    from solvers.reference_methods import choose
     cfg, ds = _problem(args.config)
-    method = args.method if args.method != "auto" else ("quadrature" if ds.d <= 2 else "qmc")
+    method = choose(ds.d, args.method)
     if not (0 < args.rtol < 1):
         raise InputError(args.config, "--rtol", f"must be a relative tolerance in (0, 1), "
                                                 f"got {args.rtol!r}")
