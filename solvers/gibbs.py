@@ -381,20 +381,41 @@ class GibbsReference:
         taus = check_taus(taus)
         order = sorted(range(len(taus)), key=lambda i: -taus[i])
         R = np.zeros(self.n) if R0 is None else np.asarray(R0, dtype=float).copy()
-        if self.max_abs_G(R) >= 1:
+        if self._start_max_abs_G(R) >= 1:
             raise GibbsInputError("<gibbs>", "R0", "starting residuals are infeasible (max|G| >= 1)")
         out = [None] * len(taus)
         prev = None                                    # last solved temperature
         for i in order:
             try:
-                R, ev, iters = self._reach(R, prev, taus[i])
+                sol, fail = self._solve_at(R, prev, taus[i])
             except GibbsConvergenceError as exc:
                 raise GibbsConvergenceError(
                     f"Gibbs fixed point did not converge at tau={taus[i]:g} "
                     f"(lam={self.lam:g}): {exc}") from None
-            out[i] = self._solution(R, ev, taus[i], iters)
-            prev = taus[i]
+            if fail is not None:
+                err = self._out_of_reach(R, prev, taus[i], fail)
+                err.solved = [s for s in (out[j] for j in order) if s is not None]
+                raise err from None
+            out[i] = sol
+            R, prev = sol.R, taus[i]
         return out
+
+    # -- the steps of the continuation (the QMC back end replaces them) -------------------------
+    def _start_max_abs_G(self, R) -> float:
+        """``max|G_R|`` that decides whether the starting residuals are feasible."""
+        return self.max_abs_G(R)
+
+    def _solve_at(self, R, prev, tau):
+        """``(solution at tau, None)`` continued from ``R`` solved at ``prev`` (None for the
+        start), or ``(None, failure)`` when ``tau`` is out of reach (never, here: a failure
+        to converge raises :class:`GibbsConvergenceError`)."""
+        R, ev, iters = self._reach(R, prev, tau)
+        return self._solution(R, ev, tau, iters), None
+
+    def _out_of_reach(self, R, prev, tau, fail) -> Exception:
+        """The error to raise for a ``failure`` of :meth:`_solve_at` at ``tau`` (its
+        ``solved`` is then set to the hotter solutions)."""
+        raise NotImplementedError(f"no failure of the quadrature back end: {fail!r}")
 
     def _reach(self, R, tau_prev, tau, depth=0):
         """Newton at ``tau`` from ``R`` (solved at ``tau_prev``, None for the start); on failure

@@ -13,15 +13,8 @@ from conftest import DATA, toml
 from scipy.special import gammaln
 
 from solvers.gibbs import gibbs
-from solvers.gibbsqmc import (
-    Cone,
-    GibbsAccuracyError,
-    GibbsBarrierError,
-    Peak,
-    QMCGibbsReference,
-    build_proposal,
-    gibbs_qmc,
-)
+from solvers.gibbsqmc import GibbsAccuracyError, GibbsBarrierError, QMCGibbsReference, gibbs_qmc
+from solvers.qmcproposal import Cone, Peak, build_proposal
 
 
 def _area(d):
