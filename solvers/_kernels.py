@@ -246,7 +246,7 @@ def _update_block(T, lo, m, sc, t, lam, eta, sd, k, step, noise, dims):
     One sweep per rule, the code a constant in each (see ``solvers._noise``).
     """
     if not sd > 0.0:
-        _drift_block(T, lo, m, sc, t, lam, eta, dims)
+        _noisy_block(T, lo, m, sc, t, lam, eta, sd, k, step, -1, dims)
     elif noise == NOISE_LM:
         _noisy_block(T, lo, m, sc, t, lam, eta, sd, k, step, NOISE_LM, dims)
     else:
@@ -254,25 +254,11 @@ def _update_block(T, lo, m, sc, t, lam, eta, sd, k, step, noise, dims):
 
 
 @nb.njit(inline="always")
-def _drift_block(T, lo, m, sc, t, lam, eta, dims):
-    """The drift step of the block alone (``w`` and ``b`` from the old ``a``, ``a`` last)."""
-    d = _ndim(T, dims)
-    D = d + 2
-    L = _U(BLOCK)
-    for ii in range(m):
-        i = lo + ii
-        a = T[0, i]
-        for c in range(d):
-            T[1 + c, i] = _drift(T[1 + c, i], a * sc[t, _U(2 + c) * L + ii], lam, eta)
-        T[D - 1, i] = _drift(T[D - 1, i], a * sc[t, L + ii], lam, eta)
-        T[0, i] = _drift(a, sc[t, ii], lam, eta)
-
-
-@nb.njit(inline="always")
 def _noisy_block(T, lo, m, sc, t, lam, eta, sd, k, step, rule, dims):
-    """Drift and the noise of ``rule`` for the block. The noise of ``(step, i, c)`` comes
-    from the vectorised fast path; the draws it rejects are flagged in the scratch and redone
-    exactly in a second sweep."""
+    """Drift and the noise of ``rule`` (``-1``: no noise) for the block (``w`` and ``b`` from
+    the old ``a``, ``a`` last). The noise of ``(step, i, c)`` comes from the vectorised fast
+    path; the draws it rejects are flagged in the scratch and redone exactly in a second
+    sweep."""
     d = _ndim(T, dims)
     D = d + 2
     L = _U(BLOCK)
@@ -281,21 +267,26 @@ def _noisy_block(T, lo, m, sc, t, lam, eta, sd, k, step, rule, dims):
     nz = _U(2 + d) * L
     for ii in range(m):
         i = lo + ii
-        q = i * _U(D)
         a = T[0, i]
         for c in range(d):
-            r = _U(1 + c)
             u = _drift(T[1 + c, i], a * sc[t, _U(2 + c) * L + ii], lam, eta)
-            inc, ok = rule_fast(rule, k, p0 + q + r, p1 + q + r, sd)
-            _place(T, 1 + c, i, u, inc, ok, sc, t, nz + r * L + ii)
-        r = _U(D - 1)
+            _put(T, 1 + c, i, u, rule, k, p0, p1, D, sd, sc, t, nz + _U(1 + c) * L + ii)
         u = _drift(T[D - 1, i], a * sc[t, L + ii], lam, eta)
-        inc, ok = rule_fast(rule, k, p0 + q + r, p1 + q + r, sd)
-        _place(T, D - 1, i, u, inc, ok, sc, t, nz + r * L + ii)
-        u = _drift(a, sc[t, ii], lam, eta)
+        _put(T, D - 1, i, u, rule, k, p0, p1, D, sd, sc, t, nz + _U(D - 1) * L + ii)
+        _put(T, 0, i, _drift(a, sc[t, ii], lam, eta), rule, k, p0, p1, D, sd, sc, t, nz + ii)
+    if rule >= 0:
+        _slow_draws(T, lo, m, sc, t, sd, k, p0, p1, nz, D, rule)
+
+
+@nb.njit(inline="always")
+def _put(T, row, i, u, rule, k, p0, p1, D, sd, sc, t, off):
+    """``T[row, i] = u`` plus the fast-path noise of ``rule`` (none for ``-1``)."""
+    if rule < 0:
+        T[row, i] = u
+    else:
+        q = i * _U(D) + _U(row)
         inc, ok = rule_fast(rule, k, p0 + q, p1 + q, sd)
-        _place(T, 0, i, u, inc, ok, sc, t, nz + ii)
-    _slow_draws(T, lo, m, sc, t, sd, k, p0, p1, nz, D, rule)
+        _place(T, row, i, u, inc, ok, sc, t, off)
 
 
 @nb.njit(inline="always")
@@ -418,24 +409,13 @@ def _noisy_block_rt(T, lo, m, sc, t, lam, eta, sd, k, step, rule):
         for ii in range(m):
             i = lo + ii
             u = _drift(T[row, i], T[0, i] * sc[t, g + ii], lam, eta)
-            _put_rt(T, row, i, u, rule, k, p0, p1, D, sd, sc, t, fo + ii)
+            _put(T, row, i, u, rule, k, p0, p1, D, sd, sc, t, fo + ii)
     for ii in range(m):
         i = lo + ii
         u = _drift(T[0, i], sc[t, ii], lam, eta)
-        _put_rt(T, 0, i, u, rule, k, p0, p1, D, sd, sc, t, nz + ii)
+        _put(T, 0, i, u, rule, k, p0, p1, D, sd, sc, t, nz + ii)
     if rule >= 0:
         _slow_draws(T, lo, m, sc, t, sd, k, p0, p1, nz, D, rule)
-
-
-@nb.njit(inline="always")
-def _put_rt(T, row, i, u, rule, k, p0, p1, D, sd, sc, t, off):
-    """``T[row, i] = u`` plus the fast-path noise of ``rule`` (none for ``-1``)."""
-    if rule < 0:
-        T[row, i] = u
-    else:
-        q = i * _U(D) + _U(row)
-        inc, ok = rule_fast(rule, k, p0 + q, p1 + q, sd)
-        _place(T, row, i, u, inc, ok, sc, t, off)
 
 
 # ---------------------------------------------------------------------------------------------
