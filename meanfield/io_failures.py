@@ -1,5 +1,5 @@
 """Which file an I/O failure (an ``OSError``) is about, and why, in words (the numerical
-failures of the reference solvers are :mod:`solvers._failures`).
+failures of the reference solvers are :mod:`solvers.numerical`).
 
 An ``OSError`` raised by ``write()`` (full disk, file-size limit) carries no file name, and
 the failure may come from a file the command did not choose: numba's compilation cache, a

@@ -428,13 +428,17 @@ class DynamicsConfig(_Table):
              why="a 64-bit seed")
         dyn["lam"] = float(dyn["lam"])
         dyn["eta"] = float(dyn["eta"])
-        if dyn["integrator"] == "mala":
+        spec = INTEGRATORS[dyn["integrator"]]
+        name = dyn["integrator"]
+        if not spec.minibatch:
             _check(dyn["batch_size"] == 0, src, "dynamics.batch_size",
-                   f"must be 0 with integrator = \"mala\" (it samples the full-batch "
+                   f"must be 0 with integrator = \"{name}\" (it samples the full-batch "
                    f"N-particle law; minibatches are not supported), got {dyn['batch_size']!r}")
+        if spec.exact:
             for i, t in enumerate(dyn["taus"]):
                 _check(t > 0, src, f"dynamics.taus[{i}]", "must be > 0 with integrator = "
-                       f"\"mala\" (it samples exp(-U/tau)), got {t!r}")
+                       f"\"{name}\" (it samples exp(-U/tau)), got {t!r}")
+        if dyn["integrator"] == "mala":
             if dyn["jumps"] is None:
                 dyn["jumps"] = DEFAULT_JUMPS
             _num(dyn, "jumps", src, "dynamics", nonneg=True, maximum=1.0,
@@ -443,7 +447,7 @@ class DynamicsConfig(_Table):
         else:
             _check(dyn["jumps"] is None, src, "dynamics.jumps",
                    "only with integrator = \"mala\"")
-        _check(dyn["integrator"] == "mala" or dyn["eta"] * dyn["lam"] < 2.0, src, "dynamics.eta",
+        _check(spec.exact or dyn["eta"] * dyn["lam"] < 2.0, src, "dynamics.eta",
                f"eta*lam = {dyn['eta'] * dyn['lam']:g} >= 2 makes the weight-decay step unstable")
         return dyn
 

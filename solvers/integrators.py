@@ -3,8 +3,8 @@
 
 Every part of the project that asks something of an integrator asks this table: the stepper
 (:class:`solvers.stepper.Stepper`: which kernel, which noise rule), the config schema
-(``meanfield.tables``: the names, the batch and temperature rules), the step-size guard of a run
-(``meanfield.runner``), extrapolation in ``η`` (``meanfield analyze extrapolate``) and the
+(``meanfield.schema``: the names, the batch and temperature rules), the step-size guard of a run
+(``meanfield.runner.guard``), extrapolation in ``η`` (``meanfield analyze extrapolate``) and the
 Ornstein–Uhlenbeck checks of the tests (:func:`solvers.numpy_model.ou_stationary_variance`).
 
 Adding an integrator: a kernel (a noise rule of the parallel step kernel, ``solvers._kernels``,

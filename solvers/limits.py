@@ -1,7 +1,7 @@
 """The limits and codes shared by the kernels and the config schema (numba-, numpy-free).
 
 The numba kernels (``solvers._kernels``, ``solvers._mala``) and the schema of a run config
-(``meanfield.tables``) both import these, so that a bound the kernels can key and the bound
+(``meanfield.schema``) both import these, so that a bound the kernels can key and the bound
 the config accepts are one number.
 """
 
