@@ -368,7 +368,7 @@ def mala_steps(T, X, y, XT, partial, scratch, sub, f, R, counts, f_sum, lam, eta
         ``λ``, ``η``, ``τ > 0`` (with ``nsteps = 0`` any ``τ``).
     seed, step0, nsteps : int
     kind : int; p : ndarray (4,)
-        Activation code and ``solvers._kernels.activation_params``.
+        Activation code and ``solvers._activations.activation_params``.
     data_term : bool
         False drops the data term of ``U`` (pure Gaussian target; for tests).
     jumps : float
