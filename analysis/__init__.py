@@ -14,8 +14,8 @@
 - :func:`minnorm`, :func:`closed_form_limit`: the minimum-norm interpolant and GD's limit in
   the high-dimensional study (THEORY §10).
 
-Pure functions of arrays and of run objects (a :class:`meanfield.store.Run` or anything with
-its attributes); it imports :mod:`solvers` and never :mod:`meanfield`. Imports are lazy: numba
+Pure functions of arrays and of run objects (:class:`RunLike`, the declared protocol of what
+the analysis reads from a run; a :class:`meanfield.store.Run` is one); it imports :mod:`solvers` and never :mod:`meanfield`. Imports are lazy: numba
 and POT load on first use.
 """
 
@@ -24,6 +24,7 @@ from solvers.lazy import exports
 _EXPORTS = {
     "analyze": "analysis.run_analysis:analyze",
     "RunAnalysis": "analysis.run_analysis:RunAnalysis",
+    "RunLike": "analysis.protocols:RunLike",
     "find_rays": "analysis.rays:find_rays",
     "kink_hyperplanes": "solvers.geometry:kink_hyperplanes",
     "data_kinks": "analysis.kinks:data_kinks",

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from analysis import refcache
+from analysis.protocols import RunLike
 from analysis.time_average import time_average_predictor
 from solvers.convex import ConvexSolverError, convex
 from solvers.gibbs import GibbsConvergenceError, gibbs
@@ -100,7 +100,88 @@ def _distances(f, se, ref):
             "f_particles": [float(v) for v in f], "f_reference": [float(v) for v in ref]}
 
 
-def gibbs_distance(run, stage: int, window: float = 0.5) -> dict:
+#: A Gibbs comparison is "consistent" when every training point's distance lies within this many
+#: combined errors of the step-bias allowance (docs/theory.md §2.4).
+Z_CONSISTENT = 3.0
+
+
+def step_bias_allowance(integrator: str, eta: float, lam: float, d: int, f_reference) -> float:
+    """The step's bias allowance of a time-averaged predictor against the Gibbs reference
+    (docs/theory.md §2.4): ``b_η = (d+3)(ηλ/2) max_j |f_ref(x_j)|`` for Euler–Maruyama, and for
+    Leimkuhler–Matthews (whose measured bias exponent on ReLU data is about 1, docs/theory.md
+    §2.1, so Euler's bound is kept); ``0`` for ``"mala"``, which samples the N-particle Gibbs
+    measure without step bias.
+
+    Parameters
+    ----------
+    integrator : {"em", "lm", "mala"}
+    eta, lam : float
+        Step and weight decay.
+    d : int
+        Input dimension.
+    f_reference : array_like of shape (n,)
+        The Gibbs reference predictor on the training points.
+
+    Returns
+    -------
+    float
+
+    Raises
+    ------
+    ValueError
+        An unknown integrator.
+    """
+    if integrator == "mala":
+        return 0.0
+    if integrator not in ("em", "lm"):
+        raise ValueError(f"unknown integrator {integrator!r}; one of em, lm, mala")
+    return float((d + 3) * (eta * lam / 2) * np.max(np.abs(np.asarray(f_reference, float))))
+
+
+def gibbs_allowance(diff, stderr, quad_error: float, step_bias: float) -> dict:
+    """The allowance of a comparison with the Gibbs reference and its verdict.
+
+    Per training point the combined error is ``e_j = sqrt(MCSE_j² + quad_error²)`` and
+    ``z_j = max(|diff_j| − b, 0) / e_j`` with ``b`` the step-bias allowance; the comparison is
+    ``"consistent"`` when ``max_j z_j ≤`` :data:`Z_CONSISTENT`.
+
+    Parameters
+    ----------
+    diff : array_like of shape (n,)
+        Particle predictor minus the reference on the training points.
+    stderr : array_like of shape (n,)
+        Monte Carlo standard errors of the particle predictor.
+    quad_error : float
+        The reference's own error (quadrature or QMC).
+    step_bias : float
+        :func:`step_bias_allowance`.
+
+    Returns
+    -------
+    dict
+        ``combined_error`` (the largest ``e_j``), ``step_bias_allowance``, ``z`` (the largest
+        ``z_j``; ``inf`` where a point is off by more than ``b`` with ``e_j = 0``) and
+        ``verdict``.
+
+    Raises
+    ------
+    ValueError
+        ``diff`` and ``stderr`` of different shapes.
+    """
+    diff, se = np.asarray(diff, float), np.asarray(stderr, float)
+    if diff.shape != se.shape:
+        raise ValueError(f"diff of shape {diff.shape}, stderr of shape {se.shape}")
+    e = np.sqrt(se ** 2 + float(quad_error) ** 2)
+    excess = np.maximum(np.abs(diff) - step_bias, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.where(e > 0, excess / np.where(e > 0, e, 1.0), np.where(excess > 0, np.inf, 0.0))
+    zmax = float(np.max(z)) if z.size else 0.0
+    return {"combined_error": float(np.max(e)) if e.size else 0.0,
+            "step_bias_allowance": float(step_bias), "z": zmax,
+            "verdict": "consistent" if zmax <= Z_CONSISTENT else "inconsistent"}
+
+
+def gibbs_distance(run: RunLike, stage: int, window: float = 0.5) -> dict:
     """Distance of the time-averaged particle predictor to the Gibbs reference.
 
     Parameters
@@ -115,8 +196,10 @@ def gibbs_distance(run, stage: int, window: float = 0.5) -> dict:
     -------
     dict
         ``stage, tau, max_abs_diff, rms_diff, max_stderr, f_particles, f_reference,
-        max_abs_G, residual, quad_error, method, seconds`` (``seconds``: wall time of the
-        reference, 0 when cached), or ``{"stage", "tau", "skipped": reason}`` when ``d > QMC_MAX_D``, ``tau = 0``
+        combined_error, step_bias_allowance, z, verdict`` (:func:`gibbs_allowance`),
+        ``max_abs_G, residual, quad_error, method, seconds`` (``seconds``: wall time of the
+        reference, 0 when cached), or ``{"stage", "tau", "skipped": reason}`` when
+        ``d > QMC_MAX_D``, ``tau = 0``
         or the QMC accuracy is out of reach at ``tau``.
 
     Raises
@@ -124,20 +207,24 @@ def gibbs_distance(run, stage: int, window: float = 0.5) -> dict:
     solvers.gibbs.GibbsConvergenceError
         The reference did not converge.
     """
-    tau = float(run.config["dynamics"]["taus"][stage])
+    tau = run.taus[stage]
     t0 = time.time()
     ref, skipped = _gibbs_or_skip(run, tau)
     if skipped:
         return {"stage": int(stage), "tau": tau, "skipped": skipped}
     f, se = _particles(run, stage, window)
-    out = {"stage": int(stage), "tau": tau, **_distances(f, se, ref.f_train), "max_abs_G": float(ref.max_abs_G),
+    bias = step_bias_allowance(run.integrator, run.eta, run.lam, run.d, ref.f_train)
+    out = {"stage": int(stage), "tau": tau, **_distances(f, se, ref.f_train),
+           **gibbs_allowance(np.asarray(f) - np.asarray(ref.f_train), se, float(ref.quad_error),
+                             bias),
+           "max_abs_G": float(ref.max_abs_G),
            "residual": float(ref.residual), "quad_error": float(ref.quad_error),
            "method": choose(run.d),
            "seconds": round(time.time() - t0, 3)}
     return out
 
 
-def _gibbs_or_skip(run, tau: float):
+def _gibbs_or_skip(run: RunLike, tau: float):
     """``(reference, None)``, or ``(None, reason)`` when ``d > QMC_MAX_D``, ``tau = 0`` or the
     QMC accuracy is out of reach at ``tau`` (a quadrature failure, ``d ≤ 2``, is raised)."""
     if run.d > QMC_MAX_D:
@@ -145,14 +232,14 @@ def _gibbs_or_skip(run, tau: float):
     if tau <= 0:
         return None, "tau = 0 (see the convex reference)"
     try:
-        return gibbs_reference(run.X, run.y, float(run.config["dynamics"]["lam"]), tau), None
+        return gibbs_reference(run.X, run.y, run.lam, tau), None
     except (GibbsAccuracyError, GibbsConvergenceError) as exc:
         if choose(run.d) == "quadrature":
             raise
         return None, f"Gibbs reference (qmc): {exc}"
 
 
-def extrapolation_distance(run, row, f_fine, f_coarse) -> dict:
+def extrapolation_distance(run: RunLike, row, f_fine, f_coarse) -> dict:
     """Distances to the Gibbs reference of an extrapolation in the step
     (:class:`analysis.ladders.Extrapolation` ``row``) and of the two runs behind it.
 
@@ -173,7 +260,7 @@ def extrapolation_distance(run, row, f_fine, f_coarse) -> dict:
         :func:`gibbs_distance` skips, or when the reference does not converge.
     """
     from analysis.ladders import z_scores
-    act = run.config.get("model", {}).get("activation", "relu")
+    act = run.activation
     if act != "relu":
         return {"skipped": f"model.activation = {act!r}: the exact references are for relu"}
     try:
@@ -191,7 +278,7 @@ def extrapolation_distance(run, row, f_fine, f_coarse) -> dict:
             "quad_error": float(ref.quad_error)}
 
 
-def convex_distance(run, stage: int | None = None, window: float = 0.5) -> dict:
+def convex_distance(run: RunLike, stage: int | None = None, window: float = 0.5) -> dict:
     """Distance of the time-averaged particle predictor of ``stage`` (default: the coldest) to
     the ``τ → 0`` convex reference.
 
@@ -201,8 +288,7 @@ def convex_distance(run, stage: int | None = None, window: float = 0.5) -> dict:
         ``stage, tau, max_abs_diff, rms_diff, max_stderr, f_particles, f_reference,
         max_abs_G, duality_gap, n_rays``.
     """
-    lam = float(run.config["dynamics"]["lam"])
-    taus = [float(t) for t in run.config["dynamics"]["taus"]]
+    lam, taus = run.lam, run.taus
     if stage is None:
         stage = run.schedule.coldest_stage()
     f, se = _particles(run, stage, window)
@@ -272,7 +358,7 @@ def match_rays(directions, signs, weights, ref_directions, ref_signs, ref_weight
             "max_weight_error": max((p["weight_error"] for p in pairs), default=math.nan)}
 
 
-def compare_run(run: Any, window: float = 0.5, rays_by_stage: dict | None = None) -> dict:
+def compare_run(run: RunLike, window: float = 0.5, rays_by_stage: dict | None = None) -> dict:
     """All reference comparisons of a run: per stage the Gibbs distance (``τ > 0``),
     the convex distance at the coldest stage, and, when ``rays_by_stage[stage]`` gives
     ``(directions, signs, weights)`` measured at the coldest stage, their matching to the
@@ -298,20 +384,20 @@ def compare_run(run: Any, window: float = 0.5, rays_by_stage: dict | None = None
     dict
         ``{"gibbs": [per stage], "convex": {...}, "rays": {...} or None}``.
     """
-    taus = [float(t) for t in run.config["dynamics"]["taus"]]
+    taus = run.taus
     prefetch_gibbs(run)
     gib = [gibbs_distance(run, s, window) for s in range(len(taus))]
     cold = run.schedule.coldest_stage()
     cvx = convex_distance(run, cold, window)
     rays = None
     if rays_by_stage and cold in rays_by_stage:
-        ref = convex_reference(run.X, run.y, float(run.config["dynamics"]["lam"]))
+        ref = convex_reference(run.X, run.y, run.lam)
         dirs, sg, wt = rays_by_stage[cold]
         rays = match_rays(dirs, sg, wt, ref.directions, ref.signs, ref.weights)
     return {"gibbs": gib, "convex": cvx, "rays": rays}
 
 
-def prefetch_gibbs(run) -> None:
+def prefetch_gibbs(run: RunLike) -> None:
     """Solve the Gibbs references of all positive temperatures of a run's ladder at once, by
     continuation from hot to cold (much faster than cold temperatures from scratch), and cache
     them for :func:`gibbs_distance`. Does nothing when ``d > QMC_MAX_D``. With QMC
@@ -319,10 +405,10 @@ def prefetch_gibbs(run) -> None:
     found, is cached as its error (reported as skipped), and so are the colder ones."""
     if run.d > QMC_MAX_D:
         return
-    lam = float(run.config["dynamics"]["lam"])
+    lam = run.lam
     X = np.ascontiguousarray(run.X, float)
     y = np.ascontiguousarray(run.y, float)
-    taus = sorted({float(t) for t in run.config["dynamics"]["taus"] if float(t) > 0},
+    taus = sorted({t for t in run.taus if t > 0},
                   reverse=True)
     todo = [t for t in taus if _key(X, y, lam, t) not in _CACHE]
     if not todo:
@@ -341,7 +427,8 @@ def _qmc_ladder(X, y, lam, taus) -> list:
     accuracy is out of reach or whose fixed point is not found, that error for it and every
     colder one."""
     ref = QMCGibbsReference(X, y, lam, rtol=QMC_RTOL)
-    out, R = [], None
+    out: list = []
+    R = None
     for i, t in enumerate(taus):
         try:
             sol = ref.solve([t], R0=R)[0]
@@ -352,7 +439,7 @@ def _qmc_ladder(X, y, lam, taus) -> list:
     return out
 
 
-def report_section(run, rep: dict, window: float = 0.5, max_P: int = 20000) -> dict:
+def report_section(run: RunLike, rep: dict, window: float = 0.5, max_P: int = 20000) -> dict:
     """The ``"references"`` section of ``meanfield analyze``: :func:`compare_run` with the rays
     of the coldest snapshot in ``rep`` matched to the convex reference's rays.
 
@@ -360,7 +447,7 @@ def report_section(run, rep: dict, window: float = 0.5, max_P: int = 20000) -> d
     network), and when the data has more than ``max_P`` dichotomies, since the convex reference
     enumerates them.
     """
-    act = run.config.get("model", {}).get("activation", "relu")
+    act = run.activation
     if act != "relu":
         return {"skipped": f"model.activation = {act!r}: the exact references are for relu"}
     if rep.get("P") is not None and rep["P"] > max_P:

@@ -3,19 +3,19 @@ Theorem 6 checks; ``P`` of the data; across the temperature ladder ``J(τ)``, ``
 ``W2`` to the previous temperature and the distance to a zero-temperature reference; the
 [LJM26] Proposition 7 comparison for symmetric two-point data; optionally the exact references.
 
-Pure computation on a run object (:class:`meanfield.store.Run` or anything with its attributes:
-``X``, ``y``, ``lam``, ``taus``, ``schedule``, ``frame(k)``, ``frame_step``, ``frame_tau``,
-``frame_stage``, ``stage``, ``stage_observations(s)``, ``stage_frames(s)``, ``steps_run(s)``,
-``observables``, ``complete``, ``path``). A stage is the index of a ladder step, never a
-temperature: a ladder may visit a temperature twice, and every row of the report names its
-``stage``. The results are dataclasses; their ``as_dict()`` is
-the report document that ``meanfield analyze`` writes (``docs/format.md``).
+Pure computation on a run: :class:`analysis.protocols.RunLike`, the declared protocol of what
+the analysis reads (:class:`meanfield.store.Run` is one, checked by the type check of
+``.ci/run``); the run's config tables are never read. A stage is the index of a ladder step,
+never a temperature: a ladder may visit a temperature twice, and every row of the report names
+its ``stage``. The results are dataclasses; their ``as_dict()`` is the report document that
+``meanfield analyze`` writes (``docs/format.md``), versioned by :data:`REPORT_SCHEMA_VERSION`
+(older documents: :func:`upgrade_report`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -24,11 +24,12 @@ from numpy.typing import ArrayLike
 from analysis import ternary, transport, two_point
 from analysis.dichotomies import DichotomyCount, count_dichotomies
 from analysis.kinks import ray_kinks
+from analysis.protocols import RunLike
 from analysis.ray_checks import averaged_residuals, convex_comparison, convex_counts
 from analysis.ray_checks import sensitivity as ray_sensitivity
 from analysis.rays import RayResult, find_rays, label_weight_scale
 from analysis.references import convex_reference, report_section
-from analysis.stationarity import annotate_report, run_verdicts
+from analysis.stationarity import NOT_STATIONARY, annotate_report, run_verdicts, stage_verdict
 from solvers import numpy_model
 from solvers.convex import ConvexSolverError
 from solvers.geometry import Kink
@@ -69,7 +70,8 @@ class FrameAnalysis:
     kinks: list[Kink]
     f_train: np.ndarray
     theorem6: dict
-    ray_kw: dict | None = None
+    #: The keyword arguments :func:`analysis.rays.find_rays` was called with.
+    ray_kw: dict = field(default_factory=dict)
 
     @property
     def patterns(self) -> list[list[int]]:
@@ -101,7 +103,9 @@ class LadderRow:
     tau, step : float, int
         Temperature and step of the snapshot.
     J, K : int
-        Rays and kink hyperplanes.
+        Rays and kink hyperplanes, as measured; always integers, also at a stage judged not
+        stationary (``stationary`` says so, and the report and the command line render such
+        a count as "not stationary", :func:`count_text`).
     risk : float
         Risk at the snapshot.
     halo_mass_fraction : float
@@ -114,6 +118,17 @@ class LadderRow:
         ``W2`` between the two ray measures.
     dist_to_reference : float or None
         RMS distance of ``f_train`` to the zero-temperature reference.
+    J_convex, K_convex : int or None
+        Counts of the convex ``τ → 0`` reference (the same on every row: the limit the row's
+        counts are compared with), ``None`` when it is not computed.
+    matched, unmatched_measured, unmatched_reference, max_match_angle
+        The one-to-one matching of the row's rays to the convex reference's
+        (:func:`analysis.ray_checks.convex_comparison`).
+    stationary : bool or None
+        The stage's stationarity verdict (:func:`analysis.stationarity.run_verdicts`);
+        ``None`` when the run has no observations of the stage or no verdict was made.
+    stationarity : dict or None
+        That verdict (:meth:`analysis.stationarity.Verdict.to_dict`).
     """
 
     stage: int
@@ -133,10 +148,71 @@ class LadderRow:
     unmatched_measured: list | None = None
     unmatched_reference: list | None = None
     max_match_angle: float | None = None
+    stationary: bool | None = None
+    stationarity: dict | None = None
 
     def as_dict(self) -> dict:
         """The row of the report's ``ladder`` table."""
         return asdict(self)
+
+
+#: Version of the report document (``report.json``): 2 keeps ``J``, ``K`` integers and
+#: renders "not stationary" from ``stationary``; 1 (no ``schema_version`` key) wrote the string
+#: into ``J``, ``K`` and the counts into ``J_measured``, ``K_measured`` (:func:`upgrade_report`).
+REPORT_SCHEMA_VERSION = 2
+
+
+def upgrade_report(rep: dict) -> dict:
+    """A report document (``report.json``) of any version as the current one.
+
+    Version 1 (no ``schema_version``): a ``ladder`` row judged not stationary held the string
+    ``"not stationary"`` in ``J``, ``K`` and the counts in ``J_measured``, ``K_measured``
+    (written into every row); the counts go back to ``J``, ``K``.
+
+    Parameters
+    ----------
+    rep : dict
+        The document as read (not modified).
+
+    Returns
+    -------
+    dict
+        A copy at :data:`REPORT_SCHEMA_VERSION`.
+
+    Raises
+    ------
+    ValueError
+        A newer ``schema_version`` than this version reads, or a version 1 row whose ``J`` or
+        ``K`` is neither an integer nor ``"not stationary"`` with its measured count.
+    """
+    version = rep.get("schema_version", 1)
+    if not isinstance(version, int) or not 1 <= version <= REPORT_SCHEMA_VERSION:
+        raise ValueError(f"report schema_version {version!r}: this version reads 1 to "
+                         f"{REPORT_SCHEMA_VERSION}")
+    out = {**rep, "schema_version": REPORT_SCHEMA_VERSION}
+    if version == 1:
+        rows = []
+        for i, row in enumerate(rep.get("ladder", [])):
+            row = dict(row)
+            for key in ("J", "K"):
+                if key not in row and f"{key}_measured" not in row:
+                    continue
+                measured = row.pop(f"{key}_measured", row.get(key))
+                if measured is not None and (not isinstance(measured, int)
+                                             or isinstance(measured, bool)):
+                    raise ValueError(f"report ladder[{i}].{key} = {row.get(key)!r} without "
+                                     f"an integer {key}_measured")
+                row[key] = measured
+            rows.append(row)
+        out["ladder"] = rows
+    return out
+
+
+def count_text(row: dict, key: str) -> str:
+    """A count of a ``ladder`` row (``"J"``, ``"K"``) as the report and the command line show
+    it: the integer, or ``"not stationary"`` when the row's stage is judged not stationary
+    (the measured count is in the JSON)."""
+    return NOT_STATIONARY if row.get("stationary") is False else str(row[key])
 
 
 @dataclass
@@ -210,7 +286,7 @@ class RunAnalysis:
         """The report document (``report.json``; keys in ``docs/cli.md``)."""
         dc, last, P = self.dichotomies, self.frames[-1] if self.frames else None, self.dichotomies.P
         rows = [r.as_dict() for r in self.ladder]
-        rep = {"run": self.run, "d": self.d, "n": self.n, "P": P, "cover": dc.cover,
+        rep = {"schema_version": REPORT_SCHEMA_VERSION, "run": self.run, "d": self.d, "n": self.n, "P": P, "cover": dc.cover,
                "general_position": dc.general_position, "P_exact": dc.exact,
                "P_tol_range": None if dc.tol_range is None else list(dc.tol_range),
                "bound_2P_minus_1": 2 * P - 1, "bound_P_minus_1": P - 1,
@@ -245,7 +321,7 @@ def _obs_at(run, name, step):
     return o["value"][sel[0]] if sel.size else None
 
 
-def analyze_frame(run: Any, k: int, **ray_kw) -> FrameAnalysis:
+def analyze_frame(run: RunLike, k: int, **ray_kw) -> FrameAnalysis:
     """Rays, kinks, patterns and fit of frame ``k`` of a run.
 
     Parameters
@@ -282,14 +358,14 @@ def analyze_frame(run: Any, k: int, **ray_kw) -> FrameAnalysis:
         ray_kw=kw)
 
 
-def frame_ray_kw(run: Any, k: int, **ray_kw) -> dict:
+def frame_ray_kw(run: RunLike, k: int, **ray_kw) -> dict:
     """Keyword arguments of :func:`analysis.rays.find_rays` for frame ``k`` of a run: ``lam``,
     the frame's ``tau`` (halo tests against ``(d+1)τ/λ``), the labels' weight scale
     ``weight_scale`` (the certificate-gap test, docs/theory.md §6.5), the stage's time-averaged residuals
     ``R`` (:func:`analysis.ray_checks.averaged_residuals`; else ``y``: the snapshot's own), and
     ``ray_kw``."""
     R = averaged_residuals(run, k)
-    kw = {"lam": float(run.lam), "tau": float(run.frame_tau[k]),
+    kw: dict[str, Any] = {"lam": float(run.lam), "tau": float(run.frame_tau[k]),
           "weight_scale": label_weight_scale(run.X, run.y)}
     kw.update({"R": R} if R is not None else {"y": run.y})
     kw.update(ray_kw)
@@ -377,7 +453,7 @@ def ladder(X: ArrayLike, frames: list[FrameAnalysis], reference: ArrayLike | Cal
     return rows
 
 
-def analyze(run: Any, *, reference: ArrayLike | Callable | None = None, w2: bool = True,
+def analyze(run: RunLike, *, reference: ArrayLike | Callable | None = None, w2: bool = True,
             references: bool = False, convex: bool | None = None, sensitivity: bool = False,
             progress: Any = None, **ray_kw) -> RunAnalysis:
     """Analyse every snapshot frame of a run and its temperature ladder.
@@ -449,10 +525,11 @@ def analyze(run: Any, *, reference: ArrayLike | Callable | None = None, w2: bool
             reference = cvx.f_train
     tp = None
     if two_point.detect(run.X, run.y) is not None:
-        tp = [{"stage": f.stage, "tau": f.tau,
-               **two_point.compare(run.X, run.y, run.lam, f.kinks,
-                                   [float(v) for v in f.f_train])}
-              for f in last_of_stages(frames)]
+        tp = []
+        for f in last_of_stages(frames):    # symmetric two-point data: compare gives a dict
+            cmp = two_point.compare(run.X, run.y, run.lam, f.kinks, [float(v) for v in f.f_train])
+            if cmp is not None:
+                tp.append({"stage": f.stage, "tau": f.tau, **cmp})
     result = RunAnalysis(run=str(run.path), d=run.d, n=run.n, X=run.X, y=run.y, dichotomies=dc,
                          complete=run.complete, frames=frames,
                          ladder=ladder(run.X, frames, reference, w2), two_point=tp)
@@ -477,6 +554,8 @@ def analyze(run: Any, *, reference: ArrayLike | Callable | None = None, w2: bool
                               **ray_sensitivity(last.theta, run.X, last.ray_kw, conv=cvx,
                                                 floor=floor)}
     result.verdicts, result.taus = run_verdicts(run), tuple(run.taus)
+    for r in result.ladder:
+        r.stationary, r.stationarity = stage_verdict(result.verdicts, r.stage)
     tell("exact references (Gibbs at each tau, convex limit)" if references else None, 1)
     if references:
         result.references = report_section(run, result.as_dict())

@@ -45,6 +45,8 @@ from scipy.stats import t as student_t
 
 from analysis import convergence as _convergence
 from analysis import time_average as _time_average
+from analysis.protocols import RunLike
+from analysis.time_average import stored_predictor
 
 #: Family-wise false-alarm level of the drift and parity tests (Bonferroni over the ``n``
 #: training points and the two tests).
@@ -337,11 +339,12 @@ def stage_observables(residuals, regulariser) -> dict:
 MOVE_OBSERVABLES = ("acceptance", "jump_acceptance", "cell_exchange")
 
 
-def run_verdicts(run, **kw) -> list:
+def run_verdicts(run: RunLike, **kw) -> list[Verdict]:
     """:func:`verdict` of every stage of a run file.
 
-    Uses the predictor ``y + n R`` from the ``residuals`` observable, the risk and the
-    regulariser (:func:`stage_observables`), ``residuals_previous`` and ``eta_lambda_max``
+    Uses the predictor ``y + n R`` from the ``residuals`` observable
+    (:func:`analysis.time_average.stored_predictor`), the risk and the regulariser
+    (:func:`stage_observables`), ``residuals_previous`` and ``eta_lambda_max``
     when the file has them, and the snapshot frames of the stage's second half; the
     observations and frames of a stage are those the run file places in it
     (``run.stage_observations(s)``, ``run.stage_frames(s)`` of :class:`meanfield.store.Run`),
@@ -353,13 +356,12 @@ def run_verdicts(run, **kw) -> list:
         One per ladder stage (a stage without observations: not stationary, "not reached").
     """
     obs = run.observables
-    n, y = run.n, np.asarray(run.y, dtype=float)
+    n = run.n
     steps_all = np.asarray(obs["residuals"]["step"])
     R_all = np.asarray(obs["residuals"]["value"], dtype=float)
-    F_all = R_all * n + y
+    F_all = stored_predictor(run)
     reg_all = np.asarray(obs["regulariser"]["value"], dtype=float)
-    Fp_all = (np.asarray(obs["residuals_previous"]["value"]) * n + y
-              if "residuals_previous" in obs else None)
+    Fp_all = stored_predictor(run, "residuals_previous") if "residuals_previous" in obs else None
     eh_all = np.asarray(obs["eta_lambda_max"]["value"]) if "eta_lambda_max" in obs else None
     frame_step = np.asarray(run.frame_step)
     sch = run.schedule
@@ -425,34 +427,35 @@ CONVERGENCE_COLUMNS = {"rhat": "rhat", "ess_bulk": "ess_bulk", "ess_tail": "ess_
                        "n_chains": "n_chains"}
 
 
+def stage_verdict(verdicts: list, stage: int) -> tuple[bool | None, dict | None]:
+    """``(stationary, verdict document)`` of ladder stage ``stage`` from :func:`run_verdicts`
+    (``verdicts[s]`` is the verdict of stage ``s``): ``(None, None)`` when the run file has no
+    observations of the stage."""
+    v = verdicts[stage] if 0 <= stage < len(verdicts) else None
+    if v is None or v.reasons == ["stage not reached"]:
+        return None, None
+    return bool(v.stationary), v.to_dict()
+
+
 def annotate_report(rep: dict, verdicts: list) -> dict:
     """Put the stage verdicts into a report document (``meanfield analyze --json``), in place.
 
     ``verdicts[s]`` is the verdict of stage ``s``; a row or snapshot takes that of its
-    ``stage``. Every ``ladder`` row gains ``stationary`` (true, false, or null when the run file
-    has no observations of the stage), ``stationarity`` (:meth:`Verdict.to_dict`) and its
-    R̂/ESS columns (:data:`CONVERGENCE_COLUMNS`: ``rhat``, ``ess_bulk``, ``ess_tail``,
-    ``rhat_worst``, ``ess_worst``, ``n_chains``); in a row judged
-    not stationary ``J`` and ``K`` read ``"not stationary"`` and the counts move to
-    ``J_measured`` / ``K_measured``. The ``theorem6`` block of the coldest snapshot and of every
-    snapshot goes through :func:`theorem6_status`.
+    ``stage`` (:func:`stage_verdict`). Every ``ladder`` row has ``stationary`` (true, false, or
+    null when the run file has no observations of the stage) and ``stationarity``
+    (:meth:`Verdict.to_dict`), as :class:`analysis.run_analysis.LadderRow` carries them, and
+    gains its R̂/ESS columns (:data:`CONVERGENCE_COLUMNS`: ``rhat``, ``ess_bulk``,
+    ``ess_tail``, ``rhat_worst``, ``ess_worst``, ``n_chains``); its ``J`` and ``K`` stay the
+    measured integers. Every snapshot gains ``stationary``; the ``theorem6`` block of the
+    coldest snapshot and of every snapshot goes through :func:`theorem6_status`.
     """
-    def flag(stage):
-        v = verdicts[stage] if 0 <= stage < len(verdicts) else None
-        if v is None or v.reasons == ["stage not reached"]:
-            return None, None
-        return bool(v.stationary), v.to_dict()
-
     for row in rep.get("ladder", []):
-        st, doc = flag(row["stage"])
+        st, doc = stage_verdict(verdicts, row["stage"])
         row["stationary"], row["stationarity"] = st, doc
         for k in CONVERGENCE_COLUMNS:
             row[k] = None if doc is None else doc[CONVERGENCE_COLUMNS[k]]
-        row["J_measured"], row["K_measured"] = row["J"], row["K"]
-        if st is False:
-            row["J"] = row["K"] = NOT_STATIONARY
     for snap in rep.get("snapshots", []):
-        st, _ = flag(snap["stage"])
+        st, _ = stage_verdict(verdicts, snap["stage"])
         snap["stationary"] = st
         snap["theorem6"] = theorem6_status(snap.get("theorem6"), snap.get("n_rays", 0), st)
     snaps = rep.get("snapshots", [])

@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 
+from analysis.protocols import RunLike
+
 
 def integrated_time(x):
     """Integrated autocorrelation time, in samples (``>= 1``), of a 1-D series: Sokal's
@@ -33,7 +35,51 @@ def mean_and_mcse(F):
     return F.mean(axis=0), np.sqrt(var * tau / max(M, 1)), tau
 
 
-def predictor_series(run, stage: int, window: float = 0.5):
+def predictor_from_residuals(R, y) -> np.ndarray:
+    """The predictor on the training points, ``f_j = y_j + n R_j``, from scaled residuals
+    ``R_j = (f(x_j) − y_j)/n`` (what a run stores and a solver state keeps, docs/format.md).
+
+    The one place the ``1/n`` scaling of the stored residuals is undone.
+
+    Parameters
+    ----------
+    R : array_like of shape (..., n)
+        Scaled residuals, one row per observation.
+    y : array_like of shape (n,)
+        The training targets.
+
+    Returns
+    -------
+    ndarray of shape (..., n)
+
+    Raises
+    ------
+    ValueError
+        ``R``'s last axis is not of length ``n``.
+    """
+    y = np.asarray(y, dtype=float)
+    R = np.asarray(R, dtype=float)
+    if R.size == 0:                     # no observation yet
+        return R.reshape(0, y.shape[0])
+    if R.shape[-1:] != y.shape:
+        raise ValueError(f"residuals of shape {R.shape}, expected (..., {y.shape[0]})")
+    return R * y.shape[0] + y
+
+
+def stored_predictor(run: RunLike, name: str = "residuals") -> np.ndarray:
+    """The predictor on the training points (M, n) at every observation of a run, from its
+    stored scaled-residual observable ``name`` (``"residuals"`` or ``"residuals_previous"``;
+    :func:`predictor_from_residuals`).
+
+    Raises
+    ------
+    KeyError
+        The run has no observable ``name``.
+    """
+    return predictor_from_residuals(run.observables[name]["value"], run.y)
+
+
+def predictor_series(run: RunLike, stage: int, window: float = 0.5) -> np.ndarray:
     """The stored predictor on the training points (M, n) over the last ``window`` fraction
     of stage ``stage``.
 
@@ -42,10 +88,10 @@ def predictor_series(run, stage: int, window: float = 0.5):
     ValueError
         No observation in that part of the stage.
     """
-    return _window(run, "residuals", stage, window) * run.n + run.y[None, :]
+    return predictor_from_residuals(_window(run, "residuals", stage, window), run.y)
 
 
-def time_average_predictor(run, stage: int, window: float = 0.5):
+def time_average_predictor(run: RunLike, stage: int, window: float = 0.5):
     """Time-averaged predictor on the training points over the last ``window`` fraction of
     stage ``stage`` of a :class:`meanfield.store.Run`, from its stored residuals.
 
@@ -66,7 +112,7 @@ def time_average_predictor(run, stage: int, window: float = 0.5):
     return m, se
 
 
-def time_average_observable(run, name: str, stage: int, window: float = 0.5):
+def time_average_observable(run: RunLike, name: str, stage: int, window: float = 0.5):
     """Time average of the observable ``name`` (e.g. ``"risk"``) over the last ``window``
     fraction of stage ``stage``, and its Monte Carlo standard error (:func:`mean_and_mcse`).
 
@@ -80,7 +126,7 @@ def time_average_observable(run, name: str, stage: int, window: float = 0.5):
     return float(m[0]), float(se[0])
 
 
-def _window(run, name, stage, window):
+def _window(run: RunLike, name: str, stage: int, window: float) -> np.ndarray:
     """Rows of observable ``name`` in the last ``window`` fraction of stage ``stage``."""
     obs = run.observables
     steps = obs[name]["step"]

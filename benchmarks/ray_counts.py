@@ -147,16 +147,14 @@ def analyse_cell(path: Path, name: str, N: int, seed: int, with_sensitivity: boo
     from analysis.stationarity import run_verdicts
     from meanfield.store import open_run
     run = open_run(path)
-    dyn = run.config["dynamics"]
-    taus = [float(t) for t in dyn["taus"]]
-    lam = float(dyn["lam"])
+    taus, lam = run.taus, run.lam
     verdicts = run_verdicts(run)
     stage_rays = [_stage_rays(run, s) for s in range(len(taus))]
     stat = [s for s in range(len(taus)) if verdicts[s].stationary and
             _certified(stage_rays[s][1])]
     stage = max(stat, key=lambda s: -taus[s]) if stat else run.schedule.coldest_stage()
     theta, res, K = stage_rays[stage]
-    span = run.steps_run(stage) * float(dyn["eta"])
+    span = run.steps_run(stage) * run.eta
     conv = convex_reference(run.X, run.y, lam)
     cc = convex_counts(conv, run.X)
     m = convex_comparison(res.rays, cc)

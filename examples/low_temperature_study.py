@@ -72,10 +72,9 @@ def main(argv=None) -> int:
     print(" tau       risk      J  K  W2 to previous tau  stationary")
     for r in rep["ladder"]:
         w2 = "" if r["w2_to_previous"] is None else f"{r['w2_to_previous']:.3f}"
-        # a stage judged not stationary keeps its counts under J_measured / K_measured
-        st = {True: "yes", False: "no", None: "-"}[r.get("stationary")]
-        print(f" {r['tau']:.0e}  {r['risk']:.4f}  {r.get('J_measured', r['J']):2d} "
-              f"{r.get('K_measured', r['K']):2d}  {w2:>5}  {st}")
+        # J, K as measured; "stationary" says whether the stage's counts are a result
+        st = {True: "yes", False: "no", None: "-"}[r["stationary"]]
+        print(f" {r['tau']:.0e}  {r['risk']:.4f}  {r['J']:2d} {r['K']:2d}  {w2:>5}  {st}")
     refs = rep["references"]
     for g in refs.get("gibbs", []):
         if "skipped" not in g:

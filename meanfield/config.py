@@ -30,7 +30,14 @@ else:  # pragma: no cover
 
 from meanfield import defaults
 from meanfield.errors import ConfigError
-from meanfield.schema import DataConfig, DynamicsConfig, ModelConfig, OutputConfig, validate_tables
+from meanfield.schema import (
+    DATA_KINDS,
+    DataConfig,
+    DynamicsConfig,
+    ModelConfig,
+    OutputConfig,
+    validate_tables,
+)
 from solvers.schedule import Schedule
 
 
@@ -53,8 +60,10 @@ class RunConfig:
     model: ModelConfig = ModelConfig()
     dynamics: DynamicsConfig = DynamicsConfig()
     output: OutputConfig = OutputConfig()
-    source: str = "<config>"
-    base_dir: str = field(default=".", repr=False)
+    #: Where the config came from: named in messages, not part of its identity (two configs
+    #: with the same tables are equal, as their hashes are).
+    source: str = field(default="<config>", compare=False)
+    base_dir: str = field(default=".", repr=False, compare=False)
 
     def as_dict(self) -> dict:
         """The canonical config as a plain dict (the four tables)."""
@@ -259,12 +268,79 @@ def from_dict(raw: dict, source: str = "<dict>", base_dir: str | os.PathLike = "
 
 
 def from_canonical_json(text: str, source: str = "<run file>") -> RunConfig:
-    """Rebuild a :class:`RunConfig` from the canonical JSON stored in a run file."""
+    """Rebuild a :class:`RunConfig` from the canonical JSON stored in a run file.
+
+    Raises
+    ------
+    ConfigError
+        Not JSON, or a config that does not validate today (see :func:`stored_config` for the
+        lenient reading of an old run file).
+    """
+    return validate(_stored_json(text, source), source, "/")
+
+
+def _stored_json(text: str, source: str) -> dict:
     try:
-        raw = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(source, "parameters/config", f"not valid JSON: {exc}") from None
-    return validate(raw, source, "/")
+
+
+def stored_config(text: str, source: str = "<run file>") -> tuple[RunConfig, str | None]:
+    """The config stored in a run file, typed: validated, or leniently when it no longer
+    validates (a file written by an older version whose keys or limits have changed since).
+
+    The lenient reading takes each table's known keys as stored, without checking them, and
+    the defaults of :mod:`meanfield.schema` for missing ones; unknown tables and keys are
+    dropped. The run's data are in the file, so ``[data]`` is provenance only.
+
+    Parameters
+    ----------
+    text : str
+        The stored canonical JSON (``parameters.config_json``).
+    source : str
+        The run file, named in messages.
+
+    Returns
+    -------
+    (RunConfig, str or None)
+        The config, and ``None`` when it validates, else the reason it does not (the
+        :class:`ConfigError` message, for the caller's warning).
+
+    Raises
+    ------
+    ConfigError
+        Not JSON, not a JSON object, or a ``[data]`` table without a known ``kind``.
+    """
+    raw = _stored_json(text, source)
+    try:
+        return validate(copy.deepcopy(raw), source, "/"), None
+    except ConfigError as exc:
+        reason = str(exc)
+    if not isinstance(raw, dict):
+        raise ConfigError(source, "parameters/config", "the stored config is not a JSON object")
+    data = dict(raw.get("data") or {})
+    kind = data.pop("kind", None)
+    if kind not in DATA_KINDS:
+        raise ConfigError(source, "data.kind", f"stored kind {kind!r} is not one of "
+                                               f"{', '.join(DATA_KINDS)}")
+
+    def table(sec, cls, tbl):
+        tbl = tbl if isinstance(tbl, dict) else {}
+        known = {f.name: tbl[f.name] for f in dataclasses.fields(cls) if f.name in tbl}
+        for f in dataclasses.fields(cls):
+            if f.name not in known and f.default is dataclasses.MISSING:
+                raise ConfigError(source, f"{sec}.{f.name}", "missing in the stored config")
+        if "taus" in known and isinstance(known["taus"], list):
+            known["taus"] = tuple(known["taus"])
+        return cls(**known)
+
+    cfg = RunConfig(data=table("data", DATA_KINDS[kind], data),
+                    model=table("model", ModelConfig, raw.get("model")),
+                    dynamics=table("dynamics", DynamicsConfig, raw.get("dynamics")),
+                    output=table("output", OutputConfig, raw.get("output")),
+                    source=source, base_dir="/")
+    return cfg, reason
 
 
 def embedded_default() -> RunConfig:

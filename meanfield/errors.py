@@ -12,7 +12,7 @@ from solvers.errors import DataError, DivergenceError, InputError, UnstableStepE
 
 __all__ = ["InputError", "ConfigError", "DataError", "RunFileError", "CheckpointError",
            "RunMismatch", "Interrupted", "DivergenceError", "UnstableStepError", "StudyError",
-           "MissingDependencyError"]
+           "MissingDependencyError", "StoredConfigWarning"]
 
 
 class ConfigError(InputError):
@@ -21,6 +21,11 @@ class ConfigError(InputError):
 
 class RunFileError(InputError):
     """A run file (HDF5) that is missing, truncated, foreign or of an unsupported schema."""
+
+
+class StoredConfigWarning(UserWarning):
+    """A run file whose stored config no longer validates (written by an older version): it is
+    read leniently (:func:`meanfield.config.stored_config`), and the warning says why."""
 
 
 class CheckpointError(InputError):

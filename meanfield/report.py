@@ -11,9 +11,11 @@ from pathlib import Path
 
 from numpy.typing import ArrayLike
 
-from analysis.run_analysis import RunAnalysis, analyze
+from analysis.references import Z_CONSISTENT
+from analysis.run_analysis import RunAnalysis, analyze, count_text, upgrade_report
 from meanfield import atomic
 from meanfield import figures as plots
+from meanfield.errors import InputError
 from meanfield.store import open_run
 
 
@@ -113,6 +115,31 @@ FIGURES = tuple(plots.RUN_FIGURES)
 FORMATS = ("png", "pdf", "svg")
 
 
+def load_report(path: str | os.PathLike) -> dict:
+    """Read a ``report.json`` written by ``meanfield analyze`` (any version), as the current
+    document (:func:`analysis.run_analysis.upgrade_report`).
+
+    Raises
+    ------
+    InputError
+        Missing or unreadable file, not JSON, or a report version this one does not read
+        (naming the file).
+    """
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(str(path), "", "no such file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(str(path), "", f"not a readable report.json ({exc})") from None
+    if not isinstance(doc, dict):
+        raise InputError(str(path), "", "not a report document (a JSON object)")
+    try:
+        return upgrade_report(doc)
+    except ValueError as exc:
+        raise InputError(str(path), "schema_version" if "schema_version" in str(exc)
+                         else "ladder", str(exc)) from None
+
+
 def write_report(rep: dict, result: RunAnalysis, outdir: str | os.PathLike,
                  figures: bool = True, fmt: str = "png", run=None) -> None:
     """Write ``report.json`` (``rep``), ``report.md`` and the figures (:data:`FIGURES`, as
@@ -158,23 +185,26 @@ def markdown(rep, figs=()) -> str:
              f"P−1 = {rep['bound_P_minus_1']}")
     L.append(f"- run complete: {rep['complete']}")
     L += ["", "## Low-temperature limit", "",
-          "| τ | step | stationary | rays J | hyperplanes K | J convex | K convex | matched | risk | "
+          "| τ | step | stationary | rays J | hyperplanes K | matched to τ → 0 | risk | "
           "halo mass | W2 to previous τ | W2 of rays to previous τ | RMS \\|f − f_τ→0\\| on the data, last snapshot |",
-          "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+          "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rep["ladder"]:
         w2 = "—" if r["w2_to_previous"] is None else f"{r['w2_to_previous']:.3e} ({r['w2_method']})"
         st = {True: "yes", False: "**NO**", None: "—"}[r.get("stationary")]
-        L.append(f"| {r['tau']:.2e} | {r['step']} | {st} | {r['J']} | {r['K']} | "
-                 f"{r.get('J_convex', '—')} | {r.get('K_convex', '—')} | "
-                 f"{r.get('matched', '—')} | {r['risk']:.4e} | "
+        L.append(f"| {r['tau']:.2e} | {r['step']} | {st} | {count_text(r, 'J')} | "
+                 f"{count_text(r, 'K')} | {_fmt(r.get('matched'), 'd')} | {r['risk']:.4e} | "
                  f"{r['halo_mass_fraction']:.3f} | {w2} | {_fmt(r['w2_rays_to_previous'])} | "
                  f"{_fmt(r['dist_to_reference'])} |")
+    if rep.get("convex_counts"):        # the τ → 0 limit: one row, not a column of every τ
+        c = rep["convex_counts"]
+        L.append(f"| τ → 0 (convex) | — | — | {c['J']} | {c['K']} | — | — | — | — | — | — |")
     L += _stationarity_markdown(rep["ladder"])
     if rep.get("convex_counts"):
         c = rep["convex_counts"]
-        L += ["", f"J convex, K convex: rays of the convex τ → 0 reference with weight "
+        L += ["", f"τ → 0 (convex): rays of the convex τ → 0 reference with weight "
               f"|c_k| ≥ {c['floor']} Σ|c| (the ray mass floor) and their kink hyperplanes; "
-              f"matched: measured rays paired one to one with them (same sign, within 0.2 rad)."]
+              f"matched to τ → 0: measured rays paired one to one with them (same sign, within "
+              f"0.2 rad)."]
     L += ["", "Snapshots:", "", "| τ | step | risk | J | K | halo mass | thermal mass "
           "(clusters, Σ\\|c\\|) | threshold (chord) | plateau |",
           "|---|---|---|---|---|---|---|---|---|"]
@@ -372,14 +402,20 @@ def _references_markdown(refs) -> list:
         return L + [f"Skipped: {refs['skipped']}."]
     L += ["Time-averaged particle predictor on the training points (last half of each stage) "
           "against the Gibbs fixed point at the same τ:", "",
-          "| τ | max abs diff | rms diff | max std. error | reference max abs G |",
-          "|---|---|---|---|---|"]
+          "| τ | max abs diff | rms diff | max std. error | combined error | step-bias "
+          "allowance | z | verdict | reference max abs G |",
+          "|---|---|---|---|---|---|---|---|---|"]
     for g in refs["gibbs"]:
         if "skipped" in g:
-            L.append(f"| {g['tau']:.2e} | skipped: {g['skipped']} | | | |")
+            L.append(f"| {g['tau']:.2e} | skipped: {g['skipped']} | | | | | | | |")
         else:
             L.append(f"| {g['tau']:.2e} | {g['max_abs_diff']:.3e} | {g['rms_diff']:.3e} | "
-                     f"{g['max_stderr']:.1e} | {g['max_abs_G']:.6f} |")
+                     f"{g['max_stderr']:.1e} | {g['combined_error']:.1e} | "
+                     f"{g['step_bias_allowance']:.1e} | {g['z']:.2g} | {g['verdict']} | "
+                     f"{g['max_abs_G']:.6f} |")
+    L += ["", f"Combined error: sqrt(MCSE² + the reference's quad_error²) per point (the "
+          f"largest shown); z: the largest (|diff| − step-bias allowance)₊ / combined error "
+          f"over the points, \"consistent\" when z ≤ {Z_CONSISTENT:g} (docs/theory.md §2.4)."]
     c = refs["convex"]
     L += ["", f"Against the τ → 0 convex reference at τ = {c['tau']:.2e}: max abs diff "
           f"{c['max_abs_diff']:.3e}, rms {c['rms_diff']:.3e} (reference: {c['n_rays']} rays, "

@@ -39,7 +39,7 @@ def run_dataset(run, frames: bool = True):
         from its temperature, so auto lengths and ladders that visit a temperature twice work.
     """
     import xarray as xr
-    dyn = run.config["dynamics"]
+    dyn = run.config.dynamics
     sch = run.schedule
     obs = run.observables
     step = obs["risk"]["step"]
@@ -66,10 +66,10 @@ def run_dataset(run, frames: bool = True):
                  else np.empty((0, run.n_particles, run.d + 2)))
         coords["particle"] = np.arange(run.n_particles)
         data["particles"] = (("frame", "particle", "coord"), parts)
-    attrs = {"path": str(run.path), "complete": int(run.complete), "lam": float(dyn["lam"]),
-             "eta": float(dyn["eta"]), "steps_per_tau": dyn["steps_per_tau"],
+    attrs = {"path": str(run.path), "complete": int(run.complete), "lam": float(dyn.lam),
+             "eta": float(dyn.eta), "steps_per_tau": dyn.steps_per_tau,
              "stage_lengths": np.asarray(lengths, dtype=np.int64),
-             "taus": np.asarray(dyn["taus"], dtype=float), "n_particles": run.n_particles,
+             "taus": np.asarray(dyn.taus, dtype=float), "n_particles": run.n_particles,
              "config_json": run.config_json}
     return xr.Dataset(data, coords=coords, attrs=attrs)
 
@@ -115,12 +115,15 @@ def ladder_table(rep):
 
     Columns: ``stage, tau, step, J, K, risk, halo_mass_fraction, w2_to_previous, w2_method,
     w2_rays_to_previous, dist_to_reference`` and, where the report has them, the convex counts
-    and ray matching, ``stationary``, ``stationarity``, ``J_measured``, ``K_measured`` and the
+    and ray matching, ``stationary``, ``stationarity`` and the
     bounds ``bound_2P_minus_1``, ``bound_P_minus_1``. One value per cell: nested values (the
     ``stationarity`` verdict, a dict; the index lists ``unmatched_measured`` and
     ``unmatched_reference``) are JSON text (sorted keys, ``null`` for NaN), minus signs ASCII.
     """
     import pandas as pd
+
+    from analysis.run_analysis import upgrade_report
+    rep = upgrade_report(rep)           # a report of any version (J, K integers)
     df = pd.DataFrame([{k: _cell(v) for k, v in row.items()} for row in rep["ladder"]])
     if len(df):
         df["bound_2P_minus_1"] = rep.get("bound_2P_minus_1")

@@ -254,7 +254,7 @@ _EXTRAPOLATE = {
 
 
 def _field(run, table, key):
-    return run.config.get(table, {}).get(key)
+    return getattr(getattr(run.config, table), key)
 
 
 def _extrapolate(args, kind: str) -> int:
@@ -336,6 +336,7 @@ def _extrapolate(args, kind: str) -> int:
 
 def main(args) -> int:
     """Run ``meanfield analyze`` with the parsed ``args``; returns the exit code."""
+    from analysis.run_analysis import count_text
     from meanfield.report import FIGURES, analyze_run
     from meanfield.sweep.summary import is_study_dir
     if getattr(args, "no_cache", False):
@@ -387,12 +388,17 @@ def main(args) -> int:
         for r in rep["ladder"]:
             w2 = "" if r["w2_to_previous"] is None else \
                 f" W2 to previous tau={r['w2_to_previous']:.3e} ({r['w2_method']})"
-            ref = ("" if r.get("J_convex") is None else
-                   f" (convex: J={r['J_convex']} K={r['K_convex']})")
+            ref = ("" if r.get("matched") is None else
+                   f" (matched to tau->0: {r['matched']})")
             st = "" if r.get("stationary") is not False else \
                 f"  NOT STATIONARY: {'; '.join(r['stationarity']['reasons'])}"
             print(f"tau={r['tau']:.2e} step={r['step']:>8d} risk={r['risk']:.4e} "
-                  f"rays J={r['J']!s:>3} hyperplanes K={r['K']!s:>3}{ref}{w2}{st}")
+                  f"rays J={count_text(r, 'J'):>3} hyperplanes K={count_text(r, 'K'):>3}"
+                  f"{ref}{w2}{st}")
+        cc = rep.get("convex_counts")
+        if cc:      # the tau -> 0 limit, once
+            print(f"tau -> 0 (convex reference)        rays J={cc['J']:>3} "
+                  f"hyperplanes K={cc['K']:>3}")
         snaps = {sn["step"]: sn for sn in rep["snapshots"]}
         for r in rep["ladder"]:
             hot = (snaps.get(r["step"]) or {}).get("thermal_mass") or []
@@ -414,7 +420,9 @@ def main(args) -> int:
             for g in refs["gibbs"]:
                 if "skipped" not in g:
                     print(f"tau={g['tau']:.2e} particles vs Gibbs reference: max |diff| = "
-                          f"{g['max_abs_diff']:.3e} (std. error {g['max_stderr']:.1e})")
+                          f"{g['max_abs_diff']:.3e} (std. error {g['max_stderr']:.1e}; "
+                          f"allowance: combined error {g['combined_error']:.1e} + step bias "
+                          f"{g['step_bias_allowance']:.1e}) z = {g['z']:.2g}: {g['verdict']}")
             c = refs["convex"]
             print(f"tau={c['tau']:.2e} particles vs convex tau->0 reference: max |diff| = "
                   f"{c['max_abs_diff']:.3e}")

@@ -51,7 +51,7 @@ def summary(run) -> dict:
             "frames": [{"step": int(s), "time": float(t), "tau": float(u), "stage": int(g)}
                        for s, t, u, g in zip(run.frame_step, run.frame_time, run.frame_tau,
                                              run.frame_stage)],
-            "stages": stages(run), "config": run.config}
+            "stages": stages(run), "config": json.loads(run.config_json)}
 
 
 def config_lines(cfg: dict) -> list:
@@ -174,9 +174,9 @@ def main(args) -> int:
     print(f"run file      {run.path}")
     print(f"schema        {run.schema_version}   complete: {run.complete}")
     print(f"data          n={run.n} d={run.d}")
-    print(f"particles     N={run.n_particles}  activation={run.config['model']['activation']}")
+    print(f"particles     N={run.n_particles}  activation={run.activation}")
     print("config")
-    for line in config_lines(run.config):
+    for line in config_lines(json.loads(run.config_json)):
         print(f"  {line}")
     print(f"observations  {len(obs['risk']['step'])}")
     print(f"frames        {run.n_frames}")

@@ -9,7 +9,6 @@ import numpy as np
 
 from analysis.time_average import time_average_observable
 from meanfield.figures.common import WIDTH, _figure, _rc
-from solvers.geometry import kink_hyperplanes
 
 
 def plot_ladder(rep, run, *, axes=None):
@@ -70,9 +69,9 @@ def plot_ladder(rep, run, *, axes=None):
         a, b, c = axes[:3]
         d = axes[3] if len(axes) > 3 else None
         # (a) J, K and the bounds
-        # a stage judged not stationary keeps its counts under J_measured / K_measured
-        J = np.array([r.get("J_measured", r["J"]) for r in rows], float)
-        K = np.array([r.get("K_measured", r["K"]) for r in rows], float)
+        # the measured counts (integers; a stage judged not stationary is marked)
+        J = np.array([r["J"] for r in rows], float)
+        K = np.array([r["K"] for r in rows], float)
         a.plot(taus, J, "o-", color="C0", ms=4, label="rays J")
         a.plot(taus, K, "s--", color="C1", ms=3.5, mfc="none", label="kinks K")
         bad = np.array([r.get("stationary") is False for r in rows])
@@ -91,16 +90,10 @@ def plot_ladder(rep, run, *, axes=None):
             # log above 1 and linear below, so that a count of 0 is drawn (a log axis lost it)
             a.set_yscale("symlog", linthresh=1, linscale=0.4)
             a.set_ylim(-0.15, (2 * P - 1) * 4)      # room above the top bound for its label
-        if cvx and cvx.get("n_rays") is not None:
-            try:
-                from analysis.references import convex_reference
-                sol = convex_reference(run.X, run.y, float(run.config["dynamics"]["lam"]))
-                a.plot([t0], [len(sol.weights)], "o", color="C0", mfc="white", ms=5,
-                       label="τ → 0 (exact)")
-                a.plot([t0], [len(kink_hyperplanes(sol.directions))], "s", color="C1",
-                       mfc="none", ms=6)
-            except (ImportError, ValueError, RuntimeError):   # the overlay is optional
-                pass
+        cc = rep.get("convex_counts")
+        if cc:          # the τ → 0 counts of the report's table (its ray mass floor)
+            a.plot([t0], [cc["J"]], "o", color="C0", mfc="white", ms=5, label="τ → 0 (exact)")
+            a.plot([t0], [cc["K"]], "s", color="C1", mfc="none", ms=6)
         a.set_ylabel("count")
         a.set_title("(a) rays J, kinks K", loc="left")
         # (b) risk

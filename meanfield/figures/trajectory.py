@@ -42,7 +42,7 @@ def plot_trajectory(rep, run, *, axes=None):
     obs = run.observables
     if not len(obs["risk"]["step"]):
         return None
-    eta = float(run.config["dynamics"]["eta"])
+    eta = run.eta
     taus = run.taus
     bounds = [run.schedule.stage_bounds(s) for s in range(len(taus))]   # steps (lo, hi]
     t = np.asarray(obs["risk"]["time"], float)

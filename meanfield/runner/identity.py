@@ -3,6 +3,7 @@ physics and the same data values (``docs/format.md``, "Run identity")."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from meanfield import config as _config
@@ -32,7 +33,7 @@ def _stored_physics(stored) -> tuple[str, dict]:
     try:
         theirs = _config.from_canonical_json(stored.config_json, str(stored.path))
     except ConfigError:
-        return stored.physics_hash, _physics_table(stored.config)
+        return stored.physics_hash, _physics_table(json.loads(stored.config_json))
     return theirs.physics_hash(), _physics_table(theirs.as_dict())
 
 

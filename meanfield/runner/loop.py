@@ -14,19 +14,20 @@ from solvers.langevin import SolverState, convex_start, initial_state, simulate
 from solvers.stepper import Stepper
 
 
-def _stage_stationary(n):
+def _stage_stationary(y):
     """``stage_done`` of ``steps_per_tau = "auto"``: the stationarity verdict of the stage so
     far from the solver state's observations (``analysis.stationarity.verdict``, with the
     risk and the regulariser as the report's verdict has them)."""
     import numpy as np
 
     from analysis.stationarity import stage_observables, verdict
+    from analysis.time_average import predictor_from_residuals
 
     def done(state) -> bool:
         R = np.asarray(state.stage_residuals)
-        return verdict(np.asarray(state.stage_steps, dtype=np.int64), R * n,
-                       np.asarray(state.stage_eta_h),
-                       F_previous=np.asarray(state.stage_previous) * n,
+        return verdict(np.asarray(state.stage_steps, dtype=np.int64),
+                       predictor_from_residuals(R, y), np.asarray(state.stage_eta_h),
+                       F_previous=predictor_from_residuals(state.stage_previous, y),
                        observables=stage_observables(R, state.stage_regulariser)).stationary
     return done
 
@@ -131,7 +132,7 @@ def integrate(cfg: _config.RunConfig, dataset: _data.Dataset, writer: RunWriter 
     ckpt_every = cfg.output.checkpoint_every
     last_ckpt = prev = state.step
     if stage_done is None and schedule.auto:
-        stage_done = _stage_stationary(dataset.n)
+        stage_done = _stage_stationary(dataset.y)
     stepper = make_stepper(cfg, dataset)
     _warm_up(stepper, state, progress)
     loop = simulate(stepper, schedule, state, init_scale=cfg.model.init_scale,

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from meanfield.errors import RunFileError
+from meanfield.config import RunConfig, stored_config
+from meanfield.errors import ConfigError, RunFileError, StoredConfigWarning
 from meanfield.store.layout import LATER_OBSERVABLES, OBSERVABLES, PLACE, SCHEMA_VERSION
 from meanfield.store.locks import _open_read
 from solvers.schedule import Schedule
@@ -71,7 +74,10 @@ class Run:
     Attributes
     ----------
     path : str
-    config : dict              the canonical config
+    config : meanfield.config.RunConfig   the config the file was written with, typed
+                               (read leniently, with a :class:`StoredConfigWarning`, when an
+                               older file's config no longer validates)
+    config_json : str          the stored canonical JSON, as stored
     X : ndarray (n, d); y : ndarray (n,)
     frame_step : ndarray (F,) int; frame_time : ndarray (F,); frame_tau : ndarray (F,)
     observables : dict of name -> dict(step, time, value)
@@ -94,7 +100,7 @@ class Run:
     """
 
     path: str
-    config: dict
+    config: RunConfig
     config_json: str
     X: np.ndarray
     y: np.ndarray
@@ -129,18 +135,33 @@ class Run:
         return int(self.frame_step.shape[0])
 
     @property
-    def n_particles(self):
-        return int(self.config["model"]["n_particles"])
+    def n_particles(self) -> int:
+        return int(self.config.model.n_particles)
 
     @property
     def lam(self) -> float:
         """Weight decay ``λ`` of the run."""
-        return float(self.config["dynamics"]["lam"])
+        return float(self.config.dynamics.lam)
 
     @property
     def taus(self) -> list[float]:
         """The temperatures of the ladder."""
-        return [float(t) for t in self.config["dynamics"]["taus"]]
+        return [float(t) for t in self.config.dynamics.taus]
+
+    @property
+    def activation(self) -> str:
+        """``model.activation`` of the run."""
+        return str(self.config.model.activation)
+
+    @property
+    def eta(self) -> float:
+        """The step ``η`` of the run."""
+        return float(self.config.dynamics.eta)
+
+    @property
+    def integrator(self) -> str:
+        """``dynamics.integrator`` of the run."""
+        return str(self.config.dynamics.integrator)
 
     def stage_observations(self, stage: int) -> np.ndarray:
         """Boolean mask (M,) of the observations of ladder stage ``stage``."""
@@ -246,21 +267,12 @@ def _need_attr(obj, name: str, src: str):
     return obj.attrs[name]
 
 
-def _written_schedule(config: dict) -> Schedule:
-    """The :class:`Schedule` of a stored config (its ``dynamics`` and ``output`` tables)."""
-    dyn, out = config["dynamics"], config["output"]
-    spt = dyn["steps_per_tau"]
-    return Schedule(tuple(float(t) for t in dyn["taus"]), spt if spt == "auto" else int(spt),
-                    int(out["observe_every"]), int(out["snapshots_per_tau"]),
-                    int(dyn.get("max_steps_per_tau", 0) or 0))
-
-
-def _place(f, obs: dict, frame_step, nf: int, no: int, config: dict, src: str):
+def _place(f, obs: dict, frame_step, nf: int, no: int, config: RunConfig, src: str):
     """Stage and step within it of every observation and frame, and the schedule as run.
 
     Read from the file, or for one written before they were stored told from its rows
     (:meth:`solvers.schedule.Schedule.stages_of_rows`; frames lie at observations)."""
-    sch = _written_schedule(config)
+    sch = config.schedule
     neu = f["particles/neurons"]
     if all(name in f["observables"] for name in PLACE):
         got = {}
@@ -339,7 +351,14 @@ def open_run(path: str | os.PathLike) -> Run:
             for name in names:
                 g = f["observables"][name]
                 obs[name] = {k: np.asarray(g[k][:no]) for k in ("step", "time", "value")}
-            config = json.loads(cfg_json)
+            try:
+                config, invalid = stored_config(cfg_json, src)
+            except ConfigError as exc:
+                raise RunFileError(src, "parameters.config_json", str(exc)) from None
+            if invalid is not None:
+                warnings.warn(StoredConfigWarning(
+                    f"{src}: the stored config no longer validates ({invalid}); read as "
+                    f"stored, unchecked, with defaults for missing keys"), stacklevel=2)
             frame_step = np.asarray(pos["step"][:nf])
             place, schedule = _place(f, obs, frame_step, nf, no, config, src)
             return Run(path=src, config=config, config_json=cfg_json,
@@ -359,3 +378,10 @@ def open_run(path: str | os.PathLike) -> Run:
         raise
     except READ_ERRORS as exc:
         raise RunFileError(src, "", f"damaged or incomplete run file ({_h5_reason(exc)})") from None
+
+
+if TYPE_CHECKING:       # the type check of .ci/run: a Run is what the analysis reads
+    from analysis.protocols import RunLike
+
+    def _run_is_run_like(run: Run) -> RunLike:
+        return run

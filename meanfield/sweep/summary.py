@@ -55,7 +55,7 @@ def _per_run_analysis():
 def _observable_summary(run) -> dict:
     """Per-stage risk (time average over the last :data:`RISK_WINDOW` of the stage) and the
     index of the stage's last snapshot frame, from the run file alone."""
-    taus = [float(t) for t in run.config["dynamics"]["taus"]]
+    taus = run.taus
     steps = run.observables["risk"]["step"]
     risk_v = run.observables["risk"]["value"]
     risk, frames = [], []

@@ -160,8 +160,7 @@ def test_convex_reference_is_cached_with_its_rays(counted, monkeypatch, tmp_path
 
 def test_a_ladder_is_one_entry(counted, monkeypatch, tmp_path):
     """prefetch_gibbs solves the ladder by continuation: the sequence is the cached unit."""
-    run = SimpleNamespace(d=1, X=X1, y=Y1,
-                          config={"dynamics": {"lam": 0.1, "taus": [0.1, 0.03, 0.01]}})
+    run = SimpleNamespace(d=1, X=X1, y=Y1, lam=0.1, taus=[0.1, 0.03, 0.01])
     references.prefetch_gibbs(run)
     sols = [references.gibbs_reference(X1, Y1, 0.1, t) for t in (0.1, 0.03, 0.01)]
     assert counted["gibbs"] == 1 and len(_entries(tmp_path)) == 1

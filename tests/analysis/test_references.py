@@ -82,6 +82,14 @@ def test_distances_on_a_run(small_run):
         assert g["max_abs_diff"] == pytest.approx(np.max(np.abs(f - ref)), abs=1e-12)
         # N = 500, window 200 time units: agreement well inside the wrong-τ distance (≥ 0.02)
         assert g["max_abs_diff"] < 0.01
+        # the row states its allowance: b = (d+3)(ηλ/2) max|f_ref| (Euler), and z against it
+        b = (1 + 3) * (0.1 * 0.2 / 2) * np.max(np.abs(ref))
+        assert g["step_bias_allowance"] == pytest.approx(b, rel=1e-12)
+        e = np.sqrt(se ** 2 + g["quad_error"] ** 2)
+        assert g["combined_error"] == pytest.approx(np.max(e), rel=1e-12)
+        z = np.max(np.maximum(np.abs(f - ref) - b, 0) / e)
+        assert g["z"] == pytest.approx(z, rel=1e-9, abs=1e-12)
+        assert g["verdict"] == ("consistent" if z <= 3 else "inconsistent")
     c = convex_distance(run)
     assert c["tau"] == 0.02
     f, _ = time_average_predictor(run, 1, 0.5)

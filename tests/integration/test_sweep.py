@@ -98,7 +98,7 @@ def test_four_jobs_complete_on_two_workers(finished_study):
         assert entry["threads"] == max(1, len(os.sched_getaffinity(0)) // 2)
         run = open_run(study.run_file(job))
         assert run.complete
-        assert run.config == job.config.as_dict()
+        assert run.config.as_dict() == job.config.as_dict()
     assert not list(study.directory.glob("*.part"))
 
 

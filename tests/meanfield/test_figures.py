@@ -70,7 +70,7 @@ def test_figures_draw_into_given_axes(analysed):
 def test_directions_seam_title_and_exact_rays(analysed):
     from solvers.convex import convex
     run, rep, _ = analysed
-    c = convex(run.X, run.y, float(run.config["dynamics"]["lam"]))
+    c = convex(run.X, run.y, run.lam)
     fig = meanfield.plot_directions(rep, run, convex=(c.directions, c.signs))
     assert fig._suptitle.get_text().startswith("τ = 1e-04: J = ")
     assert "thermal halo" in fig._suptitle.get_text()
@@ -146,7 +146,7 @@ def test_report_writes_the_figures_in_the_chosen_format(analysed):
     md = (outdir / "report.md").read_text()
     assert "![trajectory.svg](trajectory.svg)" in md and "thermal halo" in md
     assert not list(outdir.glob("*.png"))
-    assert rep.to_dataframe("rays").shape[0] == sum(r.get("J_measured", r["J"]) for r in rep["ladder"])
+    assert rep.to_dataframe("rays").shape[0] == sum(r["J"] for r in rep["ladder"])
     with pytest.raises(ValueError, match="unknown table"):
         rep.to_dataframe("nope")
 
