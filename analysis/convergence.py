@@ -159,13 +159,15 @@ def assess(observables: Mapping[str, np.ndarray], *, rhat_max: float = RHAT_MAX,
     test = BETWEEN_CHAINS if K > 1 else WITHIN_CHAIN
     reasons = []
     if r >= rhat_max:
-        reasons.append(f"R-hat {r:.4g} >= {rhat_max:g} at {r_name} (rank-normalised split-R-hat, "
-                       f"{test}, {K} chain{'s' if K > 1 else ''})")
+        among = f"between {K} chains" if K > 1 else "within one chain, the weaker test"
+        reasons.append(f"R-hat {r:.4g} >= {rhat_max:g} at {r_name} (rank-normalised split-R-hat "
+                       f"{among})")
     need = K * ess_per_chain_min
     if e < need:
         kind = "bulk" if bulk[names.index(e_name)] <= tail[names.index(e_name)] else "tail"
-        reasons.append(f"too few effective samples ({kind} ESS {e:.4g} < {need:g} = "
-                       f"{ess_per_chain_min:g} per chain at {e_name}; autocorrelation time "
-                       "too long for the stage)")
+        per_chain = f", {ess_per_chain_min:g} per chain" if K > 1 else ""
+        reasons.append(f"too few effective samples ({kind} ESS {e:.4g} at {e_name}, at least "
+                       f"{need:g} needed{per_chain}; autocorrelation time too long for the "
+                       "stage)")
     finite = (lambda v: float(np.nanmin(v)) if np.any(np.isfinite(v)) else math.nan)
     return Convergence(r, finite(bulk), finite(tail), r_name, e_name, K, test, reasons, per)

@@ -210,9 +210,11 @@ def upgrade_report(rep: dict) -> dict:
 
 def count_text(row: dict, key: str) -> str:
     """A count of a ``ladder`` row (``"J"``, ``"K"``) as the report and the command line show
-    it: the integer, or ``"not stationary"`` when the row's stage is judged not stationary
-    (the measured count is in the JSON)."""
-    return NOT_STATIONARY if row.get("stationary") is False else str(row[key])
+    it: the integer, followed by ``"(not stationary)"`` when the row's stage is judged not
+    stationary (a count measured there need not be the stationary measure's)."""
+    if row.get("stationary") is False:
+        return f"{row[key]} ({NOT_STATIONARY})"
+    return str(row[key])
 
 
 @dataclass
@@ -266,10 +268,10 @@ class RunAnalysis:
 
     @property
     def theorem6(self) -> dict | None:
-        """Theorem 6 checks and the bounds of the last snapshot (the lowest temperature)."""
+        """Theorem 6 checks and the bounds of the coldest snapshot (:func:`coldest`)."""
         if not self.frames:
             return None
-        last = self.frames[-1]
+        last = coldest(self.frames)
         res = last.rays
         th = last.theorem6
         reason = None
@@ -284,7 +286,7 @@ class RunAnalysis:
 
     def as_dict(self) -> dict:
         """The report document (``report.json``; keys in ``docs/cli.md``)."""
-        dc, last, P = self.dichotomies, self.frames[-1] if self.frames else None, self.dichotomies.P
+        dc, last, P = self.dichotomies, coldest(self.frames), self.dichotomies.P
         rows = [r.as_dict() for r in self.ladder]
         rep = {"schema_version": REPORT_SCHEMA_VERSION, "run": self.run, "d": self.d, "n": self.n, "P": P, "cover": dc.cover,
                "general_position": dc.general_position, "P_exact": dc.exact,
@@ -390,6 +392,32 @@ def last_of_stages(snapshots: list) -> list:
     for s in snapshots:
         last[s["stage"] if isinstance(s, dict) else s.stage] = s
     return [last[k] for k in sorted(last)]
+
+
+def coldest(snapshots: list):
+    """The last snapshot of the coldest stage: the lowest temperature, and of the stages at it
+    the last (as :meth:`solvers.schedule.Schedule.coldest_stage`; a ladder that reheats ends
+    hotter than its coldest stage, and "the coldest snapshot" of the report, its rays,
+    sensitivity, Theorem 6 and direction map are taken there, as the references are).
+
+    Parameters
+    ----------
+    snapshots : list of FrameAnalysis, or of their report entries (dicts with ``"stage"`` and
+        ``"tau"``), in ladder order.
+
+    Returns
+    -------
+    FrameAnalysis or dict or None
+        None when ``snapshots`` is empty.
+    """
+    if not snapshots:
+        return None
+
+    def get(s, key):
+        return s[key] if isinstance(s, dict) else getattr(s, key)
+    t_min = min(get(s, "tau") for s in snapshots)
+    stage = max(get(s, "stage") for s in snapshots if get(s, "tau") == t_min)
+    return [s for s in snapshots if get(s, "stage") == stage][-1]
 
 
 def _reference_values(reference, X):
@@ -549,7 +577,7 @@ def analyze(run: RunLike, *, reference: ArrayLike | Callable | None = None, w2: 
                      for v, w in zip(cc["directions"], cc["weights"])],
             "kinks": [kk.as_dict() for kk in cc["kinks"]]}
     if sensitivity and frames:
-        last = frames[-1]
+        last = coldest(frames)
         result.sensitivity = {"tau": last.tau, "step": last.step,
                               **ray_sensitivity(last.theta, run.X, last.ray_kw, conv=cvx,
                                                 floor=floor)}

@@ -460,7 +460,9 @@ def annotate_report(rep: dict, verdicts: list) -> dict:
         snap["theorem6"] = theorem6_status(snap.get("theorem6"), snap.get("n_rays", 0), st)
     snaps = rep.get("snapshots", [])
     if rep.get("theorem6") is not None and snaps:
-        last = snaps[-1]
+        # imported here: analysis.run_analysis imports this module
+        from analysis.run_analysis import coldest
+        last = coldest(snaps)
         rep["theorem6"] = theorem6_status(rep["theorem6"], last.get("n_rays", 0),
                                           last["stationary"])
     return rep

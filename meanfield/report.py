@@ -12,7 +12,7 @@ from pathlib import Path
 from numpy.typing import ArrayLike
 
 from analysis.references import Z_CONSISTENT
-from analysis.run_analysis import RunAnalysis, analyze, count_text, upgrade_report
+from analysis.run_analysis import RunAnalysis, analyze, coldest, count_text, upgrade_report
 from meanfield import atomic
 from meanfield import figures as plots
 from meanfield.errors import InputError
@@ -216,7 +216,7 @@ def markdown(rep, figs=()) -> str:
                  f"{s['n_hyperplanes']} | {t['halo_mass_fraction']:.3f} | {hot_s} | "
                  f"{t['linkage_chord']:.3g} | [{t['plateau'][0]:.3g}, {t['plateau'][1]:.3g}] |")
     if rep["snapshots"]:
-        s = rep["snapshots"][-1]
+        s = coldest(rep["snapshots"])
         t = s["thresholds"]
         L += ["", f"## Rays at τ = {s['tau']:.2e}", "",
               "| # | sign | weight c_k | mass frac | spread (rad) | G | cells | direction (w, b) | "

@@ -54,7 +54,8 @@ def register(sub):
                         "coldest tau (about 15 ray analyses; 20 s of CPU at 10^5 particles)")
     p.add_argument("--no-references", action="store_true",
                    help="skip the comparison with the exact references (Gibbs fixed point at "
-                        "each tau for d <= 2; the convex tau -> 0 limit at the coldest tau)")
+                        "each tau: quadrature for d <= 2, randomized QMC up to d = 5; the convex "
+                        "tau -> 0 limit at the coldest tau)")
     p.add_argument("--no-cache", action="store_true",
                    help="compute the exact references afresh, neither reading nor writing "
                         "the reference cache ($MEANFIELD_CACHE_DIR, default "

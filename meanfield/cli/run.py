@@ -16,9 +16,10 @@ def register(sub):
     """Add the ``run`` command to the subparsers ``sub``."""
     p = sub.add_parser(
         "run", help="integrate the mean-field Langevin particles over a temperature ladder",
-        description="Integrate N interacting particles (a, w, b) by Euler-Maruyama over the "
+        description="Integrate N interacting particles (a, w, b) over the "
                     "temperatures dynamics.taus (hot to cold, each warm-started from the "
-                    "previous), writing snapshot frames and observables to an HDF5 run file. "
+                    "previous; dynamics.integrator: Euler-Maruyama 'em', Leimkuhler-Matthews "
+                    "'lm' or the exact Metropolis-adjusted sampler 'mala'), writing snapshot frames and observables to an HDF5 run file. "
                     "While running, the file is RUN.h5.part with a checkpoint RUN.h5.ckpt "
                     "(every output.checkpoint_every steps and on SIGINT/SIGTERM/SIGHUP, exit "
                     "130); it becomes RUN.h5 when complete.",

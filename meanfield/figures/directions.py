@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from analysis.rays import directions
-from analysis.run_analysis import last_of_stages
+from analysis.run_analysis import coldest, last_of_stages
 from meanfield.figures.common import SIGN_COLOURS, WIDTH, _figure, _frame_of, _rc
 
 
@@ -43,8 +43,8 @@ def plot_directions(rep, run, *, axes=None, tau=None, stage=None, convex=None):
     axes : sequence of two matplotlib Axes (Mollweide projection), optional
         For ``a > 0`` and ``a < 0`` (``d = 2``); one polar Axes for ``d = 1``.
     tau : float, optional
-        The temperature (default: the last stage); the last snapshot of the last stage at
-        that temperature is drawn.
+        The temperature (default: the coldest stage, :func:`analysis.run_analysis.coldest`);
+        the last snapshot of the last stage at that temperature is drawn.
     stage : int, optional
         The stage instead (its last snapshot; ``tau`` is then ignored).
     convex : tuple (directions (J, d+1), signs (J,)), optional
@@ -87,8 +87,10 @@ def plot_directions(rep, run, *, axes=None, tau=None, stage=None, convex=None):
         if not pick:
             listed = ", ".join(str(s["stage"]) for s in snaps)
             raise ValueError(f"no snapshot of stage {stage}; the analysis has stages {listed}")
+    elif tau is None:
+        pick = [coldest(snaps)]
     else:
-        pick = [s for s in snaps if tau is None or s["tau"] == tau]
+        pick = [s for s in snaps if s["tau"] == tau]
         if not pick:
             listed = ", ".join(f"{s['tau']:g}" for s in snaps)
             raise ValueError(f"no snapshot at tau={tau:g}; the analysis has {listed}")
@@ -106,7 +108,8 @@ def plot_directions(rep, run, *, axes=None, tau=None, stage=None, convex=None):
     halo = snap.get("thresholds", {}).get("halo_mass_fraction")
     J = len(snap["rays"])
     title = (f"τ = {snap['tau']:.0e}: J = {J} ray{'' if J == 1 else 's'}"
-             + (f", thermal halo {100 * halo:.0f} % of the mass" if halo is not None else ""))
+             + (f", thermal halo {100 * halo:.0f} % of the mass" if halo is not None else "")
+             + (" (not stationary)" if snap.get("stationary") is False else ""))
     with _rc():
         if d == 1:
             return _directions_1d(snap, V, mass, sign, convex, axes, title, floor)

@@ -187,7 +187,8 @@ def _predictor_2d(snaps, run, X, y, axes):
         ax.set_xlim(lo[0], hi[0])
         ax.set_ylim(lo[1], hi[1])
         ax.set_aspect("equal")
-        ax.set_title(f"τ = {s['tau']:.0e}: J = {len(s['rays'])}, K = {len(s['kinks'])}")
+        ax.set_title(f"τ = {s['tau']:.0e}: J = {len(s['rays'])}, K = {len(s['kinks'])}"
+                     + ("\nnot stationary" if s.get("stationary") is False else ""))
         _same_ticks(ax)
         ax.set_xlabel("x₁ [units of x₁]", labelpad=1)
         if i % 2 == 0:

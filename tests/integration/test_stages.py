@@ -144,6 +144,12 @@ def test_reheating_ladder_is_analysed_stage_by_stage(reheat_run, tmp_path, capsy
         assert r["stationarity"] == json.loads(json.dumps(vs[r["stage"]].to_dict()))
     for name in ("ladder.png", "predictor.png", "directions.png", "trajectory.png"):
         assert (out / name).stat().st_size > 0
+    # "the coldest snapshot" is the last of the coldest stage (1), not the last of the ladder (2)
+    from analysis.run_analysis import coldest
+    cold = coldest(rep["snapshots"])
+    assert (cold["stage"], cold["step"]) == (1, 200)
+    md = (out / "report.md").read_text()
+    assert f"## Rays at τ = {REHEAT[1]:.2e}" in md
     rays = Report(rep).to_dataframe("rays")
     assert sorted(set(rays.stage)) == [0, 1, 2]
     assert set(rays[rays.stage == 2].step) == {300}

@@ -135,9 +135,9 @@ def test_counts_stay_integers_at_a_stage_judged_not_stationary(report):
             assert type(r[key]) is int, (key, r[key])
         assert "J_measured" not in r and "K_measured" not in r
         assert r["J"] == r["K"] == 2
-    assert [count_text(r, "J") for r in rows] == ["2", "not stationary"]
+    assert [count_text(r, "J") for r in rows] == ["2", "2 (not stationary)"]
     md = markdown(report)
-    assert "| 1.00e-04 | 40000 | **NO** | not stationary | not stationary |" in md
+    assert "| 1.00e-04 | 40000 | **NO** | 2 (not stationary) | 2 (not stationary) |" in md
     # the convex counts once, as the τ → 0 row
     c = report["convex_counts"]
     assert md.count("τ → 0 (convex)") == 2          # the row and the note under the table
@@ -197,7 +197,7 @@ def test_the_command_line_renders_the_flag_and_the_tau0_counts_once(run_file, tm
     rows = [ln for ln in out if ln.startswith("tau=") and " step=" in ln]
     assert len(rows) == 2
     assert "rays J=  2 hyperplanes K=  2" in rows[0] and "NOT STATIONARY" not in rows[0]
-    assert "rays J=not stationary hyperplanes K=not stationary" in rows[1]
+    assert "rays J=2 (not stationary) hyperplanes K=2 (not stationary)" in rows[1]
     assert "NOT STATIONARY: " in rows[1] and "drift: " in rows[1]
     assert not any("convex" in ln for ln in rows)
     limit = [ln for ln in out if ln.startswith("tau -> 0")]
