@@ -227,6 +227,9 @@ def _read_csv(path: Path):
 
 
 #: The first bytes of the binary formats (``.npz`` is a zip archive).
+#: Suffixes of the data files ``kind = "file"`` reads (docs/cli.md, ``[data]``).
+DATA_SUFFIXES = (".csv", ".npy", ".npz")
+
 _MAGIC = {".npy": b"\x93NUMPY", ".npz": b"PK\x03\x04"}
 
 

@@ -164,9 +164,16 @@ def _ladder(run):
 def _not_a_config(path, then: str = "analyse") -> None:
     """Refuse a config given where a run file belongs, saying how to make one (``then``: what
     to do with the run file afterwards)."""
-    if Path(path).suffix.lower() == ".toml":
+    from meanfield.data import DATA_SUFFIXES
+    suffix = Path(path).suffix.lower()
+    if suffix == ".toml":
         raise InputError(path, "", "is a config, not a run file: run it first "
                                    f"(meanfield run {path} -o RUN.h5), then {then} RUN.h5")
+    if suffix in DATA_SUFFIXES:
+        raise InputError(path, "", "is a data file, not a run file: name it in a config's "
+                                   "[data] table (kind = \"file\", path = ...), run that "
+                                   f"config (meanfield run CONFIG.toml -o RUN.h5), then {then} "
+                                   "RUN.h5")
 
 
 def _two_runs(args, option):

@@ -118,3 +118,13 @@ def test_a_data_or_run_file_given_as_a_config_says_what_it_is(tmp_path, capsys, 
     h5.write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(64))
     line = one_line(capsys, main(["run", str(h5), "-o", str(tmp_path / "r2.h5")]))
     assert "is an HDF5 file (a run file?)" in line, line
+
+
+@pytest.mark.parametrize("command", ["inspect", "analyze"])
+def test_a_data_file_given_as_the_run_file_says_what_it_is(command, tmp_path, capsys):
+    from meanfield.cli import main
+    csv = tmp_path / "points.csv"
+    csv.write_text("x1,x2,y\n0,1,1\n1,0,-1\n")
+    line = one_line(capsys, main([command, str(csv)]))
+    assert str(csv) in line and "is a data file, not a run file" in line
+    assert "HDF5" not in line and "[data]" in line
