@@ -127,7 +127,7 @@ def test_auto_stages_end_on_their_verdict_and_resume_bitwise(tmp_path):
     assert sch.auto and sch.stage_length(0) == 48000
     assert sch.snapshots(0) == [6000 * k for k in range(1, 9)]
     ds = _data.from_config(cfg)
-    done = runner.loop._stage_stationary(ds.n)
+    done = runner.loop._stage_stationary(ds.y)
     full = runner.integrate(cfg, ds, progress=False, stage_done=done)
     # interrupted at some boundary and resumed from a copy of the state there
     saved = {}
