@@ -46,6 +46,7 @@ from scipy.stats import t as student_t
 from analysis import convergence as _convergence
 from analysis import time_average as _time_average
 from analysis.protocols import RunLike
+from analysis.snapshots import coldest
 from analysis.time_average import stored_predictor
 
 #: Family-wise false-alarm level of the drift and parity tests (Bonferroni over the ``n``
@@ -460,8 +461,6 @@ def annotate_report(rep: dict, verdicts: list) -> dict:
         snap["theorem6"] = theorem6_status(snap.get("theorem6"), snap.get("n_rays", 0), st)
     snaps = rep.get("snapshots", [])
     if rep.get("theorem6") is not None and snaps:
-        # imported here: analysis.run_analysis imports this module
-        from analysis.run_analysis import coldest
         last = coldest(snaps)
         rep["theorem6"] = theorem6_status(rep["theorem6"], last.get("n_rays", 0),
                                           last["stationary"])

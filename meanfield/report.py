@@ -12,7 +12,8 @@ from pathlib import Path
 from numpy.typing import ArrayLike
 
 from analysis.references import Z_CONSISTENT
-from analysis.run_analysis import RunAnalysis, analyze, coldest, count_text, upgrade_report
+from analysis.run_analysis import RunAnalysis, analyze, count_text, upgrade_report
+from analysis.snapshots import coldest
 from meanfield import atomic
 from meanfield import figures as plots
 from meanfield.errors import InputError

@@ -132,7 +132,7 @@ def ladder_table(rep):
 
 
 def _last_of_stages(rep):
-    from analysis.run_analysis import last_of_stages
+    from analysis.snapshots import last_of_stages
     return last_of_stages(rep.get("snapshots", []))
 
 

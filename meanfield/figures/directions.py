@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from analysis.rays import directions
-from analysis.run_analysis import coldest, last_of_stages
+from analysis.snapshots import coldest, last_of_stages
 from meanfield.figures.common import SIGN_COLOURS, WIDTH, _figure, _frame_of, _rc
 
 
@@ -43,7 +43,7 @@ def plot_directions(rep, run, *, axes=None, tau=None, stage=None, convex=None):
     axes : sequence of two matplotlib Axes (Mollweide projection), optional
         For ``a > 0`` and ``a < 0`` (``d = 2``); one polar Axes for ``d = 1``.
     tau : float, optional
-        The temperature (default: the coldest stage, :func:`analysis.run_analysis.coldest`);
+        The temperature (default: the coldest stage, :func:`analysis.snapshots.coldest`);
         the last snapshot of the last stage at that temperature is drawn.
     stage : int, optional
         The stage instead (its last snapshot; ``tau`` is then ignored).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.run_analysis import last_of_stages
+from analysis.snapshots import last_of_stages
 from meanfield.figures.common import (
     SIGN_COLOURS,
     SIGN_STYLES,

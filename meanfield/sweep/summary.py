@@ -75,7 +75,7 @@ def _jk_from_report(rep: dict, n_stages: int) -> tuple[list, list]:
     """``J`` and ``K`` per stage from a per-run report: the last snapshot of each stage
     (``rep["snapshots"] = [{"stage", "step", "tau", "n_rays", "n_hyperplanes"}]``, in ladder
     order)."""
-    from analysis.run_analysis import last_of_stages
+    from analysis.snapshots import last_of_stages
     J = [float("nan")] * n_stages
     K = [float("nan")] * n_stages
     for snap in last_of_stages(rep.get("snapshots", []) or []):

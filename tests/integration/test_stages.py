@@ -145,7 +145,7 @@ def test_reheating_ladder_is_analysed_stage_by_stage(reheat_run, tmp_path, capsy
     for name in ("ladder.png", "predictor.png", "directions.png", "trajectory.png"):
         assert (out / name).stat().st_size > 0
     # "the coldest snapshot" is the last of the coldest stage (1), not the last of the ladder (2)
-    from analysis.run_analysis import coldest
+    from analysis.snapshots import coldest
     cold = coldest(rep["snapshots"])
     assert (cold["stage"], cold["step"]) == (1, 200)
     md = (out / "report.md").read_text()
