@@ -31,8 +31,15 @@ FORMAT = "meanfield-checkpoint"
 VERSION = 1
 
 
+def _key(chain: int, name: str) -> str:
+    """The archive name of field ``name`` of chain ``chain`` (chain 0's fields unprefixed, as
+    in checkpoints written before chains existed)."""
+    return name if chain == 0 else f"chain{chain}.{name}"
+
+
 def save(path, state, *, physics_hash: str, config_hash: str, data_hash: str = "") -> None:
-    """Write ``state`` (a dataclass such as ``SolverState``) to ``path`` atomically.
+    """Write ``state`` (a dataclass such as ``SolverState``, or a list of them, one per
+    chain of the run) to ``path`` atomically.
 
     Fields may be ndarrays, ints, floats, or lists of equally shaped ndarrays.
 
@@ -40,7 +47,7 @@ def save(path, state, *, physics_hash: str, config_hash: str, data_hash: str = "
     ----------
     path : path-like
         The checkpoint, e.g. ``RUN.h5.ckpt``. ``path + ".tmp"`` is used as scratch.
-    state : dataclass instance
+    state : dataclass instance or list of them
     physics_hash, config_hash : str
         From :class:`meanfield.config.RunConfig`; a resume under another physics is refused.
     data_hash : str
@@ -52,29 +59,34 @@ def save(path, state, *, physics_hash: str, config_hash: str, data_hash: str = "
         The checkpoint cannot be written (the previous checkpoint is then still in place).
     """
     path = Path(path)
+    states = list(state) if isinstance(state, (list, tuple)) else [state]
     arrays, kinds = {}, {}
-    for fld in dataclasses.fields(state):
-        v = getattr(state, fld.name)
-        if isinstance(v, np.ndarray):
-            kinds[fld.name] = "array"
-            arrays[fld.name] = v
-        elif isinstance(v, list):
-            kinds[fld.name] = "list"
-            arrays[fld.name] = np.asarray(v, dtype=np.float64) if v else np.zeros((0,))
-        elif isinstance(v, (bool, np.bool_)):
-            kinds[fld.name] = "bool"
-            arrays[fld.name] = np.asarray(bool(v))
-        elif isinstance(v, (int, np.integer)):
-            kinds[fld.name] = "int"
-            arrays[fld.name] = np.asarray(int(v), dtype=np.int64)
-        elif isinstance(v, (float, np.floating)):
-            kinds[fld.name] = "float"
-            arrays[fld.name] = np.asarray(float(v), dtype=np.float64)
-        else:  # pragma: no cover - a programming error, not bad input
-            raise TypeError(f"cannot checkpoint field {fld.name} of type {type(v).__name__}")
+    for c, st in enumerate(states):
+        for fld in dataclasses.fields(st):
+            v, key = getattr(st, fld.name), _key(c, fld.name)
+            if isinstance(v, np.ndarray):
+                kinds[fld.name] = "array"
+                arrays[key] = v
+            elif isinstance(v, list):
+                kinds[fld.name] = "list"
+                arrays[key] = np.asarray(v, dtype=np.float64) if v else np.zeros((0,))
+            elif isinstance(v, (bool, np.bool_)):
+                kinds[fld.name] = "bool"
+                arrays[key] = np.asarray(bool(v))
+            elif isinstance(v, (int, np.integer)):
+                kinds[fld.name] = "int"
+                arrays[key] = np.asarray(int(v), dtype=np.int64)
+            elif isinstance(v, (float, np.floating)):
+                kinds[fld.name] = "float"
+                arrays[key] = np.asarray(float(v), dtype=np.float64)
+            else:  # pragma: no cover - a programming error, not bad input
+                raise TypeError(f"cannot checkpoint field {fld.name} of type "
+                                f"{type(v).__name__}")
     meta = {"format": FORMAT, "version": VERSION, "physics_hash": physics_hash,
             "config_hash": config_hash, "data_hash": data_hash, "fields": kinds,
             "meanfield": __version__}
+    if len(states) > 1:
+        meta["chains"] = len(states)
     arrays["meta"] = np.asarray(json.dumps(meta, sort_keys=True))
     with atomic.replacing(path, scratch=path.with_name(path.name + ".tmp"), durable=True) as tmp:
         with open(tmp, "wb") as fh:
@@ -82,7 +94,8 @@ def save(path, state, *, physics_hash: str, config_hash: str, data_hash: str = "
 
 
 def load(path, state_cls):
-    """Read a checkpoint written by :func:`save`.
+    """Read a checkpoint of one chain written by :func:`save` (:func:`load_chains` reads
+    one of several chains; this refuses those).
 
     Parameters
     ----------
@@ -103,6 +116,28 @@ def load(path, state_cls):
     CheckpointError
         Missing, unreadable or damaged file, another format or version, fields that do not
         match ``state_cls``, or non-finite particles.
+    """
+    states, meta = load_chains(path, state_cls)
+    if len(states) != 1:
+        raise CheckpointError(str(path), "meta.chains", f"holds {len(states)} chains, "
+                                                        "expected one")
+    return states[0], meta
+
+
+def load_chains(path, state_cls):
+    """Read a checkpoint written by :func:`save`: one state per chain of the run.
+
+    Returns
+    -------
+    states : list of state_cls
+        Chain 0 first (one state for a checkpoint of one chain).
+    meta : dict
+        As :func:`load`; ``chains`` present when there are several.
+
+    Raises
+    ------
+    CheckpointError
+        As :func:`load`.
     """
     src = str(path)
     try:
@@ -127,9 +162,19 @@ def load(path, state_cls):
                                                    f"is not supported (expected {VERSION})")
     kinds = meta.get("fields", {})
     names = {f.name for f in dataclasses.fields(state_cls)}
-    if set(kinds) != names or set(data) != names:
-        raise CheckpointError(src, "fields", f"holds {sorted(data)}, expected {sorted(names)}; "
+    chains = meta.get("chains", 1)
+    if not isinstance(chains, int) or chains < 1:
+        raise CheckpointError(src, "meta.chains", f"not a positive integer ({chains!r})")
+    want = {_key(c, name) for c in range(chains) for name in names}
+    if set(kinds) != names or set(data) != want:
+        raise CheckpointError(src, "fields", f"holds {sorted(data)}, expected {sorted(want)}; "
                                              "written by another meanfield version")
+    return [_state(src, state_cls, kinds, {name: data[_key(c, name)] for name in names})
+            for c in range(chains)], meta
+
+
+def _state(src, state_cls, kinds, data):
+    """One chain's state from its arrays ``data`` (field name -> array)."""
     kw = {}
     for name, kind in kinds.items():
         a = data[name]
@@ -150,4 +195,4 @@ def load(path, state_cls):
             raise CheckpointError(src, name, "holds NaN or Inf")
         if isinstance(v, int) and v < 0:
             raise CheckpointError(src, name, f"negative ({v})")
-    return state_cls(**kw), meta
+    return state_cls(**kw)

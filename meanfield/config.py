@@ -5,7 +5,8 @@ dataclass of :mod:`meanfield.schema` whose field defaults are the defaults of th
 
     [data]      kind = "file" | "two_point" | "gaussian" | "grid" | "inline"   (DATA_KINDS)
     [model]     ModelConfig:    activation, n_particles, init_scale, sharpness, cap
-    [dynamics]  DynamicsConfig: lam, eta, taus, steps_per_tau, max_steps_per_tau, batch_size, seed
+    [dynamics]  DynamicsConfig: lam, eta, taus, steps_per_tau, max_steps_per_tau, batch_size, seed,
+                                chains
     [output]    OutputConfig:   observe_every, snapshots_per_tau, checkpoint_every
 
 Every problem is reported as :class:`meanfield.errors.ConfigError` naming the file, the field
@@ -71,6 +72,8 @@ class RunConfig:
         dyn["taus"] = list(dyn["taus"])
         if dyn.get("jumps") is None:        # "mala" only: other configs keep their hash
             dyn.pop("jumps", None)
+        if dyn.get("chains") == 1:          # one chain: configs older than the key keep theirs
+            dyn.pop("chains", None)
         data = {"kind": self.data.KIND, **dataclasses.asdict(self.data)}
         for key in ("target", "features"):      # only when given: older configs keep their hash
             if key in data:

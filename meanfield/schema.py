@@ -38,6 +38,8 @@ MAX_DIM = 10**5
 MAX_FLOAT = 1e15
 #: Smallest lam: the stationary scale tau/lam and mean(y**2)/lam must stay finite.
 MIN_LAM = 1e-15
+#: Most independent chains (``dynamics.chains``) in one run.
+MAX_CHAINS = 64
 #: Most snapshot frames of a run.
 MAX_FRAMES = 10**6
 
@@ -374,6 +376,12 @@ class DynamicsConfig(_Table):
         ``"mala"`` only: share of the moves that are jumps near another particle, in
         ``[0, 1]`` (0: none; default :data:`DEFAULT_JUMPS`). ``None`` for the other
         integrators (the key is then refused, and left out of the config's hash).
+    chains : int
+        Independent particle systems of the run, ``1 <= chains <=`` :data:`MAX_CHAINS`
+        (same data, ladder and integrator; seeds and initial particles from ``seed`` and the
+        chain index, :func:`solvers.langevin.chain_seed`). Chain 0 is the run of one chain.
+        The stationarity verdict compares them (split-R̂ across chains; docs/theory.md §11).
+        Left out of the config's hash when 1, so one-chain configs keep theirs.
     """
 
     lam: float = 0.05
@@ -385,6 +393,7 @@ class DynamicsConfig(_Table):
     batch_size: int = 0
     seed: int = 0
     jumps: float | None = None
+    chains: int = 1
 
     @staticmethod
     def _checked(dyn: dict, src: str) -> dict:
@@ -424,6 +433,8 @@ class DynamicsConfig(_Table):
             _check(dyn["max_steps_per_tau"] == 0, src, "dynamics.max_steps_per_tau",
                    "only with steps_per_tau = \"auto\"")
         _num(dyn, "batch_size", src, "dynamics", integer=True, nonneg=True)
+        _num(dyn, "chains", src, "dynamics", integer=True, minimum=1, maximum=MAX_CHAINS,
+             why="independent particle systems in one run")
         _num(dyn, "seed", src, "dynamics", integer=True, nonneg=True, maximum=2**63 - 1,
              why="a 64-bit seed")
         dyn["lam"] = float(dyn["lam"])

@@ -342,7 +342,7 @@ def _forward_serial(T, XT, n, partial, scratch, kind, p, dims):
             _forward_block(T, lo, m, XT, n, partial, blk, scratch, 0, zoff, kind, p, dims)
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)     # chains step in parallel threads (solvers.langevin)
 def mala_steps(T, X, y, XT, partial, scratch, sub, f, R, counts, f_sum, lam, eta, tau,
                seed, step0, nsteps, kind, p, data_term, jumps, dims):
     """Advance ``nsteps`` Metropolis-adjusted passes from global step ``step0``.

@@ -152,43 +152,93 @@ def move_rates(counts, n_particles: int, nsteps: int, eta: float) -> dict:
                               else math.nan)}
 
 
-def simulate(stepper: Stepper, schedule: Schedule, state: SolverState, *,
-             init_scale: float,
-             stage_done: Callable[[SolverState], bool] | None = None,
-             ) -> Iterator[tuple[SolverState, Observation, bool]]:
+def chain_seed(seed: int, chain: int) -> int:
+    """The seed of chain ``chain`` of a run of seed ``seed`` (``dynamics.chains``).
+
+    Chain 0 is ``seed`` itself, so that a run of one chain is the run it was before chains
+    existed. Chain ``k >= 1`` gets the first 63 bits of NumPy's ``SeedSequence([seed, k])``:
+    its noise, minibatches and initial particles are then independent streams of the
+    counter-based generator (``solvers._rng``), and no two chains of one run share a seed.
+
+    Returns
+    -------
+    int
+        ``0 <= seed < 2**63``.
+    """
+    if chain == 0:
+        return int(seed)
+    word = np.random.SeedSequence([int(seed), int(chain)]).generate_state(1, np.uint64)[0]
+    return int(word >> np.uint64(1))
+
+
+def _parallel_chains(steppers) -> int:
+    """How many chains may step at once in threads of this process: those of an integrator
+    that is sequential over particles (``"mala"``; its kernel releases the GIL) when numba's
+    threading layer is thread-safe, at most ``numba.get_num_threads()``; 1 otherwise (the
+    kernels of ``"em"`` and ``"lm"`` already use every thread within one system)."""
+    if len(steppers) < 2 or steppers[0].spec.parallel:
+        return 1
+    import numba
+    try:
+        layer = numba.threading_layer()
+    except ValueError:            # no parallel kernel ran yet: the layer is not chosen
+        return 1
+    if layer not in ("omp", "tbb"):
+        return 1
+    return max(1, min(len(steppers), int(numba.get_num_threads())))
+
+
+def _advance(stepper, theta, tau, step0, nsteps):
+    """``nsteps`` steps of one chain from global step ``step0``, the last one separately so
+    that the residuals of both parities are seen: ``(code, R_prev)``."""
+    stepper.reset_counts()
+    code = stepper.advance(theta, tau, step0, nsteps - 1)
+    R_prev = stepper.R.copy()
+    if code == 0:
+        code = stepper.advance(theta, tau, step0 + nsteps - 1, 1)
+    return code, R_prev
+
+
+def simulate(stepper, schedule: Schedule, state, *, init_scale: float,
+             stage_done: Callable | None = None) -> Iterator[tuple]:
     """Integrate the ladder of ``schedule`` from ``state``, boundary by boundary.
 
     Parameters
     ----------
-    stepper : Stepper
-        The particle stepper (data, ``λ``, ``η``, activation, minibatches, noise key).
+    stepper : Stepper or sequence of Stepper
+        The particle stepper (data, ``λ``, ``η``, activation, minibatches, noise key); a
+        sequence of ``K`` steppers (one per chain, each with its own seed,
+        :func:`chain_seed`) for ``K`` independent particle systems stepped together.
     schedule : Schedule
         The temperature ladder and its observation boundaries.
-    state : SolverState
-        Where to start: a fresh :func:`initial_state`, or one restored from a checkpoint.
-        Updated in place (``theta`` too) and yielded at every boundary.
+    state : SolverState or sequence of SolverState
+        Where to start (one per stepper): a fresh :func:`initial_state`, or one restored
+        from a checkpoint. Updated in place (``theta`` too) and yielded at every boundary.
+        The chains share the step counter and the ladder position.
     init_scale : float
         Scale of the initial particles (enters the divergence bound of
         :func:`second_moment_scale`).
-    stage_done : callable(SolverState) -> bool, optional
+    stage_done : callable, optional
         ``steps_per_tau = "auto"`` only: asked where :meth:`Schedule.may_end` allows whether
-        the stage may end (e.g. its stationarity verdict from ``stage_steps``,
-        ``stage_residuals``, ``stage_previous``, ``stage_eta_h``, ``stage_regulariser``); a pure function of the
-        state, so a resumed run decides the same. The lengths decided go to
-        ``state.stage_lengths``.
+        the stage may end, with the state (one stepper) or the list of states (a sequence),
+        e.g. its stationarity verdict from ``stage_steps``, ``stage_residuals``,
+        ``stage_previous``, ``stage_eta_h``, ``stage_regulariser``; a pure function of the
+        states, so a resumed run decides the same, and one decision for all chains. The
+        lengths decided go to every ``state.stage_lengths``.
 
     Returns
     -------
-    iterator of (SolverState, Observation, bool)
+    iterator of (state, observation, bool)
         A generator; the loop ends when the last stage is done. Closing it early (a stop
-        request) leaves ``state`` at the last boundary reached.
+        request) leaves the states at the last boundary reached. With a sequence of
+        steppers, ``state`` and ``observation`` are lists (one per chain).
 
     Yields
     ------
-    state : SolverState
+    state : SolverState or list of SolverState
         The state after the boundary; when the boundary ends a stage, ``stage`` already
         points to the next one.
-    observation : Observation
+    observation : Observation or list of Observation
         The observables at the boundary.
     snapshot : bool
         Whether the boundary is a snapshot step (the caller may store ``state.theta``).
@@ -197,88 +247,147 @@ def simulate(stepper: Stepper, schedule: Schedule, state: SolverState, *,
     ------
     DivergenceError
         NaN/Inf in the residuals or particles, or a mean squared norm beyond
-        ``RUNAWAY_FACTOR`` times :func:`second_moment_scale` (names the step, ``τ`` and a
-        likely cause).
+        ``RUNAWAY_FACTOR`` times :func:`second_moment_scale` (names the step, ``τ``, the
+        chain when there are several, and a likely cause).
     UnstableStepError
         Full batch and ``η h ≥ 2`` at an observation (``solvers.stability``): the step is
         linearly unstable on the data mode. Raised after that observation is yielded. Never
         for ``"mala"``.
+
+    Notes
+    -----
+    Chains never exchange anything: each one's trajectory is the same whatever the number of
+    chains or threads. Chains of ``"mala"`` step in parallel threads
+    (:func:`_parallel_chains`).
     """
-    theta = np.ascontiguousarray(state.theta, dtype=np.float64)
-    state.theta = theta
-    n, d, eta, lam = stepper.n, stepper.d, stepper.eta, stepper.lam
-    runaway = RUNAWAY_FACTOR * second_moment_scale(lam, init_scale, schedule.taus, stepper.y, d)
-    full_batch = stepper.batch_size == 0
-    mala = stepper.integrator == "mala"
+    one = isinstance(stepper, Stepper)
+    steppers = [stepper] if one else list(stepper)
+    states = [state] if one else list(state)
+    if len(states) != len(steppers) or not steppers:
+        raise ValueError(f"{len(steppers)} steppers for {len(states)} states")
+    decide = None
+    if stage_done is not None:
+        decide = (lambda sts: stage_done(sts[0])) if one else stage_done
+    loop = _simulate(steppers, schedule, states, init_scale=init_scale, stage_done=decide)
+    for sts, obs, snapshot in loop:
+        yield (sts[0], obs[0], snapshot) if one else (sts, obs, snapshot)
+
+
+def _simulate(steppers, schedule, states, *, init_scale, stage_done):
+    """:func:`simulate` over lists of steppers and states."""
+    for st in states:
+        st.theta = np.ascontiguousarray(st.theta, dtype=np.float64)
+    lead = steppers[0]
+    d, eta, lam = lead.d, lead.eta, lead.lam
+    runaway = RUNAWAY_FACTOR * second_moment_scale(lam, init_scale, schedule.taus, lead.y, d)
+    full_batch = lead.batch_size == 0
+    mala = lead.integrator == "mala"
+    K = len(steppers)
     if schedule.auto:
-        schedule = schedule.with_lengths(state.stage_lengths)
-    while state.stage < schedule.n_stages:
-        tau = schedule.taus[state.stage]
-        target = schedule.next_boundary(state.stage, state.step_in_stage)
-        nsteps = target - state.step_in_stage
-        stepper.reset_counts()
-        # the last step separately: the residuals of both parities are observed
-        code = stepper.advance(theta, tau, state.step, nsteps - 1)
-        R_prev = stepper.R.copy()
-        if code == 0:
-            code = stepper.advance(theta, tau, state.step + nsteps - 1, 1)
-        state.step += nsteps
-        state.step_in_stage = target
-        msq = float(np.mean(np.einsum("ij,ij->i", theta, theta))) if code == 0 else math.nan
-        if not (math.isfinite(msq) and np.all(np.isfinite(theta))):  # NaN, Inf or overflow
-            raise DivergenceError(
-                state.step, tau,
-                f"dynamics diverged (NaN/Inf/overflow) between steps "
-                f"{state.step - nsteps} and {state.step} at tau={tau:g}; the step size "
-                f"eta={eta:g} is likely too large for this data scale (try eta/2) "
-                f"or init_scale too big")
-        if msq > runaway:
-            raise DivergenceError(
-                state.step, tau,
-                f"dynamics ran away by step {state.step} at tau={tau:g}: mean |theta|^2 = "
-                f"{msq:.3g} is over {RUNAWAY_FACTOR:.0e} times its expected scale; the step "
-                f"size eta={eta:g} is likely too large for this data scale (try eta/2)")
-        R = stepper.R.copy()
-        if mala:      # exact at any step: no data-mode stability limit, no parity effect
-            eta_h = math.nan
-            rates = move_rates(stepper.counts, stepper.n_particles, nsteps, eta)
-        else:
-            mode = data_mode(theta, stepper.X, R, lam, stepper.activation, stepper.sharpness,
-                             stepper.cap)
-            eta_h = mode.eta_lambda_max(eta)
-            rates = {}
-        state.stage_residuals.append(R)
-        state.stage_previous.append(R_prev)
-        state.stage_eta_h.append(eta_h)
-        state.stage_steps.append(float(state.step))
-        state.stage_regulariser.append(0.5 * lam * msq)
-        obs = Observation(step=state.step, time=state.step * eta, stage=state.stage,
-                          step_in_stage=state.step_in_stage, tau=tau,
-                          risk=float(np.sum((n * R) ** 2) / n), regulariser=0.5 * lam * msq,
-                          mean_sq_norm=msq, stationarity=stationarity(state.stage_residuals),
-                          residuals=R, residuals_previous=R_prev, eta_lambda_max=eta_h,
-                          **rates)
-        snapshot = target in schedule.snapshots(state.stage)
-        done = state.step_in_stage >= schedule.stage_length(state.stage)
-        if not done and stage_done is not None and \
-                schedule.may_end(state.stage, state.step_in_stage):
-            done = bool(stage_done(state))
-        if done:
-            if schedule.auto:
-                schedule = schedule.with_length(state.stage, state.step_in_stage)
-                state.stage_lengths.append(state.step_in_stage)
-            state.stage += 1
-            state.step_in_stage = 0
-            state.stage_residuals = []
-            state.stage_previous = []
-            state.stage_eta_h = []
-            state.stage_steps = []
-            state.stage_regulariser = []
-        yield state, obs, snapshot
-        if not mala and eta_h >= STABILITY_LIMIT and full_batch:
-            raise UnstableStepError(
-                obs.step, tau,
-                f"unstable step: eta={eta:g} is above the stability limit "
-                f"{mode.largest_stable_eta():.4g} of the data mode (eta*h = {eta_h:.3g} >= "
-                f"{STABILITY_LIMIT:g}) at tau={tau:g}, step {obs.step}; the predictor "
-                "oscillates with period 2")
+        schedule = schedule.with_lengths(states[0].stage_lengths)
+    workers = _parallel_chains(steppers)
+    pool = None
+    if workers > 1:
+        from concurrent.futures import ThreadPoolExecutor
+        pool = ThreadPoolExecutor(max_workers=workers)
+    try:
+        lead_state = states[0]
+        while lead_state.stage < schedule.n_stages:
+            stage = lead_state.stage
+            tau = schedule.taus[stage]
+            target = schedule.next_boundary(stage, lead_state.step_in_stage)
+            nsteps = target - lead_state.step_in_stage
+            step0 = lead_state.step
+            jobs = [(s, st.theta, tau, step0, nsteps) for s, st in zip(steppers, states)]
+            done_steps = (list(pool.map(lambda a: _advance(*a), jobs)) if pool is not None
+                          else [_advance(*a) for a in jobs])
+            observations, modes = [], []
+            for k, (stp, st, (code, R_prev)) in enumerate(zip(steppers, states, done_steps)):
+                obs, mode = _observe(stp, st, code, R_prev, tau, step0, nsteps, target,
+                                     runaway=runaway, mala=mala,
+                                     chain=(k if K > 1 else None))
+                observations.append(obs)
+                modes.append(mode)
+            snapshot = target in schedule.snapshots(stage)
+            done = lead_state.step_in_stage >= schedule.stage_length(stage)
+            if not done and stage_done is not None and schedule.may_end(
+                    stage, lead_state.step_in_stage):
+                done = bool(stage_done(states))
+            if done:
+                if schedule.auto:
+                    schedule = schedule.with_length(stage, lead_state.step_in_stage)
+                for st in states:
+                    _next_stage(st, schedule.auto)
+            yield states, observations, snapshot
+            if not mala and full_batch:
+                for obs, mode in zip(observations, modes):
+                    if obs.eta_lambda_max >= STABILITY_LIMIT:
+                        raise UnstableStepError(
+                            obs.step, tau,
+                            f"unstable step: eta={eta:g} is above the stability limit "
+                            f"{mode.largest_stable_eta():.4g} of the data mode (eta*h = "
+                            f"{obs.eta_lambda_max:.3g} >= {STABILITY_LIMIT:g}) at tau={tau:g}, "
+                            f"step {obs.step}; the predictor oscillates with period 2")
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+
+def _next_stage(state, auto: bool) -> None:
+    """Move ``state`` to the start of the next stage (its stage history emptied)."""
+    if auto:
+        state.stage_lengths.append(state.step_in_stage)
+    state.stage += 1
+    state.step_in_stage = 0
+    state.stage_residuals = []
+    state.stage_previous = []
+    state.stage_eta_h = []
+    state.stage_steps = []
+    state.stage_regulariser = []
+
+
+def _observe(stepper, state, code, R_prev, tau, step0, nsteps, target, *, runaway, mala,
+             chain):
+    """Check one chain after ``nsteps`` steps from ``step0``, record the boundary in its
+    state and return ``(Observation, data mode or None)``."""
+    theta = state.theta
+    n, eta, lam = stepper.n, stepper.eta, stepper.lam
+    state.step = step0 + nsteps
+    state.step_in_stage = target
+    where = "" if chain is None else f" in chain {chain}"
+    msq = float(np.mean(np.einsum("ij,ij->i", theta, theta))) if code == 0 else math.nan
+    if not (math.isfinite(msq) and np.all(np.isfinite(theta))):  # NaN, Inf or overflow
+        raise DivergenceError(
+            state.step, tau,
+            f"dynamics diverged (NaN/Inf/overflow){where} between steps "
+            f"{step0} and {state.step} at tau={tau:g}; the step size "
+            f"eta={eta:g} is likely too large for this data scale (try eta/2) "
+            f"or init_scale too big")
+    if msq > runaway:
+        raise DivergenceError(
+            state.step, tau,
+            f"dynamics ran away{where} by step {state.step} at tau={tau:g}: mean |theta|^2 = "
+            f"{msq:.3g} is over {RUNAWAY_FACTOR:.0e} times its expected scale; the step "
+            f"size eta={eta:g} is likely too large for this data scale (try eta/2)")
+    R = stepper.R.copy()
+    mode = None
+    if mala:      # exact at any step: no data-mode stability limit, no parity effect
+        eta_h = math.nan
+        rates = move_rates(stepper.counts, stepper.n_particles, nsteps, eta)
+    else:
+        mode = data_mode(theta, stepper.X, R, lam, stepper.activation, stepper.sharpness,
+                         stepper.cap)
+        eta_h = mode.eta_lambda_max(eta)
+        rates = {}
+    state.stage_residuals.append(R)
+    state.stage_previous.append(R_prev)
+    state.stage_eta_h.append(eta_h)
+    state.stage_steps.append(float(state.step))
+    state.stage_regulariser.append(0.5 * lam * msq)
+    obs = Observation(step=state.step, time=state.step * eta, stage=state.stage,
+                      step_in_stage=state.step_in_stage, tau=tau,
+                      risk=float(np.sum((n * R) ** 2) / n), regulariser=0.5 * lam * msq,
+                      mean_sq_norm=msq, stationarity=stationarity(state.stage_residuals),
+                      residuals=R, residuals_previous=R_prev, eta_lambda_max=eta_h,
+                      **rates)
+    return obs, mode

@@ -164,21 +164,28 @@ def _run_owned(cfg, dataset, out, *, overwrite, resume, progress, threads, log, 
     _stability_guard(cfg, dataset, log)
     state = None
     if plan == "resume":
-        state, meta = _ckpt.load(paths.ckpt, SolverState)
+        states, meta = _ckpt.load_chains(paths.ckpt, SolverState)
         stored = open_run(paths.part)
         check_same_run(cfg, dataset, stored, paths.part)
         _check_checkpoint(cfg, dataset, meta, stored, paths.ckpt, paths.part)
+        if len(states) != cfg.dynamics.chains:
+            raise CheckpointError(str(paths.ckpt), "meta.chains",
+                                  f"holds {len(states)} chains, the config has "
+                                  f"dynamics.chains = {cfg.dynamics.chains}")
         want = (cfg.n_particles, dataset.d + 2)
-        if getattr(state.theta, "shape", None) != want:
-            raise CheckpointError(str(paths.ckpt), "theta", f"shape {state.theta.shape}, "
-                                                            f"expected {want}")
+        for k, st in enumerate(states):
+            if getattr(st.theta, "shape", None) != want:
+                where = "theta" if k == 0 else f"chain{k}.theta"
+                raise CheckpointError(str(paths.ckpt), where, f"shape {st.theta.shape}, "
+                                                              f"expected {want}")
+        state = states[0] if len(states) == 1 else states
         writer = RunWriter(paths.part, mode="a")
         try:
-            writer.truncate(state.n_frames, state.n_observations)
+            writer.truncate(states[0].n_frames, states[0].n_observations)
         except BaseException:
             writer.close()
             raise
-        log(f"resuming {paths.part} from step {state.step}")
+        log(f"resuming {paths.part} from step {states[0].step}")
     else:
         if resume:
             log(f"nothing to resume for {out}: starting from the beginning")
@@ -217,9 +224,10 @@ def _run_owned(cfg, dataset, out, *, overwrite, resume, progress, threads, log, 
         with _Writing(paths.part, hint), writer, _StopRequest(log) as stop:
             state = integrate(cfg, dataset, writer=writer, state=state, progress=progress,
                               on_checkpoint=save_checkpoint, should_stop=stop)
-            if state.stage < cfg.schedule.n_stages:
-                raise Interrupted(state.step, str(paths.ckpt),
-                                  f"interrupted at step {state.step}; checkpoint "
+            lead = state[0] if isinstance(state, list) else state
+            if lead.stage < cfg.schedule.n_stages:
+                raise Interrupted(lead.step, str(paths.ckpt),
+                                  f"interrupted at step {lead.step}; checkpoint "
                                   f"{paths.ckpt} written; continue with: "
                                   f"{_resume_command(cfg, out)}")
             writer.mark_complete()

@@ -10,7 +10,7 @@ from meanfield import config as _config
 from meanfield import data as _data
 from meanfield.progress import progress_bar
 from meanfield.store import RunWriter
-from solvers.langevin import SolverState, convex_start, initial_state, simulate
+from solvers.langevin import SolverState, chain_seed, convex_start, initial_state, simulate
 from solvers.stepper import Stepper
 
 
@@ -23,22 +23,43 @@ def _stage_stationary(y):
     from analysis.stationarity import stage_observables, verdict
     from analysis.time_average import predictor_from_residuals
 
-    def done(state) -> bool:
-        R = np.asarray(state.stage_residuals)
-        return verdict(np.asarray(state.stage_steps, dtype=np.int64),
-                       predictor_from_residuals(R, y), np.asarray(state.stage_eta_h),
-                       F_previous=predictor_from_residuals(state.stage_previous, y),
-                       observables=stage_observables(R, state.stage_regulariser)).stationary
+    def done(states) -> bool:
+        states = states if isinstance(states, (list, tuple)) else [states]
+        R = np.asarray([st.stage_residuals for st in states])                  # (K, M, n)
+        Rp = np.asarray([st.stage_previous for st in states])
+        reg = np.asarray([st.stage_regulariser for st in states])              # (K, M)
+        return verdict(np.asarray(states[0].stage_steps, dtype=np.int64),
+                       predictor_from_residuals(R, y),
+                       np.asarray([st.stage_eta_h for st in states]),
+                       F_previous=predictor_from_residuals(Rp, y),
+                       observables=stage_observables(R, reg)).stationary
     return done
 
 
-def make_stepper(cfg: _config.RunConfig, dataset: _data.Dataset) -> Stepper:
-    """The particle stepper of ``cfg`` on ``dataset`` (:class:`solvers.stepper.Stepper`)."""
+def make_stepper(cfg: _config.RunConfig, dataset: _data.Dataset, chain: int = 0) -> Stepper:
+    """The particle stepper of chain ``chain`` of ``cfg`` on ``dataset``
+    (:class:`solvers.stepper.Stepper`; its seed :func:`solvers.langevin.chain_seed`)."""
     mod, dyn = cfg.model, cfg.dynamics
     return Stepper(dataset.X, dataset.y, mod.n_particles, lam=dyn.lam, eta=dyn.eta,
                    activation=mod.activation, sharpness=mod.sharpness, cap=mod.cap,
-                   batch_size=dyn.batch_size, seed=dyn.seed, integrator=dyn.integrator,
-                   jumps=dyn.jumps)
+                   batch_size=dyn.batch_size, seed=chain_seed(dyn.seed, chain),
+                   integrator=dyn.integrator, jumps=dyn.jumps)
+
+
+def initial_states(cfg: _config.RunConfig, dataset: _data.Dataset) -> list[SolverState]:
+    """The fresh state of every chain of ``cfg`` (``dynamics.chains``) at step 0: particles
+    from ``model.init`` keyed by :func:`solvers.langevin.chain_seed` (chain 0 with ``seed``
+    itself, as a run of one chain)."""
+    out = []
+    for k in range(cfg.dynamics.chains):
+        seed = chain_seed(cfg.dynamics.seed, k)
+        if cfg.model.init == "convex":
+            out.append(SolverState(theta=convex_start(dataset.X, dataset.y, cfg.n_particles,
+                                                      cfg.dynamics.lam, cfg.schedule.taus[0],
+                                                      seed)))
+        else:
+            out.append(initial_state(cfg.n_particles, dataset.d, cfg.model.init_scale, seed))
+    return out
 
 
 #: Seconds of kernel preparation after which ``run`` says it is compiling.
@@ -78,10 +99,11 @@ def _warm_up(stepper: Stepper, state: SolverState, progress) -> None:
 
 
 def integrate(cfg: _config.RunConfig, dataset: _data.Dataset, writer: RunWriter | None = None,
-              state: SolverState | None = None, progress: bool | None = None,
-              on_checkpoint: Callable[[SolverState], None] | None = None,
+              state: SolverState | list[SolverState] | None = None,
+              progress: bool | None = None,
+              on_checkpoint: Callable | None = None,
               should_stop: Callable[[], bool] | None = None,
-              stage_done: Callable[[SolverState], bool] | None = None) -> SolverState:
+              stage_done: Callable | None = None) -> SolverState | list[SolverState]:
     """Drive the solver loop (:func:`solvers.langevin.simulate`) over the ladder of ``cfg``.
 
     The loop yields at every observation boundary; here its observations and snapshot frames
@@ -96,24 +118,28 @@ def integrate(cfg: _config.RunConfig, dataset: _data.Dataset, writer: RunWriter 
         Its data set.
     writer : RunWriter, optional
         Receives every observation and snapshot frame (row counters of the state follow it).
-    state : SolverState, optional
-        Resume from this state instead of a fresh initialisation.
+    state : SolverState or list of SolverState, optional
+        Resume from this state (one per chain of ``dynamics.chains``) instead of a fresh
+        initialisation (:func:`initial_states`).
     progress : bool or None
         Progress on stderr (:func:`meanfield.progress.progress_bar`): ``None`` or ``True``, a
         bar on a terminal and a plain line every 10 s otherwise; ``False``, nothing.
-    on_checkpoint : callable(SolverState), optional
-        Called every ``output.checkpoint_every`` steps (at observation boundaries).
+    on_checkpoint : callable, optional
+        Called every ``output.checkpoint_every`` steps (at observation boundaries) with the
+        state, or the list of states with several chains.
     should_stop : callable() -> bool, optional
         Polled at observation boundaries; when it returns true, ``on_checkpoint`` is called and
         the function returns the current state.
-    stage_done : callable(SolverState) -> bool, optional
-        ``steps_per_tau = "auto"``: whether a stage may end at a chunk end
-        (:func:`solvers.langevin.simulate`); by default its stationarity verdict.
+    stage_done : callable -> bool, optional
+        ``steps_per_tau = "auto"``: whether a stage may end at a chunk end, given the state
+        or the list of states (:func:`solvers.langevin.simulate`); by default the
+        stationarity verdict of all chains together.
 
     Returns
     -------
-    SolverState
-        The final state (``stage < n_stages`` when stopped early).
+    SolverState or list of SolverState
+        The final state (``stage < n_stages`` when stopped early); with several chains, the
+        list of their states (they share ``step`` and ``stage``).
 
     Raises
     ------
@@ -122,46 +148,51 @@ def integrate(cfg: _config.RunConfig, dataset: _data.Dataset, writer: RunWriter 
         step is unstable on the data mode (after that observation is written).
     """
     schedule = cfg.schedule
-    if state is None and cfg.model.init == "convex":
-        state = SolverState(theta=convex_start(dataset.X, dataset.y, cfg.n_particles,
-                                               cfg.dynamics.lam, schedule.taus[0],
-                                               cfg.dynamics.seed))
-    elif state is None:
-        state = initial_state(cfg.n_particles, dataset.d, cfg.model.init_scale,
-                              cfg.dynamics.seed)
+    K = cfg.dynamics.chains
+    states = (initial_states(cfg, dataset) if state is None else
+              list(state) if isinstance(state, (list, tuple)) else [state])
+    if len(states) != K:
+        raise ValueError(f"{len(states)} states for dynamics.chains = {K}")
+    lead = states[0]
     ckpt_every = cfg.output.checkpoint_every
-    last_ckpt = prev = state.step
+    last_ckpt = prev = lead.step
     if stage_done is None and schedule.auto:
         stage_done = _stage_stationary(dataset.y)
-    stepper = make_stepper(cfg, dataset)
-    _warm_up(stepper, state, progress)
-    loop = simulate(stepper, schedule, state, init_scale=cfg.model.init_scale,
-                    stage_done=stage_done)
+    steppers = [make_stepper(cfg, dataset, k) for k in range(K)]
+    _warm_up(steppers[0], lead, progress)
+    state = lead if K == 1 else states
+    loop = simulate(steppers[0] if K == 1 else steppers, schedule, state,
+                    init_scale=cfg.model.init_scale, stage_done=stage_done)
     with progress_bar(schedule.total_steps, "run", "step", enabled=progress,
-                      initial=state.step) as bar:
+                      initial=lead.step) as bar:
         stage_seen = None
         bar.upper_bound = schedule.auto          # plain lines: "at most ... left"
         for state, obs, snapshot in loop:
-            if schedule.auto and obs.stage != stage_seen:
+            rows = [obs] if K == 1 else obs
+            head = rows[0]
+            if schedule.auto and head.stage != stage_seen:
                 # a stage began: the earlier ones are done, this and the later ones may use
                 # their whole budget (the total counted the budget of every stage)
-                stage_seen = obs.stage
-                left = schedule.n_stages - obs.stage
+                stage_seen = head.stage
+                left = schedule.n_stages - head.stage
                 _retotal(bar, prev + left * int(schedule.max_steps_per_tau))
             if writer is not None:
                 writer.append_observations([obs])
-                state.n_observations += 1
+                for st in states:
+                    st.n_observations += 1
                 if snapshot:
-                    writer.append_frame(state.theta, obs.step, obs.time, obs.tau, obs.stage,
-                                        obs.step_in_stage)
-                    state.n_frames += 1
-            bar.update(obs.step - prev)
-            bar.set_postfix(tau=f"{obs.tau:.1e}", risk=f"{obs.risk:.3e}", refresh=False)
-            prev = obs.step
+                    writer.append_frame(lead.theta if K == 1 else [st.theta for st in states],
+                                        head.step, head.time, head.tau, head.stage,
+                                        head.step_in_stage)
+                    for st in states:
+                        st.n_frames += 1
+            bar.update(head.step - prev)
+            bar.set_postfix(tau=f"{head.tau:.1e}", risk=f"{head.risk:.3e}", refresh=False)
+            prev = head.step
             stop = should_stop is not None and should_stop()
-            if on_checkpoint is not None and (stop or state.step - last_ckpt >= ckpt_every):
+            if on_checkpoint is not None and (stop or lead.step - last_ckpt >= ckpt_every):
                 on_checkpoint(state)
-                last_ckpt = state.step
+                last_ckpt = lead.step
             if stop:
                 break
         else:

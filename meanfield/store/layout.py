@@ -8,7 +8,9 @@ import numpy as np
 
 from solvers.observation import Observation
 
-SCHEMA_VERSION = 1
+#: 2: ``/parameters.chains`` and the groups ``/chains/<k>`` of chains ``k >= 1``
+#: (``docs/format.md``, "Chains"); a file of version 1 holds one chain.
+SCHEMA_VERSION = 2
 CREATOR = "meanfield"
 #: The observables of a run file: the columns of :class:`solvers.observation.Observation`.
 OBSERVABLES = Observation.columns()
@@ -25,6 +27,18 @@ PLACE = ("stage", "step_in_stage")
 FRAME_ELEMENTS = ("position", "temperature") + PLACE
 #: Observables with one value per training point.
 PER_POINT = ("residuals", "residuals_previous")
+
+
+def chain_root(k: int) -> str:
+    """The group of chain ``k >= 1`` (``/chains/<k>``), holding ``particles/neurons`` and
+    ``observables`` laid out as the root's, which are chain 0's."""
+    return f"chains/{int(k)}"
+
+
+def stored_chains(parameters) -> int:
+    """Chains of a run file from its ``/parameters`` group: the ``chains`` attribute, 1 in
+    files written before chains existed."""
+    return int(np.asarray(parameters.attrs.get("chains", 1)).item())
 
 
 def _value_chunk_rows(value_shape, chunk_rows):
@@ -45,16 +59,16 @@ def _elements(N, d, n):
                 np.float64) for name in OBSERVABLES])
 
 
-def estimate_size(n_particles, d, n, capacity) -> int:
-    """Upper bound, in bytes, of a new run file holding ``capacity = (n_frames,
-    n_observations)`` rows (raw data of every allocated chunk, plus 2 KiB of metadata per
-    dataset and 64 KiB for the rest)."""
+def estimate_size(n_particles, d, n, capacity, chains: int = 1) -> int:
+    """Upper bound, in bytes, of a new run file of ``chains`` chains holding ``capacity =
+    (n_frames, n_observations)`` rows each (raw data of every allocated chunk, plus 2 KiB of
+    metadata per dataset and 64 KiB for the rest)."""
     rows = {"n_frames": int(capacity[0]), "n_observations": int(capacity[1])}
     total = 8 * n * (d + 1) + 65536
     for _, shape, counter, crows, _ in _elements(n_particles, d, n):
         r = rows[counter]
         for shp, cr in (((), crows), ((), crows), (shape, _value_chunk_rows(shape, crows))):
-            total += -(-r // cr) * cr * 8 * int(np.prod(shp, dtype=np.int64)) + 2048
+            total += chains * (-(-r // cr) * cr * 8 * int(np.prod(shp, dtype=np.int64)) + 2048)
     return int(total)
 
 

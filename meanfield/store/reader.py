@@ -14,7 +14,14 @@ import numpy as np
 
 from meanfield.config import RunConfig, stored_config
 from meanfield.errors import ConfigError, RunFileError, StoredConfigWarning
-from meanfield.store.layout import LATER_OBSERVABLES, OBSERVABLES, PLACE, SCHEMA_VERSION
+from meanfield.store.layout import (
+    LATER_OBSERVABLES,
+    OBSERVABLES,
+    PLACE,
+    SCHEMA_VERSION,
+    chain_root,
+    stored_chains,
+)
 from meanfield.store.locks import _open_read
 from solvers.schedule import Schedule
 
@@ -97,6 +104,11 @@ class Run:
     physics_hash : str         ``RunConfig.physics_hash()`` of the config that wrote it
     data_hash : str            ``meanfield.data.data_hash(X, y)``; ``""`` in files written
                                before it was stored
+    chain_runs : tuple of Run  chains ``1 .. K-1`` of a run of ``dynamics.chains = K``
+                               (each a Run of its own rows; this Run is chain 0); read them
+                               with :meth:`chain` and :attr:`n_chains`
+    prefix : str               the group of this chain's rows in the file (``""`` for chain 0,
+                               ``"chains/<k>/"`` for chain ``k``)
     """
 
     path: str
@@ -121,6 +133,31 @@ class Run:
     #: ``(st_dev, st_ino)`` of the file when it was opened: :meth:`frame` finds it again under
     #: its final name when its writer renames ``RUN.h5.part`` into place in the meantime.
     identity: tuple = field(default=(), repr=False, compare=False)
+    chain_runs: tuple = field(default=(), repr=False)
+    prefix: str = ""
+
+    @property
+    def n_chains(self) -> int:
+        """Independent particle systems of the run (``dynamics.chains``; 1 for files written
+        before chains existed)."""
+        return 1 + len(self.chain_runs)
+
+    def chain(self, k: int) -> Run:
+        """Chain ``k`` of the run as a :class:`Run` of its own observables and frames (the
+        data, config and schedule shared); ``chain(0)`` is this run.
+
+        Raises
+        ------
+        IndexError
+            ``k`` not in ``[0, n_chains)``.
+        """
+        if not 0 <= k < self.n_chains:
+            raise IndexError(f"chain {k} out of range ({self.n_chains} chains)")
+        return self if k == 0 else self.chain_runs[k - 1]
+
+    def chains(self) -> list[Run]:
+        """Every chain of the run, chain 0 (this run) first."""
+        return [self, *self.chain_runs]
 
     @property
     def n(self):
@@ -211,7 +248,7 @@ class Run:
         if not -self.n_frames <= k < self.n_frames:
             raise IndexError(f"frame {k} out of range ({self.n_frames} frames)")
         k %= self.n_frames
-        name = "particles/neurons/position/value"
+        name = f"{self.prefix}particles/neurons/position/value"
         try:
             with _open_read(self._current_path(k)) as f:
                 theta = np.asarray(_need(f, name, self.path)[k], dtype=np.float64)
@@ -292,6 +329,32 @@ def _place(f, obs: dict, frame_step, nf: int, no: int, config: RunConfig, src: s
              "frame_step_in_stage": fin_stage}, sch)
 
 
+def _chain_rows(root, nf: int, no: int, config: RunConfig, src: str) -> dict:
+    """The committed rows of one chain (its group ``root``: the file for chain 0): frame
+    steps, times and temperatures, observables, stages and the schedule as run."""
+    pos = _need(root, "particles/neurons/position", src)
+    temp = _need(root, "particles/neurons/temperature", src)
+    observables = _need(root, "observables", src)
+    names = [name for name in OBSERVABLES
+             if name not in LATER_OBSERVABLES or name in observables]
+    for g, rows, counter in ((pos, nf, "n_frames"), (temp, nf, "n_frames")) + tuple(
+            (_need(observables, name, src), no, "n_observations") for name in names):
+        for k in ("step", "time", "value"):
+            if not 0 <= rows <= _need(g, k, src).shape[0]:
+                raise RunFileError(src, counter,
+                                   f"damaged run file: {counter}={rows} but "
+                                   f"{g.name}/{k} holds {g[k].shape[0]} rows")
+    obs = {}
+    for name in names:
+        g = observables[name]
+        obs[name] = {k: np.asarray(g[k][:no]) for k in ("step", "time", "value")}
+    frame_step = np.asarray(pos["step"][:nf])
+    place, schedule = _place(root, obs, frame_step, nf, no, config, src)
+    return dict(frame_step=frame_step, frame_time=np.asarray(pos["time"][:nf]),
+                frame_tau=np.asarray(temp["value"][:nf]), observables=obs, **place,
+                schedule=schedule)
+
+
 def open_run(path: str | os.PathLike) -> Run:
     """Read a run file's metadata, data, frame index and observables.
 
@@ -335,22 +398,6 @@ def open_run(path: str | os.PathLike) -> Run:
             cfg_json = str(_need_attr(p, "config_json", src))
             nf = int(f.attrs.get("n_frames", 0))
             no = int(f.attrs.get("n_observations", 0))
-            pos = _need(f, "particles/neurons/position", src)
-            temp = _need(f, "particles/neurons/temperature", src)
-            observables = _need(f, "observables", src)
-            names = [name for name in OBSERVABLES
-                     if name not in LATER_OBSERVABLES or name in observables]
-            for g, rows, counter in ((pos, nf, "n_frames"), (temp, nf, "n_frames")) + tuple(
-                    (_need(observables, name, src), no, "n_observations") for name in names):
-                for k in ("step", "time", "value"):
-                    if not 0 <= rows <= _need(g, k, src).shape[0]:
-                        raise RunFileError(src, counter,
-                                           f"damaged run file: {counter}={rows} but "
-                                           f"{g.name}/{k} holds {g[k].shape[0]} rows")
-            obs = {}
-            for name in names:
-                g = f["observables"][name]
-                obs[name] = {k: np.asarray(g[k][:no]) for k in ("step", "time", "value")}
             try:
                 config, invalid = stored_config(cfg_json, src)
             except ConfigError as exc:
@@ -359,21 +406,20 @@ def open_run(path: str | os.PathLike) -> Run:
                 warnings.warn(StoredConfigWarning(
                     f"{src}: the stored config no longer validates ({invalid}); read as "
                     f"stored, unchecked, with defaults for missing keys"), stacklevel=2)
-            frame_step = np.asarray(pos["step"][:nf])
-            place, schedule = _place(f, obs, frame_step, nf, no, config, src)
-            return Run(path=src, config=config, config_json=cfg_json,
-                       X=np.asarray(_need(f, "data/X", src)),
-                       y=np.asarray(_need(f, "data/y", src)),
-                       frame_step=frame_step,
-                       frame_time=np.asarray(pos["time"][:nf]),
-                       frame_tau=np.asarray(temp["value"][:nf]),
-                       observables=obs, **place, schedule=schedule,
-                       complete=bool(f.attrs.get("complete", False)),
-                       provenance=json.loads(str(p.attrs.get("provenance", "{}"))),
-                       schema_version=int(p.attrs["schema_version"]),
-                       physics_hash=str(p.attrs.get("physics_hash", "")),
-                       data_hash=str(p.attrs.get("data_hash", "")),
-                       identity=_identity(f, src))
+            rows = [_chain_rows(f if k == 0 else _need(f, chain_root(k), src), nf, no,
+                                config, src) for k in range(stored_chains(p))]
+            shared = dict(path=src, config=config, config_json=cfg_json,
+                          X=np.asarray(_need(f, "data/X", src)),
+                          y=np.asarray(_need(f, "data/y", src)),
+                          complete=bool(f.attrs.get("complete", False)),
+                          provenance=json.loads(str(p.attrs.get("provenance", "{}"))),
+                          schema_version=int(p.attrs["schema_version"]),
+                          physics_hash=str(p.attrs.get("physics_hash", "")),
+                          data_hash=str(p.attrs.get("data_hash", "")),
+                          identity=_identity(f, src))
+            others = tuple(Run(**shared, **r, prefix=f"{chain_root(k)}/")
+                           for k, r in enumerate(rows[1:], start=1))
+            return Run(**shared, **rows[0], chain_runs=others)
     except RunFileError:
         raise
     except READ_ERRORS as exc:

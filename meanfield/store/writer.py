@@ -23,7 +23,9 @@ from meanfield.store.layout import (
     _shrink,
     _time_element,
     _write_rows,
+    chain_root,
     estimate_size,
+    stored_chains,
 )
 from meanfield.store.locks import _is_open_for_write, _rebuild, _take_writer_lock, writer_alive
 from meanfield.store.provenance import provenance
@@ -93,7 +95,8 @@ class RunWriter:
         if mode == "w":
             # Reserve the space first: a full disk or a file-size limit then fails here with a
             # plain OSError, before HDF5 writes anything (HDF5 does not survive failed writes).
-            need = estimate_size(cfg.n_particles, dataset.d, dataset.n, capacity)
+            need = estimate_size(cfg.n_particles, dataset.d, dataset.n, capacity,
+                                 chains=cfg.dynamics.chains)
             try:
                 _reserve(self.path, need)
             except OSError as exc:
@@ -145,6 +148,10 @@ class RunWriter:
         # a file written before the stages were stored keeps its layout when resumed (SWMR
         # creates nothing); its readers tell the stages from the rows
         self._place = all(name in self.f["observables"] for name in PLACE)
+        #: The root group of each chain (``docs/format.md``, "Chains"): the file's root for
+        #: chain 0, ``/chains/<k>`` for the others.
+        self.roots = [self.f] + [self.f[chain_root(k)]
+                                 for k in range(1, stored_chains(self.f["parameters"]))]
 
     def _create(self, cfg, dataset, capacity):
         f = self.f
@@ -172,49 +179,66 @@ class RunWriter:
         p.attrs["d"] = d
         p.attrs["n"] = n
         p.attrs["seed"] = cfg.dynamics.seed
+        p.attrs["chains"] = cfg.dynamics.chains
         p.attrs["activation"] = cfg.model.activation
         p.attrs["provenance"] = json.dumps(prov, sort_keys=True)
         g = f.create_group("data")
         g.create_dataset("X", data=dataset.X)
         g.create_dataset("y", data=dataset.y)
         g.attrs["name"] = dataset.name
-        neu = f.create_group("particles").create_group("neurons")
-        box = neu.create_group("box")
-        box.attrs["dimension"] = d + 2
-        box.attrs["boundary"] = np.array(["none"] * (d + 2), dtype="S4")
-        f.create_group("observables")
         rows = {"n_frames": cap_frames, "n_observations": cap_obs}
-        for path, shape, counter, crows, dtype in _elements(N, d, n):
-            parent, name = path.rsplit("/", 1)
-            _time_element(f[parent], name, shape, rows=rows[counter], dtype=dtype,
-                          chunk_rows=crows)
-        f["particles/neurons/position/value"].attrs["columns"] = (
-            "a," + ",".join(f"w{k + 1}" for k in range(d)) + ",b")
+        for k in range(cfg.dynamics.chains):
+            root = f if k == 0 else f.create_group(chain_root(k))
+            neu = root.create_group("particles").create_group("neurons")
+            box = neu.create_group("box")
+            box.attrs["dimension"] = d + 2
+            box.attrs["boundary"] = np.array(["none"] * (d + 2), dtype="S4")
+            root.create_group("observables")
+            for path, shape, counter, crows, dtype in _elements(N, d, n):
+                parent, name = path.rsplit("/", 1)
+                _time_element(root[parent], name, shape, rows=rows[counter], dtype=dtype,
+                              chunk_rows=crows)
+            root["particles/neurons/position/value"].attrs["columns"] = (
+                "a," + ",".join(f"w{j + 1}" for j in range(d)) + ",b")
         f.attrs["n_frames"] = 0
         f.attrs["n_observations"] = 0
         f.attrs["complete"] = False
         f.flush()
 
+    @property
+    def n_chains(self) -> int:
+        """Independent particle systems the file holds (``dynamics.chains``)."""
+        return len(self.roots)
+
     def append_frame(self, theta, step, time, tau, stage, step_in_stage):
-        """Append one snapshot frame ``theta`` (N, d+2) at ``step``/``time``, temperature
-        ``tau``, ladder stage ``stage`` and step ``step_in_stage`` of it (1-based); the
-        buffered observations are committed first, the frame right after them."""
+        """Append one snapshot frame at ``step``/``time``, temperature ``tau``, ladder stage
+        ``stage`` and step ``step_in_stage`` of it (1-based); the buffered observations are
+        committed first, the frame right after them.
+
+        ``theta`` is the particles, shape (N, d+2), or with several chains one such array
+        per chain (a sequence of :attr:`n_chains` arrays, or shape (K, N, d+2))."""
+        thetas = [theta] if self.n_chains == 1 else list(theta)
+        if len(thetas) != self.n_chains:
+            raise ValueError(f"{len(thetas)} frames for {self.n_chains} chains")
         self.commit()
         with self._writing():
-            neu = self.f["particles/neurons"]
             k = self.n_frames
-            _write_rows(neu["position"], k, [step], [time], np.asarray(theta)[None])
-            _write_rows(neu["temperature"], k, [step], [time], [tau])
-            if self._place:
-                _write_rows(neu["stage"], k, [step], [time], [int(stage)])
-                _write_rows(neu["step_in_stage"], k, [step], [time], [int(step_in_stage)])
+            for root, th in zip(self.roots, thetas):
+                neu = root["particles/neurons"]
+                _write_rows(neu["position"], k, [step], [time], np.asarray(th)[None])
+                _write_rows(neu["temperature"], k, [step], [time], [tau])
+                if self._place:
+                    _write_rows(neu["stage"], k, [step], [time], [int(stage)])
+                    _write_rows(neu["step_in_stage"], k, [step], [time], [int(step_in_stage)])
             self.f.flush()
             self.n_frames = k + 1
             self.f.attrs.modify("n_frames", self.n_frames)
             self.f.flush()
 
     def append_observations(self, rows):
-        """Append observations: a sequence of :class:`solvers.observation.Observation`.
+        """Append observations: a sequence of :class:`solvers.observation.Observation`, or
+        with several chains a sequence of boundaries, each a sequence of :attr:`n_chains`
+        observations (chain 0 first).
 
         They are buffered and committed by :meth:`commit` when ``flush_rows`` rows wait or
         ``flush_seconds`` have passed since the last commit."""
@@ -234,15 +258,20 @@ class RunWriter:
         self._last_commit = time.monotonic()
         if not self._pending:
             return
-        rows = self._pending
+        K = self.n_chains
+        rows = [[r] if K == 1 else list(r) for r in self._pending]
+        if any(len(r) != K for r in rows):
+            raise ValueError(f"each observation row needs one observation per chain ({K})")
         with self._writing():
-            obs = self.f["observables"]
-            steps = np.fromiter((r.step for r in rows), dtype=np.int64, count=len(rows))
-            times = np.fromiter((r.time for r in rows), dtype=np.float64, count=len(rows))
             k = self.n_observations
-            for name in (PLACE if self._place else ()) + OBSERVABLES:
-                _write_rows(obs[name], k, steps, times,
-                            np.asarray([getattr(r, name) for r in rows]))
+            for c, root in enumerate(self.roots):
+                obs = root["observables"]
+                mine = [r[c] for r in rows]
+                steps = np.fromiter((r.step for r in mine), dtype=np.int64, count=len(mine))
+                times = np.fromiter((r.time for r in mine), dtype=np.float64, count=len(mine))
+                for name in (PLACE if self._place else ()) + OBSERVABLES:
+                    _write_rows(obs[name], k, steps, times,
+                                np.asarray([getattr(r, name) for r in mine]))
             self.f.flush()
             self.n_observations = k + len(rows)
             self.f.attrs.modify("n_observations", self.n_observations)
@@ -280,12 +309,13 @@ class RunWriter:
         """Commit the buffered rows, trim the datasets to the committed rows and set
         ``complete``."""
         self.commit()
-        neu = self.f["particles/neurons"]
-        for name in FRAME_ELEMENTS:
-            if name in neu:
-                _shrink(neu[name], self.n_frames)
-        for name in (PLACE if self._place else ()) + OBSERVABLES:
-            _shrink(self.f["observables"][name], self.n_observations)
+        for root in self.roots:
+            neu = root["particles/neurons"]
+            for name in FRAME_ELEMENTS:
+                if name in neu:
+                    _shrink(neu[name], self.n_frames)
+            for name in (PLACE if self._place else ()) + OBSERVABLES:
+                _shrink(root["observables"][name], self.n_observations)
         self.f.flush()
         self.f.attrs.modify("complete", True)
         self.f.flush()
