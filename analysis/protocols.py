@@ -9,7 +9,7 @@ default.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -63,6 +63,11 @@ class RunLike(Protocol):
     stage_observations(stage), stage_frames(stage), steps_run(stage)
         The observations (boolean mask), the snapshot frames (indices) and the steps run of a
         ladder stage: a stage is asked of the run, never told from temperatures.
+    chains()
+        Every independent chain of the run (``dynamics.chains``), each a run of its own
+        observables and frames, this one first; the analysis reaches it through
+        :func:`analysis.time_average.chains_of`, which takes an object without it as one
+        chain.
     """
 
     path: str
@@ -120,4 +125,8 @@ class RunLike(Protocol):
 
     def steps_run(self, stage: int) -> int:
         """Steps of ladder stage ``stage`` run by its last observation (0 when not reached)."""
+        ...
+
+    def chains(self) -> Sequence[RunLike]:
+        """Every chain of the run, this one (chain 0) first."""
         ...

@@ -30,6 +30,7 @@ from analysis.ray_checks import sensitivity as ray_sensitivity
 from analysis.rays import RayResult, find_rays, label_weight_scale
 from analysis.references import convex_reference, report_section
 from analysis.snapshots import coldest, last_of_stages
+from analysis.time_average import chains_of
 from analysis.stationarity import NOT_STATIONARY, annotate_report, run_verdicts, stage_verdict
 from solvers import numpy_model
 from solvers.convex import ConvexSolverError
@@ -130,6 +131,12 @@ class LadderRow:
         ``None`` when the run has no observations of the stage or no verdict was made.
     stationarity : dict or None
         That verdict (:meth:`analysis.stationarity.Verdict.to_dict`).
+    J_chains, K_chains : list of int or None
+        A run of several chains (``dynamics.chains``): ``J`` and ``K`` of each chain's last
+        snapshot of the stage, chain 0 first (``J``, ``K`` are chain 0's); ``None`` for one
+        chain.
+    chains_agree : bool or None
+        Whether every chain has the same ``J`` and ``K`` (``None`` for one chain).
     """
 
     stage: int
@@ -151,6 +158,9 @@ class LadderRow:
     max_match_angle: float | None = None
     stationary: bool | None = None
     stationarity: dict | None = None
+    J_chains: list | None = None
+    K_chains: list | None = None
+    chains_agree: bool | None = None
 
     def as_dict(self) -> dict:
         """The row of the report's ``ladder`` table."""
@@ -212,10 +222,14 @@ def upgrade_report(rep: dict) -> dict:
 def count_text(row: dict, key: str) -> str:
     """A count of a ``ladder`` row (``"J"``, ``"K"``) as the report and the command line show
     it: the integer, followed by ``"(not stationary)"`` when the row's stage is judged not
-    stationary (a count measured there need not be the stationary measure's)."""
+    stationary (a count measured there need not be the stationary measure's), and by the
+    per-chain counts when the chains of the run disagree on it."""
+    per = row.get(f"{key}_chains")
+    disagree = (f" (chains disagree: {', '.join(str(v) for v in per)})"
+                if per and len(set(per)) > 1 else "")
     if row.get("stationary") is False:
-        return f"{row[key]} ({NOT_STATIONARY})"
-    return str(row[key])
+        return f"{row[key]} ({NOT_STATIONARY}){disagree}"
+    return f"{row[key]}{disagree}"
 
 
 @dataclass
@@ -436,6 +450,22 @@ def ladder(X: ArrayLike, frames: list[FrameAnalysis], reference: ArrayLike | Cal
     return rows
 
 
+def _chain_counts(run: RunLike, rows: list[LadderRow], frames: list[FrameAnalysis],
+                  ray_kw: dict) -> None:
+    """Fill ``J_chains``, ``K_chains`` and ``chains_agree`` of each ladder row from the last
+    snapshot of its stage in every chain (a run of one chain: left ``None``)."""
+    chains = chains_of(run)
+    if len(chains) < 2:
+        return
+    last = {f.stage: k for k, f in enumerate(frames)}          # frames are in ladder order
+    for r in rows:
+        k = last[r.stage]
+        per = [analyze_frame(c, k, **ray_kw) for c in chains[1:]]
+        r.J_chains = [r.J] + [len(f.rays.rays) for f in per]
+        r.K_chains = [r.K] + [len(f.kinks) for f in per]
+        r.chains_agree = len(set(r.J_chains)) == 1 and len(set(r.K_chains)) == 1
+
+
 def analyze(run: RunLike, *, reference: ArrayLike | Callable | None = None, w2: bool = True,
             references: bool = False, convex: bool | None = None, sensitivity: bool = False,
             progress: Any = None, **ray_kw) -> RunAnalysis:
@@ -536,6 +566,7 @@ def analyze(run: RunLike, *, reference: ArrayLike | Callable | None = None, w2: 
         result.sensitivity = {"tau": last.tau, "step": last.step,
                               **ray_sensitivity(last.theta, run.X, last.ray_kw, conv=cvx,
                                                 floor=floor)}
+    _chain_counts(run, result.ladder, frames, ray_kw)
     result.verdicts, result.taus = run_verdicts(run), tuple(run.taus)
     for r in result.ladder:
         r.stationary, r.stationarity = stage_verdict(result.verdicts, r.stage)

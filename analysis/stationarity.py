@@ -249,7 +249,8 @@ def verdict(steps, F, eta_h=None, snapshots=None, X=None, F_previous=None, *,
     eta_h : array-like, shape (M,) or (K, M), optional
         Stability number ``η h`` at those steps (``solvers.stability``).
     snapshots : list of ndarray (N, d+2), optional
-        Particles of the stage's snapshots in its second half (:func:`ray_drift`).
+        Particles of the stage's snapshots in its second half (:func:`ray_drift`); with
+        ``K`` chains, a list of ``K`` such lists (the largest drift of a chain counts).
     X : ndarray (n, d), optional
         Training inputs (needed with ``snapshots``).
     F_previous : array-like, shape of ``F``, optional
@@ -316,7 +317,7 @@ def verdict(steps, F, eta_h=None, snapshots=None, X=None, F_previous=None, *,
     if pz > zc:
         reasons.append(f"parity: even and odd steps differ by {pz:.3g} standard errors "
                        f"(> {zc:.3g}; period-2 oscillation)")
-    rd = ray_drift(snapshots, X) if snapshots is not None and len(snapshots) > 1 else math.nan
+    rd = _ray_drift_of_chains(snapshots, X)
     if rd > ray_drift_max:
         reasons.append(f"ray weights drift by {rd:.3g} of the total between snapshots "
                        f"(> {ray_drift_max:g})")
@@ -324,6 +325,17 @@ def verdict(steps, F, eta_h=None, snapshots=None, X=None, F_previous=None, *,
                    rhat=cv.rhat, ess_bulk=cv.ess_bulk, ess_tail=cv.ess_tail,
                    rhat_worst=cv.rhat_worst, ess_worst=cv.ess_worst, n_chains=K,
                    rhat_test=cv.test)
+
+
+def _ray_drift_of_chains(snapshots, X) -> float:
+    """:func:`ray_drift` of one chain's snapshots, or the largest of several chains' (a list
+    of lists); ``nan`` when no chain has two snapshots."""
+    if snapshots is None or not len(snapshots):
+        return math.nan
+    per = snapshots if isinstance(snapshots[0], (list, tuple)) else [snapshots]
+    drifts = [ray_drift(s, X) for s in per if len(s) > 1]
+    drifts = [v for v in drifts if math.isfinite(v)]
+    return max(drifts) if drifts else math.nan
 
 
 def stage_observables(residuals, regulariser) -> dict:
@@ -349,21 +361,29 @@ def run_verdicts(run: RunLike, **kw) -> list[Verdict]:
     when the file has them, and the snapshot frames of the stage's second half; the
     observations and frames of a stage are those the run file places in it
     (``run.stage_observations(s)``, ``run.stage_frames(s)`` of :class:`meanfield.store.Run`),
-    never told by temperature. ``kw`` go to :func:`verdict`.
+    never told by temperature. A run of several chains (``dynamics.chains``) is judged on
+    all of them together: split-R̂ between chains, ESS per chain, the drift and parity tests
+    of every chain, the largest ray drift. ``kw`` go to :func:`verdict`.
 
     Returns
     -------
     list of Verdict
         One per ladder stage (a stage without observations: not stationary, "not reached").
     """
+    chains = _time_average.chains_of(run)
     obs = run.observables
     n = run.n
     steps_all = np.asarray(obs["residuals"]["step"])
-    R_all = np.asarray(obs["residuals"]["value"], dtype=float)
-    F_all = stored_predictor(run)
-    reg_all = np.asarray(obs["regulariser"]["value"], dtype=float)
-    Fp_all = stored_predictor(run, "residuals_previous") if "residuals_previous" in obs else None
-    eh_all = np.asarray(obs["eta_lambda_max"]["value"]) if "eta_lambda_max" in obs else None
+
+    def stacked(get):
+        return np.asarray([get(c) for c in chains], dtype=float)        # (K, M, ...)
+    R_all = stacked(lambda c: c.observables["residuals"]["value"])
+    F_all = stacked(stored_predictor)
+    reg_all = stacked(lambda c: c.observables["regulariser"]["value"])
+    Fp_all = (stacked(lambda c: stored_predictor(c, "residuals_previous"))
+              if "residuals_previous" in obs else None)
+    eh_all = (stacked(lambda c: c.observables["eta_lambda_max"]["value"])
+              if "eta_lambda_max" in obs else None)
     frame_step = np.asarray(run.frame_step)
     sch = run.schedule
     budget = int(sch.max_steps_per_tau)
@@ -372,18 +392,20 @@ def run_verdicts(run: RunLike, **kw) -> list[Verdict]:
         sel = run.stage_observations(s)
         if not np.any(sel):
             out.append(Verdict(False, math.nan, math.nan, math.nan, math.nan, math.nan, 0.0,
-                               z_critical(n), ["stage not reached"]))
+                               z_critical(n), ["stage not reached"], n_chains=len(chains)))
             continue
         steps = steps_all[sel]
         mid = steps[len(steps) // 2]
-        frames = [k for k in run.stage_frames(s) if frame_step[k] >= mid]
-        v = verdict(steps, F_all[sel], None if eh_all is None else eh_all[sel],
-                    [run.frame(int(k)) for k in frames] if len(frames) > 1 else None,
-                    run.X, None if Fp_all is None else Fp_all[sel],
-                    observables=stage_observables(R_all[sel], reg_all[sel]), **kw)
+        frames = [int(k) for k in run.stage_frames(s) if frame_step[k] >= mid]
+        snaps = ([[c.frame(k) for k in frames] for c in chains] if len(frames) > 1
+                 else None)
+        v = verdict(steps, F_all[:, sel], None if eh_all is None else eh_all[:, sel],
+                    snaps, run.X, None if Fp_all is None else Fp_all[:, sel],
+                    observables=stage_observables(R_all[:, sel], reg_all[:, sel]), **kw)
         for name in MOVE_OBSERVABLES:
             if name in obs:
-                vals = np.asarray(obs[name]["value"], dtype=float)[sel][len(steps) // 2:]
+                vals = stacked(lambda c, key=name: c.observables[key]["value"])[:, sel]
+                vals = vals[:, len(steps) // 2:]
                 if np.any(np.isfinite(vals)):
                     setattr(v, name, float(np.nanmean(vals)))
         if sch.auto and not v.stationary and run.steps_run(s) >= budget:

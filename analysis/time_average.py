@@ -91,38 +91,55 @@ def predictor_series(run: RunLike, stage: int, window: float = 0.5) -> np.ndarra
     return predictor_from_residuals(_window(run, "residuals", stage, window), run.y)
 
 
+def pooled(means, stderrs):
+    """The mean of ``K`` independent chains' means of equally many observations and its
+    standard error, ``sqrt(Σ_k se_k²) / K`` (arrays of shape (K, ...))."""
+    means, stderrs = np.asarray(means, dtype=float), np.asarray(stderrs, dtype=float)
+    return means.mean(axis=0), np.sqrt(np.sum(stderrs ** 2, axis=0)) / means.shape[0]
+
+
+def chains_of(run: RunLike) -> list:
+    """The chains of a run (:meth:`meanfield.store.Run.chains`; the run itself for an object
+    without chains)."""
+    chains = getattr(run, "chains", None)
+    return list(chains()) if callable(chains) else [run]
+
+
 def time_average_predictor(run: RunLike, stage: int, window: float = 0.5):
     """Time-averaged predictor on the training points over the last ``window`` fraction of
-    stage ``stage`` of a :class:`meanfield.store.Run`, from its stored residuals.
+    stage ``stage`` of a :class:`meanfield.store.Run`, from its stored residuals, pooled over
+    its independent chains (``dynamics.chains``, :func:`pooled`).
 
     Returns
     -------
     mean : ndarray (n,)
     stderr : ndarray (n,)
-        Monte Carlo standard error from the integrated autocorrelation time
-        (:func:`mean_and_mcse`, docs/theory.md §2.5).
+        Monte Carlo standard error from the integrated autocorrelation time of each chain
+        (:func:`mean_and_mcse`, docs/theory.md §2.5), combined over the chains.
 
     Raises
     ------
     ValueError
         No observations of the stage in the window.
     """
-    F = predictor_series(run, stage, window)
-    m, se, _ = mean_and_mcse(F)
+    per = [mean_and_mcse(predictor_series(c, stage, window))[:2] for c in chains_of(run)]
+    m, se = pooled([p[0] for p in per], [p[1] for p in per])
     return m, se
 
 
 def time_average_observable(run: RunLike, name: str, stage: int, window: float = 0.5):
     """Time average of the observable ``name`` (e.g. ``"risk"``) over the last ``window``
-    fraction of stage ``stage``, and its Monte Carlo standard error (:func:`mean_and_mcse`).
+    fraction of stage ``stage``, and its Monte Carlo standard error (:func:`mean_and_mcse`),
+    pooled over the run's chains (:func:`pooled`).
 
     Raises
     ------
     ValueError
         No observation in the window.
     """
-    v = np.asarray(_window(run, name, stage, window), dtype=float).reshape(-1, 1)
-    m, se, _ = mean_and_mcse(v)
+    per = [mean_and_mcse(np.asarray(_window(c, name, stage, window), dtype=float)
+                         .reshape(-1, 1))[:2] for c in chains_of(run)]
+    m, se = pooled([p[0] for p in per], [p[1] for p in per])
     return float(m[0]), float(se[0])
 
 

@@ -186,19 +186,22 @@ def markdown(rep, figs=()) -> str:
              f"P−1 = {rep['bound_P_minus_1']}")
     L.append(f"- run complete: {rep['complete']}")
     L += ["", "## Low-temperature limit", "",
-          "| τ | step | stationary | rays J | hyperplanes K | matched to τ → 0 | risk | "
+          "| τ | step | stationary | R̂ | ESS bulk, tail per chain | rays J | hyperplanes K | "
+          "matched to τ → 0 | risk | "
           "halo mass | W2 to previous τ | W2 of rays to previous τ | RMS \\|f − f_τ→0\\| on the data, last snapshot |",
-          "|---|---|---|---|---|---|---|---|---|---|---|"]
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rep["ladder"]:
         w2 = "—" if r["w2_to_previous"] is None else f"{r['w2_to_previous']:.3e} ({r['w2_method']})"
         st = {True: "yes", False: "**NO**", None: "—"}[r.get("stationary")]
-        L.append(f"| {r['tau']:.2e} | {r['step']} | {st} | {count_text(r, 'J')} | "
+        L.append(f"| {r['tau']:.2e} | {r['step']} | {st} | {_rhat_text(r)} | {_ess_text(r)} | "
+                 f"{count_text(r, 'J')} | "
                  f"{count_text(r, 'K')} | {_fmt(r.get('matched'), 'd')} | {r['risk']:.4e} | "
                  f"{r['halo_mass_fraction']:.3f} | {w2} | {_fmt(r['w2_rays_to_previous'])} | "
                  f"{_fmt(r['dist_to_reference'])} |")
     if rep.get("convex_counts"):        # the τ → 0 limit: one row, not a column of every τ
         c = rep["convex_counts"]
-        L.append(f"| τ → 0 (convex) | — | — | {c['J']} | {c['K']} | — | — | — | — | — | — |")
+        L.append(f"| τ → 0 (convex) | — | — | — | — | {c['J']} | {c['K']} | — | — | — | — | — "
+                 "| — |")
     L += _stationarity_markdown(rep["ladder"])
     if rep.get("convex_counts"):
         c = rep["convex_counts"]
@@ -345,6 +348,26 @@ def _thermal_markdown(s) -> list:
                  f"{_fmt(h['gap_threshold'], '.3g')} | {_fmt(h['radial_weight'], '.3g')} | "
                  f"{h['reason']} | ({', '.join(f'{x:.3f}' for x in h['direction'])}) |")
     return L
+
+
+def _rhat_text(row) -> str:
+    """The stage's split-R̂ for the ladder table: the value and its observable, "(within one
+    chain)" when the run has one chain (the weaker test); "—" without a verdict."""
+    v = row.get("stationarity") or {}
+    if v.get("rhat") is None:
+        return "—"
+    one = " within one chain" if v.get("n_chains", 1) == 1 else ""
+    return f"{v['rhat']:.3f} ({v.get('rhat_worst', '')}{one})"
+
+
+def _ess_text(row) -> str:
+    """The stage's smallest bulk and tail ESS per chain for the ladder table; "—" without a
+    verdict."""
+    v = row.get("stationarity") or {}
+    if v.get("ess_bulk") is None or v.get("ess_tail") is None:
+        return "—"
+    K = max(1, int(v.get("n_chains", 1)))
+    return f"{v['ess_bulk'] / K:.0f}, {v['ess_tail'] / K:.0f}"
 
 
 def _stationarity_markdown(rows) -> list:

@@ -26,31 +26,41 @@ def run_dataset(run, frames: bool = True):
     Returns
     -------
     xarray.Dataset
-        Observables over dimension ``time`` (coordinates ``time = step · eta``, ``step``,
-        ``tau``, ``stage``, ``step_in_stage``): ``risk``, ``regulariser``, ``mean_sq_norm``, ``stationarity``
-        and ``residuals`` (``time``, ``sample``). Frames over ``frame``, ``particle``,
-        ``coord`` (``coord`` = ``a, w1..wd, b``; coordinates ``frame_step``, ``frame_time``,
-        ``frame_tau``, ``frame_stage``, ``frame_step_in_stage``): ``particles``. The data: ``X`` (``sample``,
-        ``input``) and ``y`` (``sample``). Attributes: ``path``, ``complete``, ``lam``,
-        ``eta``, ``steps_per_tau`` (an int, or ``"auto"``), ``stage_lengths`` (the steps of
-        each stage as run; an ``"auto"`` stage's length is known once it has ended),
-        ``taus``, ``n_particles``, ``config_json``. The stage of a row is the one the run file
-        stores (:attr:`meanfield.store.Run.stage`; ``step_in_stage`` is 1-based), never told
-        from its temperature, so auto lengths and ladders that visit a temperature twice work.
+        Observables over dimensions ``chain`` and ``time`` (coordinates ``chain``, ``time =
+        step · eta``, ``step``, ``tau``, ``stage``, ``step_in_stage``): ``risk``,
+        ``regulariser``, ``mean_sq_norm``, ``stationarity`` and ``residuals`` (``chain``,
+        ``time``, ``sample``). Frames over ``chain``, ``frame``, ``particle``, ``coord``
+        (``coord`` = ``a, w1..wd, b``; coordinates ``frame_step``, ``frame_time``,
+        ``frame_tau``, ``frame_stage``, ``frame_step_in_stage``): ``particles``. The
+        ``chain`` dimension has one entry per independent particle system
+        (``dynamics.chains``; length 1 for a run of one chain, so that a script reads every
+        run alike, e.g. ``ds.risk.mean("chain")``, ``ds.risk.sel(chain=0)``); the ladder
+        coordinates are shared by the chains. The data: ``X`` (``sample``, ``input``) and
+        ``y`` (``sample``). Attributes: ``path``, ``complete``, ``lam``, ``eta``,
+        ``steps_per_tau`` (an int, or ``"auto"``), ``stage_lengths`` (the steps of each stage
+        as run; an ``"auto"`` stage's length is known once it has ended), ``taus``,
+        ``n_particles``, ``n_chains``, ``config_json``. The stage of a row is the one the run
+        file stores (:attr:`meanfield.store.Run.stage`; ``step_in_stage`` is 1-based), never
+        told from its temperature, so auto lengths and ladders that visit a temperature
+        twice work.
     """
     import xarray as xr
     dyn = run.config.dynamics
     sch = run.schedule
     obs = run.observables
+    chains = run.chains()
     step = obs["risk"]["step"]
     lengths = sch.lengths if sch.auto else [sch.stage_length(k) for k in range(sch.n_stages)]
-    coords = {"time": ("time", obs["risk"]["time"], {"units": "step · eta"}),
+    coords = {"chain": np.arange(len(chains)),
+              "time": ("time", obs["risk"]["time"], {"units": "step · eta"}),
               "step": ("time", step), "tau": ("time", obs["tau"]["value"]),
               "stage": ("time", run.stage), "step_in_stage": ("time", run.step_in_stage),
               "sample": np.arange(run.n), "input": [f"x{k + 1}" for k in range(run.d)]}
-    data = {name: ("time", obs[name]["value"])
+    data = {name: (("chain", "time"), np.stack([c.observables[name]["value"] for c in chains]))
             for name in ("risk", "regulariser", "mean_sq_norm", "stationarity")}
-    data["residuals"] = (("time", "sample"), obs["residuals"]["value"].reshape(len(step), run.n),
+    data["residuals"] = (("chain", "time", "sample"),
+                         np.stack([c.observables["residuals"]["value"].reshape(len(step), run.n)
+                                   for c in chains]),
                          {"meaning": "R_j = (f(x_j) - y_j) / n"})
     data["X"] = (("sample", "input"), run.X)
     data["y"] = ("sample", run.y)
@@ -62,15 +72,16 @@ def run_dataset(run, frames: bool = True):
                    "frame_step_in_stage": ("frame", run.frame_step_in_stage),
                    "coord": cols})
     if frames:
-        parts = (np.stack([run.frame(k) for k in range(run.n_frames)]) if run.n_frames
-                 else np.empty((0, run.n_particles, run.d + 2)))
+        empty = np.empty((0, run.n_particles, run.d + 2))
+        parts = np.stack([np.stack([c.frame(k) for k in range(run.n_frames)])
+                          if run.n_frames else empty for c in chains])
         coords["particle"] = np.arange(run.n_particles)
-        data["particles"] = (("frame", "particle", "coord"), parts)
+        data["particles"] = (("chain", "frame", "particle", "coord"), parts)
     attrs = {"path": str(run.path), "complete": int(run.complete), "lam": float(dyn.lam),
              "eta": float(dyn.eta), "steps_per_tau": dyn.steps_per_tau,
              "stage_lengths": np.asarray(lengths, dtype=np.int64),
              "taus": np.asarray(dyn.taus, dtype=float), "n_particles": run.n_particles,
-             "config_json": run.config_json}
+             "n_chains": len(chains), "config_json": run.config_json}
     return xr.Dataset(data, coords=coords, attrs=attrs)
 
 

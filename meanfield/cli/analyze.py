@@ -137,21 +137,24 @@ def _study(args) -> int:
 
 def _ladder(run):
     """``[(tau, mean (n,), mcse (n,), stage)]`` over the stages of ``run`` that have
-    observations in their second half; a stage with fewer than ``MIN_ESS`` effective samples
-    there gets a warning on stderr (its MCSE, hence every ``z`` built on it, is not to be
-    trusted)."""
+    observations in their second half, pooled over the run's chains
+    (:func:`analysis.time_average.pooled`); a stage with fewer than ``MIN_ESS`` effective
+    samples there in a chain gets a warning on stderr (its MCSE, hence every ``z`` built on it,
+    is not to be trusted)."""
     import numpy as np
 
     from analysis.stationarity import MIN_ESS
-    from analysis.time_average import mean_and_mcse, predictor_series
+    from analysis.time_average import chains_of, mean_and_mcse, pooled, predictor_series
     out = []
     for s, tau in enumerate(run.taus):
         try:
-            F = predictor_series(run, s)
+            per = [(F, *mean_and_mcse(F)) for F in (predictor_series(c, s)
+                                                     for c in chains_of(run))]
         except ValueError:      # stage not reached (an unfinished run)
             continue
-        m, se, tint = mean_and_mcse(F)
-        ess = len(F) / float(np.max(tint))
+        m, se = pooled([p[1] for p in per], [p[2] for p in per])
+        F = per[0][0]
+        ess = min(len(p[0]) / float(np.max(p[3])) for p in per)
         if ess < MIN_ESS:
             sys.stderr.write(f"meanfield: warning: {run.path}: tau={tau:g}: {ess:.1f} effective "
                              f"samples ({len(F)} observations) in the second half of stage {s}, "

@@ -41,19 +41,20 @@ def test_run_to_xarray_matches_the_file(analysed):
         frames = f["particles/neurons/position/value"][:nf]
         ftau = f["particles/neurons/temperature/value"][:nf]
         eta = float(f["parameters"].attrs["eta"])
-    assert ds.risk.dims == ("time",) and ds.sizes["time"] == no == 2 * 16  # 15 + snapshot
-    np.testing.assert_array_equal(ds.risk.values, risk)
+    assert ds.risk.dims == ("chain", "time") and ds.sizes["time"] == no == 2 * 16  # 15 + snap
+    assert ds.sizes["chain"] == 1 and ds.attrs["n_chains"] == 1   # one chain: still the axis
+    np.testing.assert_array_equal(ds.risk.values[0], risk)
     np.testing.assert_array_equal(ds.step.values, steps)
     np.testing.assert_array_equal(ds.tau.values, tau)
     np.testing.assert_allclose(ds.time.values, steps * eta)
-    np.testing.assert_array_equal(ds.residuals.values, resid)
+    np.testing.assert_array_equal(ds.residuals.values[0], resid)
     # stage: 0 for the steps of the first temperature (1..1500), 1 for the second
     np.testing.assert_array_equal(ds.stage.values, (steps > 1500).astype(int))
     assert set(ds.tau.values[ds.stage.values == 0]) == {1e-2}
-    assert ds.particles.dims == ("frame", "particle", "coord")
-    assert ds.particles.shape == (nf, 300, 4) == (4, 300, 4)
+    assert ds.particles.dims == ("chain", "frame", "particle", "coord")
+    assert ds.particles.shape == (1, nf, 300, 4) == (1, 4, 300, 4)
     assert list(ds.coord.values) == ["a", "w1", "w2", "b"]
-    np.testing.assert_array_equal(ds.particles.values, frames)
+    np.testing.assert_array_equal(ds.particles.values[0], frames)
     np.testing.assert_array_equal(ds.frame_tau.values, ftau)
     np.testing.assert_array_equal(ds.frame_stage.values, [0, 0, 1, 1])
     np.testing.assert_array_equal(ds.X.values, run.X)

@@ -137,11 +137,17 @@ def test_counts_stay_integers_at_a_stage_judged_not_stationary(report):
         assert r["J"] == r["K"] == 2
     assert [count_text(r, "J") for r in rows] == ["2", "2 (not stationary)"]
     md = markdown(report)
-    assert "| 1.00e-04 | 40000 | **NO** | 2 (not stationary) | 2 (not stationary) |" in md
+    line = next(x for x in md.splitlines() if x.startswith("| 1.00e-04 | 40000 | **NO** |"))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    v = rows[1]["stationarity"]
+    # stage, step, verdict, R̂ (within the one chain), ESS bulk and tail, then J and K
+    assert cells[3] == f"{v['rhat']:.3f} ({v['rhat_worst']} within one chain)"
+    assert cells[4] == f"{v['ess_bulk']:.0f}, {v['ess_tail']:.0f}"
+    assert cells[5:7] == ["2 (not stationary)", "2 (not stationary)"]
     # the convex counts once, as the τ → 0 row
     c = report["convex_counts"]
     assert md.count("τ → 0 (convex)") == 2          # the row and the note under the table
-    assert f"| τ → 0 (convex) | — | — | {c['J']} | {c['K']} |" in md
+    assert f"| τ → 0 (convex) | — | — | — | — | {c['J']} | {c['K']} |" in md
 
 
 def test_the_ladder_figure_draws_the_reports_tau0_counts(report, run_file):

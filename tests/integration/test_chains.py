@@ -1,0 +1,224 @@
+"""``dynamics.chains = K``: independent particle systems in one run.
+
+Oracles: chain 0 of a run of ``K`` chains is bitwise the run of one chain (the one-chain run
+is the reference, written before chains existed); chain ``k`` does not depend on ``K`` nor on
+the thread count; a stopped and resumed run of several chains is bitwise the uninterrupted
+one; R̂ and ESS of the verdict equal ArviZ called by hand on the ``(chain, draw)`` arrays read
+with h5py; the pooled time average is the mean of the chains' means; the tidy view, the
+report rows and the checkpoint carry the chain axis."""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+import pytest
+from conftest import tiny_toml
+from support import leftovers, stop_after
+
+from analysis import stationarity as st
+from analysis.time_average import mean_and_mcse, time_average_predictor
+from meanfield import checkpoint, config, runner
+from meanfield.errors import ConfigError, Interrupted
+from meanfield.store import open_run
+from solvers.langevin import SolverState, chain_seed
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _run(tmp_path, name, changes=None, **kw):
+    cfg = tmp_path / f"{name}.toml"
+    cfg.write_text(tiny_toml(changes or {}))
+    return runner.run(config.load(cfg), tmp_path / f"{name}.h5", progress=False, **kw)
+
+
+def _rows(run):
+    """Every observable and frame of one chain, as comparable arrays."""
+    out = {f"obs/{k}": np.asarray(v["value"]) for k, v in run.observables.items()}
+    out.update({f"frame/{k}": run.frame(k) for k in range(run.n_frames)})
+    return out
+
+
+def _same(a, b):
+    ra, rb = _rows(a), _rows(b)
+    assert sorted(ra) == sorted(rb)
+    differ = [k for k in ra if not np.array_equal(ra[k], rb[k], equal_nan=True)]
+    assert not differ, differ
+
+
+def test_config_key_hash_and_bounds(tmp_path):
+    one = config.loads(tiny_toml(), "a.toml", tmp_path)
+    explicit = config.loads(tiny_toml({"dynamics.chains": 1}), "b.toml", tmp_path)
+    two = config.loads(tiny_toml({"dynamics.chains": 2}), "c.toml", tmp_path)
+    assert one.dynamics.chains == explicit.dynamics.chains == 1
+    # one chain keeps the hash of configs written before the key existed
+    assert "chains" not in one.as_dict()["dynamics"]
+    assert explicit.hash() == one.hash() and explicit.physics_hash() == one.physics_hash()
+    assert two.physics_hash() != one.physics_hash()
+    for bad in (0, 65, 1.5, "2", True):
+        with pytest.raises(ConfigError, match="dynamics.chains"):
+            config.loads(tiny_toml({"dynamics.chains": bad}), "bad.toml", tmp_path)
+
+
+def test_chain_seeds_are_distinct_and_chain_zero_is_the_seed():
+    seeds = [chain_seed(3, k) for k in range(64)]
+    assert seeds[0] == 3 and len(set(seeds)) == 64
+    assert all(0 <= s < 2**63 for s in seeds)
+    assert chain_seed(3, 1) != chain_seed(4, 1) and chain_seed(3, 1) == chain_seed(3, 1)
+
+
+@pytest.fixture(scope="module")
+def em_runs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("chains")
+    return {K: open_run(_run(d, f"k{K}", {"dynamics.chains": K} if K > 1 else {}))
+            for K in (1, 2, 3)}
+
+
+def test_chain_zero_is_the_one_chain_run_and_no_chain_depends_on_k(em_runs):
+    one, two, three = em_runs[1], em_runs[2], em_runs[3]
+    assert (one.n_chains, two.n_chains, three.n_chains) == (1, 2, 3)
+    assert one.schema_version == two.schema_version == 2
+    _same(one, two.chain(0))
+    _same(two.chain(1), three.chain(1))
+    # and the chains are different systems
+    assert not np.array_equal(two.chain(1).frame(-1), two.frame(-1))
+    with pytest.raises(IndexError):
+        two.chain(2)
+
+
+def test_file_layout_of_chains(em_runs):
+    path = em_runs[2].path
+    with h5py.File(path, "r") as f:
+        assert int(f["parameters"].attrs["chains"]) == 2
+        assert "chains/1/observables/residuals/value" in f
+        assert "chains/1/particles/neurons/position/value" in f
+        assert "chains/2" not in f and "chains/0" not in f
+        no = int(f.attrs["n_observations"])
+        assert f["chains/1/observables/risk/value"].shape[0] == no
+
+
+def test_pooled_time_average_is_the_mean_of_the_chain_means(em_runs):
+    run = em_runs[3]
+    y = run.y
+    means, ses = [], []
+    with h5py.File(run.path, "r") as f:
+        for root in ("", "chains/1/", "chains/2/"):
+            R = f[f"{root}observables/residuals/value"][()]
+            stage = f[f"{root}observables/stage/value"][()]
+            steps = f[f"{root}observables/residuals/step"][()]
+            lo, hi = run.schedule.last_part(1, 0.5)
+            sel = (stage == 1) & (steps > lo) & (steps <= hi)
+            m, se, _ = mean_and_mcse(R[sel] * len(y) + y)
+            means.append(m)
+            ses.append(se)
+    got, got_se = time_average_predictor(run, 1)
+    np.testing.assert_allclose(got, np.mean(means, axis=0), rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(got_se, np.sqrt(np.sum(np.square(ses), axis=0)) / 3,
+                               rtol=1e-13)
+
+
+def test_verdict_rhat_and_ess_equal_arviz_between_chains(em_runs):
+    from arviz_stats.base import array_stats
+    run = em_runs[3]
+    verdicts = st.run_verdicts(run)
+    y, n = run.y, run.n
+    with h5py.File(run.path, "r") as f:
+        series = []
+        for root in ("", "chains/1/", "chains/2/"):
+            R = f[f"{root}observables/residuals/value"][()]
+            stage = f[f"{root}observables/stage/value"][()]
+            series.append((R, f[f"{root}observables/risk/value"][()],
+                           f[f"{root}observables/regulariser/value"][()], stage))
+    for s, v in enumerate(verdicts):
+        H = []
+        for R, risk, reg, stage in series:
+            sel = stage == s
+            h = np.column_stack([R[sel] * n + y, risk[sel], reg[sel]])
+            H.append(h[len(h) // 2:].T)                  # (observable, draw)
+        H = np.stack(H, axis=1)                          # (observable, chain, draw)
+        rhat = array_stats.rhat(H, method="rank")
+        bulk = array_stats.ess(H, method="bulk")
+        tail = array_stats.ess(H, method="tail", prob=(0.05, 0.95))
+        assert v.n_chains == 3 and v.rhat_test == "between chains"
+        assert v.rhat == pytest.approx(np.nanmax(rhat), rel=1e-12)
+        assert v.ess_bulk == pytest.approx(np.nanmin(bulk), rel=1e-12)
+        assert v.ess_tail == pytest.approx(np.nanmin(tail), rel=1e-12)
+
+
+def test_to_xarray_has_a_chain_dimension(em_runs):
+    run = em_runs[2]
+    ds = run.to_xarray()
+    assert ds.sizes["chain"] == 2 and ds.attrs["n_chains"] == 2
+    assert ds.risk.dims == ("chain", "time")
+    np.testing.assert_array_equal(ds.risk.sel(chain=1).values,
+                                  run.chain(1).observables["risk"]["value"])
+    assert ds.particles.dims == ("chain", "frame", "particle", "coord")
+    np.testing.assert_array_equal(ds.particles.values[1, -1], run.chain(1).frame(-1))
+    np.testing.assert_array_equal(ds.particles.values[0, -1], run.frame(-1))
+
+
+def test_report_rows_carry_each_chains_counts(em_runs):
+    from analysis.run_analysis import analyze, analyze_frame, count_text
+    run = em_runs[2]
+    rep = analyze(run, w2=False)
+    for row in rep.ladder:
+        k = int(run.stage_frames(row.stage)[-1])
+        other = analyze_frame(run.chain(1), k)
+        assert row.J_chains == [row.J, len(other.rays.rays)]
+        assert row.K_chains == [row.K, len(other.kinks)]
+        assert row.chains_agree == (row.J_chains[0] == row.J_chains[1]
+                                    and row.K_chains[0] == row.K_chains[1])
+        assert row.stationarity["n_chains"] == 2
+    shown = count_text({"J": 4, "J_chains": [4, 5], "stationary": True}, "J")
+    assert shown == "4 (chains disagree: 4, 5)"
+    assert count_text({"J": 4, "J_chains": [4, 4], "stationary": True}, "J") == "4"
+
+
+def test_checkpoint_of_chains_round_trips(tmp_path):
+    rng = np.random.default_rng(0)
+    states = [SolverState(theta=rng.standard_normal((5, 4)), step=7, stage=1,
+                          stage_residuals=[rng.standard_normal(3)]) for _ in range(3)]
+    path = tmp_path / "c.ckpt"
+    checkpoint.save(path, states, physics_hash="p", config_hash="c")
+    back, meta = checkpoint.load_chains(path, SolverState)
+    assert meta["chains"] == 3 and len(back) == 3
+    for a, b in zip(states, back):
+        np.testing.assert_array_equal(a.theta, b.theta)
+        np.testing.assert_array_equal(a.stage_residuals[0], b.stage_residuals[0])
+    with pytest.raises(Exception, match="3 chains, expected one"):
+        checkpoint.load(path, SolverState)
+
+
+MALA2 = {"dynamics.integrator": "mala", "dynamics.jumps": 0.3, "dynamics.chains": 2,
+         "output.checkpoint_every": 60}
+
+
+def test_mala_chains_step_in_threads_with_results_of_one_thread(tmp_path):
+    import numba
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("needs two numba threads")
+    ref = open_run(_run(tmp_path, "one", MALA2))              # one thread (the fixture)
+    numba.set_num_threads(2)
+    got = open_run(_run(tmp_path, "two", MALA2))
+    for k in range(2):
+        _same(ref.chain(k), got.chain(k))
+    single = open_run(_run(tmp_path, "single", {**MALA2, "dynamics.chains": 1}))
+    _same(single, got.chain(0))
+
+
+@pytest.mark.parametrize("k", [3, 16])
+def test_stop_then_resume_of_chains_is_bitwise_identical(tmp_path, monkeypatch, k):
+    import numba
+    ref = open_run(_run(tmp_path, "ref", MALA2))
+    cfg = tmp_path / "ref.toml"
+    out = tmp_path / "run.h5"
+    with monkeypatch.context() as m:
+        stop_after(m, k)
+        with pytest.raises(Interrupted):
+            runner.run(config.load(cfg), out, progress=False)
+    assert leftovers(out) == ["run.h5.ckpt", "run.h5.part"]
+    if numba.config.NUMBA_NUM_THREADS >= 2:
+        numba.set_num_threads(2)                             # resumed on another thread count
+    runner.run(config.load(cfg), out, resume=True, progress=False)
+    got = open_run(out)
+    for c in range(2):
+        _same(ref.chain(c), got.chain(c))
