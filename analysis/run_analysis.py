@@ -30,8 +30,8 @@ from analysis.ray_checks import sensitivity as ray_sensitivity
 from analysis.rays import RayResult, find_rays, label_weight_scale
 from analysis.references import convex_reference, report_section
 from analysis.snapshots import coldest, last_of_stages
-from analysis.time_average import chains_of
 from analysis.stationarity import NOT_STATIONARY, annotate_report, run_verdicts, stage_verdict
+from analysis.time_average import chains_of
 from solvers import numpy_model
 from solvers.convex import ConvexSolverError
 from solvers.geometry import Kink
