@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from analysis.time_average import chains_of
 from meanfield.figures.common import WIDTH, _figure, _rc
 
 
@@ -12,6 +13,8 @@ def plot_trajectory(rep, run, *, axes=None):
     small against its range across stages), mean ``|θ|²`` and the stationarity statistic
     (drift of the time-averaged residuals, THEORY §2, log axis) with the drift the stage's
     verdict allows, the temperatures' stages shaded and labelled, the snapshot frames marked.
+    A run of several chains (``dynamics.chains``) draws every chain, one colour each, with a
+    legend entry per chain: chains that do not overlap are what a large R̂ means.
 
     Parameters
     ----------
@@ -55,9 +58,13 @@ def plot_trajectory(rep, run, *, axes=None):
             fig = axes[0].figure
         series = [("risk", "risk [y²]", True), ("mean_sq_norm", "mean |θ|² [θ²]", False),
                   ("stationarity", "drift of f̄ [y]", True)]
+        chains = chains_of(run)
         for ax, (name, label, logy) in zip(axes, series):
-            v = np.asarray(obs[name]["value"], float)
-            ax.plot(t, v, lw=0.8, color="C0")
+            v = np.stack([np.asarray(c.observables[name]["value"], float) for c in chains])
+            for k in range(len(chains)):
+                ax.plot(t, v[k], lw=0.8 if len(chains) == 1 else 0.6, color=f"C{k % 10}",
+                        alpha=1.0 if len(chains) == 1 else 0.8,
+                        label=f"chain {k}" if len(chains) > 1 and ax is axes[0] else "_")
             ax.set_ylabel(label)
             if logy and np.any(v > 0):
                 _log_axis(ax)
@@ -71,9 +78,11 @@ def plot_trajectory(rep, run, *, axes=None):
         for k, (t0, t1, level) in enumerate(thr):
             axes[2].plot([t0, t1], [level, level], color="C3", lw=1.0, ls="--",
                          label="verdict's threshold z·2·MCSE" if k == 0 else "_")
-        if thr:                 # under the panels: inside, it covered a stage's threshold
-            fig.legend(handles=axes[2].get_legend_handles_labels()[0],
-                       loc="outside lower center", frameon=False, fontsize=7)
+        handles = (axes[0].get_legend_handles_labels()[0]
+                   + axes[2].get_legend_handles_labels()[0])
+        if handles:             # under the panels: inside, it covered a stage's threshold
+            fig.legend(handles=handles, loc="outside lower center", frameon=False, fontsize=7,
+                       ncol=min(len(handles), 4))
         top = axes[0]
         for tau, (lo, hi) in zip(taus, bounds):
             top.text((lo + hi) / 2 * eta, 1.02, f"τ = {tau:.0e}",

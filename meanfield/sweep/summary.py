@@ -53,16 +53,18 @@ def _per_run_analysis():
 
 
 def _observable_summary(run) -> dict:
-    """Per-stage risk (time average over the last :data:`RISK_WINDOW` of the stage) and the
-    index of the stage's last snapshot frame, from the run file alone."""
+    """Per-stage risk (time average over the last :data:`RISK_WINDOW` of the stage, pooled
+    over the run's chains) and the index of the stage's last snapshot frame, from the run file
+    alone."""
+    from analysis.time_average import chains_of
     taus = run.taus
     steps = run.observables["risk"]["step"]
-    risk_v = run.observables["risk"]["value"]
+    risk_v = np.stack([c.observables["risk"]["value"] for c in chains_of(run)])   # (K, M)
     risk, frames = [], []
     for s in range(len(taus)):
         cut, hi = run.schedule.last_part(s, RISK_WINDOW)
         sel = (steps > cut) & (steps <= hi)
-        risk.append(float(np.mean(risk_v[sel])) if np.any(sel) else float("nan"))
+        risk.append(float(np.mean(risk_v[:, sel])) if np.any(sel) else float("nan"))
         last = run.last_frame(s)
         frames.append(-1 if last is None else last)
     n = len(taus)

@@ -222,3 +222,30 @@ def test_stop_then_resume_of_chains_is_bitwise_identical(tmp_path, monkeypatch, 
     got = open_run(out)
     for c in range(2):
         _same(ref.chain(c), got.chain(c))
+
+
+def test_study_summary_risk_pools_the_chains(em_runs):
+    from meanfield.sweep.summary import RISK_WINDOW, _observable_summary
+    run = em_runs[2]
+    got = _observable_summary(run)["risk"]
+    for s, value in enumerate(got):
+        lo, hi = run.schedule.last_part(s, RISK_WINDOW)
+        per = []
+        for c in (run.chain(0), run.chain(1)):
+            steps, risk = c.observables["risk"]["step"], c.observables["risk"]["value"]
+            per.append(risk[(steps > lo) & (steps <= hi)].mean())
+        assert value == pytest.approx(np.mean(per), rel=1e-12)
+        assert per[0] != per[1]                  # two systems: the pooling is seen
+
+
+def test_trajectory_overlays_the_chains(em_runs):
+    import meanfield
+    run = em_runs[2]
+    fig = meanfield.plot_trajectory(None, run)
+    top = fig.axes[0]
+    for k in range(2):
+        np.testing.assert_array_equal(top.lines[k].get_ydata(),
+                                      run.chain(k).observables["risk"]["value"])
+        assert top.lines[k].get_label() == f"chain {k}"
+    texts = [t.get_text() for leg in fig.legends for t in leg.get_texts()]
+    assert texts == ["chain 0", "chain 1"]
