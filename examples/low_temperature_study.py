@@ -78,8 +78,10 @@ def main(argv=None) -> int:
     refs = rep["references"]
     for g in refs.get("gibbs", []):
         if "skipped" not in g:
+            # the distance, its combined error, the O(eta) allowance of the step, z, verdict
             print(f" tau={g['tau']:.0e}: max |f_particles - f_Gibbs| = {g['max_abs_diff']:.2e}"
-                  f" (std. error {g['max_stderr']:.1e})")
+                  f" (error {g['combined_error']:.1e}, step-bias allowance "
+                  f"{g['step_bias_allowance']:.1e}, z = {g['z']:.2f}: {g['verdict']})")
     c = refs.get("convex")
     if c and "skipped" not in c:
         print(f" tau={c['tau']:.0e}: max |f_particles - f_convex| = {c['max_abs_diff']:.2e}")
