@@ -49,10 +49,16 @@ class Report(dict):
 
 def analyze_run(path: str | os.PathLike, outdir: str | os.PathLike | None = None,
                 figures: bool = True, *, reference: ArrayLike | Callable | None = None,
-                w2: bool = True, references: bool = False, convex: bool | None = None,
-                sensitivity: bool = False, fmt: str = "png", progress=False,
+                w2: bool = True, references: bool = True, convex: bool | None = None,
+                sensitivity: bool = True, fmt: str = "png", progress=False,
                 **ray_kw) -> Report:
     """Analyse every snapshot frame of a run file and its temperature ladder.
+
+    The defaults are those of ``meanfield analyze`` (``w2``, ``references`` and
+    ``sensitivity`` on; its ``--no-w2``, ``--no-references`` and ``--no-sensitivity`` are
+    ``False`` here), so that the report of a call and of the command are the same. The exact
+    references are the slow part (the Gibbs fixed point at each ``τ``, cached on disk,
+    :mod:`analysis.refcache`): pass ``references=False`` for a quick look.
 
     Parameters
     ----------
@@ -69,7 +75,7 @@ def analyze_run(path: str | os.PathLike, outdir: str | os.PathLike | None = None
     w2 : bool
         Compute ``W2`` between successive temperatures.
     references : bool
-        Compare with the exact references (THEORY §4–5): the Gibbs fixed point at each ``τ``
+        Default ``True``. Compare with the exact references (THEORY §4–5): the Gibbs fixed point at each ``τ``
         (``d ≤ 2``), the convex ``τ → 0`` limit at the coldest ``τ`` (also used as
         ``reference`` when that is not given), and the matching of rays to its rays; adds the
         key ``references`` (see :func:`analysis.references.report_section`) and the convex
@@ -77,8 +83,8 @@ def analyze_run(path: str | os.PathLike, outdir: str | os.PathLike | None = None
     convex : bool, optional
         The convex counts only, without the Gibbs references (default: ``references``).
     sensitivity : bool
-        Add ``sensitivity``: ``J`` and ``K`` of the coldest snapshot over a range of each
-        threshold (THEORY §6.4; on in ``meanfield analyze``).
+        Default ``True``. Add ``sensitivity``: ``J`` and ``K`` of the coldest snapshot over a
+        range of each threshold (THEORY §6.4).
     progress : bool or None
         Progress on stderr (:func:`meanfield.progress.progress_bar`; default none).
     **ray_kw

@@ -22,6 +22,7 @@ Only run files are read; nothing is written into them.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -48,8 +49,10 @@ RISK_WINDOW = 0.5
 # --- per-run summaries: the single coupling to the per-run analysis -------------------------
 
 def _per_run_analysis():
-    """The per-run analysis (:func:`meanfield.report.analyze_run`); tests replace it."""
-    return report.analyze_run
+    """The per-run analysis (:func:`meanfield.report.analyze_run` without the exact
+    references and the threshold sensitivity: the summary reads ``J``, ``K`` and the bound
+    only); tests replace it."""
+    return functools.partial(report.analyze_run, references=False, sensitivity=False)
 
 
 def _observable_summary(run) -> dict:

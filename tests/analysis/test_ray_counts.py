@@ -150,7 +150,7 @@ def test_convex_rays_as_particles_are_matched_and_robust():
 
 def _analyze(path):
     from meanfield.report import analyze_run
-    return analyze_run(str(path), w2=False, convex=True, sensitivity=True)
+    return analyze_run(str(path), w2=False, convex=True, sensitivity=True, references=False)
 
 
 @pytest.mark.parametrize("N", [200, 500])
@@ -226,7 +226,7 @@ def test_report_gives_no_theorem6_verdict_when_N_is_too_small(tmp_path):
     with RunWriter(path, cfg, ds) as w:
         w.append_frame(np.vstack([theta, pair]), 1000, 50.0, 1e-4, 0, 1000)
         w.mark_complete()
-    rep = analyze_run(path, w2=False)
+    rep = analyze_run(path, w2=False, references=False, sensitivity=False)
     assert rep["ladder"][-1]["J"] == 3
     assert not rep["theorem6"]["decided"]
     assert "too small" in rep["theorem6"]["undecided_reason"]

@@ -144,14 +144,14 @@ def test_report_prints_cell_conflicts_next_to_the_theorem6_verdict(tmp_path, w9_
     with RunWriter(path, cfg, ds) as w:
         w.append_frame(theta, 1000, 50.0, 1e-4, 0, 1000)
         w.mark_complete()
-    rep = analyze_run(path, w2=False)
+    rep = analyze_run(path, w2=False, references=False, sensitivity=False)
     th = rep["theorem6"]
     assert rep["ladder"][-1]["J"] == 4 and rep["ladder"][-1]["K"] == 4
     assert th["antichain"] and th["distinct"] and th["decided"]
     md = markdown(rep)
     assert "antichain under degeneration: True; rays sharing an activation cell: none" in md
     assert "joined across a data point" in md
-    old = analyze_run(path, w2=False, merge=False)
+    old = analyze_run(path, w2=False, merge=False, references=False, sensitivity=False)
     assert old["ladder"][-1]["J"] == 5                  # the halves, unjoined
     # a split whose halves are comparable (one still straddles): the conflict is printed next
     # to the failed antichain and the pair is named as no verdict

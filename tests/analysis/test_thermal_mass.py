@@ -133,7 +133,8 @@ def test_no_ray_data_gives_no_ray_and_reports_thermal_mass(no_ray_run):
     from meanfield.report import analyze_run, markdown
     from meanfield.store import open_run
     d, path = no_ray_run
-    rep = analyze_run(str(path), w2=False, convex=True)
+    rep = analyze_run(str(path), w2=False, convex=True, references=False,
+                      sensitivity=False)
     row = rep["ladder"][-1]
     assert row["tau"] == 1e-4 and row["J_convex"] == 0
     cold = [s for s in rep["snapshots"] if s["tau"] == 1e-4]

@@ -72,7 +72,8 @@ def test_run_file_holds_acceptance_and_inspect_shows_it(mala_ref, tmp_path):
     assert 'integrator = "mala"' in dyn and "jumps = 0.3" in dyn, dyn
     assert r.stdout.count(" acceptance=") == 2 and r.stdout.count("jump_acceptance=") == 2
     from meanfield.report import analyze_run, markdown
-    rep = analyze_run(ref, None, figures=False, w2=False)
+    rep = analyze_run(ref, None, figures=False, w2=False, references=False,
+                      sensitivity=False)
     for row in rep["ladder"]:
         v = row["stationarity"]
         sel = np.asarray(obs["tau"]["value"]) == row["tau"]

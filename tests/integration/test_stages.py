@@ -169,7 +169,7 @@ def test_directions_figure_picks_a_stage(reheat_run):
     from meanfield import figures
     from meanfield.report import analyze_run
     from meanfield.store import open_run
-    rep = analyze_run(reheat_run, w2=False)
+    rep = analyze_run(reheat_run, w2=False, references=False, sensitivity=False)
     run = open_run(reheat_run)
     assert figures.plot_directions(rep, run, stage=0) is not None
     with pytest.raises(ValueError, match="no snapshot of stage 7"):

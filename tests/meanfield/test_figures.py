@@ -17,7 +17,8 @@ def analysed(tmp_path_factory):
     d = tmp_path_factory.mktemp("figs")
     out = run_one_thread(plane8_toml({"dynamics.taus": [1e-2, 1e-3, 1e-4],
                                       "output.snapshots_per_tau": 1}), d)
-    rep = meanfield.analyze_run(out, d / "rep", w2=True, fmt="svg")
+    rep = meanfield.analyze_run(out, d / "rep", w2=True, fmt="svg", references=False,
+                                 sensitivity=False)
     return meanfield.open_run(out), rep, d / "rep"
 
 
@@ -211,7 +212,8 @@ def _assert_readable(fig, width=None):
 def with_convex(analysed, tmp_path_factory):
     """The same run analysed with its convex reference (the report's τ → 0 counts)."""
     run, _, _ = analysed
-    rep = meanfield.analyze_run(run.path, None, w2=True, convex=True)
+    rep = meanfield.analyze_run(run.path, None, w2=True, convex=True, references=False,
+                                 sensitivity=False)
     return run, rep
 
 

@@ -44,7 +44,8 @@ def run_file(tmp_path_factory):
 def test_analyze_run_ladder_patterns_theorem6_and_proposition7(run_file, tmp_path):
     path, p = run_file
     ref = np.full(2, p["phi"])
-    rep = analyze_run(path, tmp_path / "rep", figures=True, reference=ref)
+    rep = analyze_run(path, tmp_path / "rep", figures=True, reference=ref, references=False,
+                      sensitivity=False)
     assert rep["P"] == 4 and rep["cover"] == 4 and rep["bound_2P_minus_1"] == 7
     assert [r["n_rays"] for r in rep["n_rays_by_tau"]] == [2, 2, 2]
     rows = rep["ladder"]
@@ -81,3 +82,27 @@ def test_cli_analyze_json_keys(run_file, tmp_path, capsys):
         assert key in rep
     assert {"distinct", "antichain", "max_per_binary"} <= set(rep["theorem6"])
     assert cli_main(["analyze", str(path), "--g-ray", "2"]) == 2
+
+
+def test_analyze_run_defaults_are_those_of_meanfield_analyze():
+    """Each ``--no-X`` switch of ``meanfield analyze`` is a parameter ``X`` of
+    ``analyze_run`` that defaults to on, and the ray thresholds default alike: the report of
+    a call and of the command are the same."""
+    import inspect
+
+    from meanfield.cli import build_parser
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    analyze = sub.choices["analyze"]
+    params = inspect.signature(analyze_run).parameters
+    switched = {a.dest[len("no_"):]: a.default for a in analyze._actions
+                if a.dest.startswith("no_") and a.dest[len("no_"):] in params}
+    assert set(switched) >= {"w2", "references", "sensitivity"}
+    for name, off in switched.items():
+        assert off is False and params[name].default is True, name
+    assert params["figures"].default is True            # --no-figures
+    from analysis.rays import find_rays
+    rays = inspect.signature(find_rays).parameters
+    for flag, name in (("min_mass", "min_mass_frac"), ("g_ray", "g_ray"),
+                       ("halo_ratio", "halo_ratio")):
+        default = next(a.default for a in analyze._actions if a.dest == flag)
+        assert rays[name].default == default, flag

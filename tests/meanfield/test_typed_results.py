@@ -68,7 +68,8 @@ def run_file(tmp_path_factory):
 @pytest.fixture(scope="module")
 def report(run_file):
     from meanfield.report import analyze_run
-    return analyze_run(str(run_file), w2=False, convex=True)
+    return analyze_run(str(run_file), w2=False, convex=True, references=False,
+                       sensitivity=False)
 
 
 def test_open_run_gives_the_typed_config(run_file):
