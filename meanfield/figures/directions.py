@@ -75,8 +75,9 @@ def plot_directions(rep, run, *, axes=None, tau=None, stage=None, convex=None):
     limit counted by the report (a circle in a square: a ray found where the limit has one);
     both are open, so the density at their centre stays visible. Mass not circled is the
     thermal halo, not counted as rays (its fraction is in the title). Longitudes are labelled
-    every 60° from 0°, each label placed on the first parallel (0°, ∓30°, ∓55°) where no
-    marker is near it. Sources: THEORY §4, [LJM26].
+    every 60° from 0°, in one row per map: on the equator, or when a marker is near one of
+    them, on the first parallel (∓30°, ∓55°) where no marker is near any. Sources: THEORY
+    §4, [LJM26].
     """
     d = run.X.shape[1]
     snaps = last_of_stages(rep.get("snapshots", []))
@@ -162,20 +163,33 @@ def _directions_1d(snap, V, mass, sign, convex, axes, title, floor=None):
     return fig
 
 
+#: The parallels a map's row of longitude labels may sit on, in the order tried.
+LABEL_PARALLELS = (0, -30, 30, -55, 55)
+#: The least angle (degrees, in map coordinates) between a label's anchor and a marker.
+LABEL_CLEARANCE = 20
+
+
 def _lon_labels(ax, centre, marks):
-    """Meridians every 60° of absolute longitude (0° among them), each label on the first
-    parallel where no marker (``marks``: map coordinates) lies within 20°."""
+    """Meridians every 60° of absolute longitude (0° among them), labelled in one row: on the
+    first parallel of :data:`LABEL_PARALLELS` (the equator first) where no marker
+    (``marks``: map coordinates) lies within :data:`LABEL_CLEARANCE` of any label; if no
+    parallel is clear for all, each label on the first one clear for it."""
     import matplotlib.patheffects as pe
     absolute = np.deg2rad(np.arange(-120, 181, 60))
     pos = _wrap(absolute - centre)
     keep = np.abs(np.abs(pos) - np.pi) > np.deg2rad(15)      # not on the seam
     ax.set_xticks(np.sort(pos[keep]))
     ax.set_xticklabels([])
+    parallels = np.deg2rad(LABEL_PARALLELS)
+
+    def clear(x, lat):
+        return all(math.hypot(x - mx, lat - my) > np.deg2rad(LABEL_CLEARANCE)
+                   for mx, my in marks)
+    row = next((lat for lat in parallels if all(clear(x, lat) for x in pos[keep])), None)
     out = []
     for lon_abs, x in zip(absolute[keep], pos[keep]):
-        for lat in np.deg2rad([0, -30, 30, -55, 55]):
-            if all(math.hypot(x - mx, lat - my) > np.deg2rad(20) for mx, my in marks):
-                break
+        lat = row if row is not None else next(
+            (lat for lat in parallels if clear(x, lat)), parallels[-1])
         deg = int(round(np.rad2deg(_wrap(lon_abs))))
         deg = 180 if deg == -180 else deg          # the seam's meridian reads 180°
         out.append(ax.text(x, lat, f"{deg}°".replace("-", "−"), fontsize=7, color="0.25",

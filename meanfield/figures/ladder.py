@@ -27,6 +27,11 @@ def plot_ladder(rep, run, *, axes=None):
     of each ``τ`` to the convex limit. The legends sit under the panels, one entry per drawn
     series, so that no data point is covered.
 
+    A ladder that visits a temperature more than once (``taus = [1e-2, 1e-3, 1e-2]``, a
+    reheating study) is drawn against the stage instead, evenly spaced in the order run, each
+    tick labelled with its ``τ`` (on a ``τ`` axis the visits would share one abscissa and hide
+    each other); the ``τ → 0`` limit stays at the right end.
+
     Parameters
     ----------
     rep : dict
@@ -47,12 +52,13 @@ def plot_ladder(rep, run, *, axes=None):
     rows = rep.get("ladder", [])
     if len(rows) < 2:
         return None
-    taus = np.array([r["tau"] for r in rows], float)
+    axis = _Abscissa(rows)
+    xs = axis.x                                 # where each stage is drawn
     refs = rep.get("references") or {}
     if "skipped" in refs:
         refs = {}
     cvx = refs.get("convex") if refs else None
-    t0 = taus.min() / 10                        # where the τ → 0 limit is drawn
+    t0 = axis.t0                                # where the τ → 0 limit is drawn
     with _rc():
         has_refs = bool(refs) or any(r["dist_to_reference"] is not None for r in rows)
         if axes is None:
@@ -72,11 +78,11 @@ def plot_ladder(rep, run, *, axes=None):
         # the measured counts (integers; a stage judged not stationary is marked)
         J = np.array([r["J"] for r in rows], float)
         K = np.array([r["K"] for r in rows], float)
-        a.plot(taus, J, "o-", color="C0", ms=4, label="rays J")
-        a.plot(taus, K, "s--", color="C1", ms=3.5, mfc="none", label="kinks K")
+        a.plot(xs, J, "o-", color="C0", ms=4, label="rays J")
+        a.plot(xs, K, "s--", color="C1", ms=3.5, mfc="none", label="kinks K")
         bad = np.array([r.get("stationary") is False for r in rows])
         if bad.any():
-            a.plot(taus[bad], J[bad], "x", color="red", ms=8, mew=1.5,
+            a.plot(xs[bad], J[bad], "x", color="red", ms=8, mew=1.5,
                    label="stage not stationary")
         P = rep.get("P")
         if P is not None:
@@ -97,17 +103,17 @@ def plot_ladder(rep, run, *, axes=None):
         a.set_ylabel("count")
         a.set_title("(a) rays J, kinks K", loc="left")
         # (b) risk
-        m, e = np.full(len(taus), np.nan), np.full(len(taus), np.nan)
+        m, e = np.full(len(rows), np.nan), np.full(len(rows), np.nan)
         for i, r in enumerate(rows):
             with contextlib.suppress(ValueError):       # no observation in the window
                 m[i], e[i] = time_average_observable(run, "risk", r["stage"])
         if np.isfinite(m).any():
-            b.errorbar(taus, m, yerr=e, fmt="o-", ms=3.5, capsize=2, color="C0",
+            b.errorbar(xs, m, yerr=e, fmt="o-", ms=3.5, capsize=2, color="C0",
                        label="particles, time avg.")
         g = [x for x in refs.get("gibbs", []) if "skipped" not in x] if refs else []
         if g:
             y = np.asarray(run.y, float)
-            b.plot([x["tau"] for x in g],
+            b.plot([axis.of(x) for x in g],
                    [np.mean((np.asarray(x["f_reference"]) - y) ** 2) for x in g], "x",
                    color="k", ms=5, label="exact Gibbs")
         if cvx and "f_reference" in cvx:
@@ -119,13 +125,13 @@ def plot_ladder(rep, run, *, axes=None):
         w2 = [np.nan if r["w2_to_previous"] is None else r["w2_to_previous"] for r in rows]
         w2r = [np.nan if r.get("w2_rays_to_previous") is None else r["w2_rays_to_previous"]
                for r in rows]
-        c.plot(taus, w2, "o-", ms=3.5, color="C0", label="particle measures (left axis)")
+        c.plot(xs, w2, "o-", ms=3.5, color="C0", label="particle measures (left axis)")
         c.set_ylabel("W2 of particles [θ]", color="C0")
         c.tick_params(axis="y", colors="C0")
         cr = None
         if np.isfinite(w2r).any():      # another quantity: its own axis, its own unit
             cr = c.twinx()
-            cr.plot(taus, w2r, "s--", ms=3.5, mfc="none", color="C2",
+            cr.plot(xs, w2r, "s--", ms=3.5, mfc="none", color="C2",
                     label="rays, chord on the sphere (right axis)")
             cr.set_ylabel("W2 of rays [chord]", color="C2")
             cr.tick_params(axis="y", colors="C2", labelsize=7)
@@ -135,7 +141,7 @@ def plot_ladder(rep, run, *, axes=None):
         # (d) distances to the references
         if d is not None:       # one distance throughout: the RMS over the data points
             if g:
-                d.plot([x["tau"] for x in g], [x["rms_diff"] for x in g], "o-", ms=3.5,
+                d.plot([axis.of(x) for x in g], [x["rms_diff"] for x in g], "o-", ms=3.5,
                        color="C0", label="f̄ to exact Gibbs at each τ")
             if cvx and "rms_diff" in cvx:
                 d.plot([t0], [cvx["rms_diff"]], "+", color="k", ms=7, mew=1.2,
@@ -143,35 +149,79 @@ def plot_ladder(rep, run, *, axes=None):
             dist = [np.nan if r["dist_to_reference"] is None else r["dist_to_reference"]
                     for r in rows]
             if np.isfinite(dist).any():
-                d.plot(taus, dist, "s:", ms=3, mfc="none", color="C3",
+                d.plot(xs, dist, "s:", ms=3, mfc="none", color="C3",
                        label="f at the last snapshot of each τ to exact τ → 0")
             d.set_yscale("log")
             d.set_ylabel("RMS distance [y]")
             d.set_title("(d) to exact", loc="left")
-        _legend_below(fig, a, b, c, cr, d, t0)
-        ticks = list(taus) + [t0]
+        _legend_below(fig, a, b, c, cr, d, t0, axis.note)
         panels = [ax for ax in (a, b, c, d) if ax is not None]
         for ax in panels:
-            ax.set_xscale("log")
-            ax.set_xlim(taus.max() * 3, t0 / 3)
+            axis.apply(ax)
             ax.grid(True, alpha=0.3, lw=0.5)
-        for ax in panels:
-            ax.set_xticks(ticks)
-            # every τ has a tick; with three or more, every other one a label (7 pt labels of
-            # adjacent decades touched in a half-column panel)
-            step = 2 if len(taus) >= 3 else 1
-            ax.set_xticklabels([_tau_label(t) if k % step == 0 else ""
-                                for k, t in enumerate(taus)] + ["→0"], fontsize=7)
-            ax.minorticks_off()
         for ax in panels[2:]:
-            ax.set_xlabel("τ [units of risk]")
+            ax.set_xlabel(axis.label)
         if d is not None:
             _log_ticks(d)
     return fig
 
 
+class _Abscissa:
+    """Where the ladder figure draws each stage: at its ``τ`` on a log axis (hot on the left),
+    or, when a temperature comes back, at its stage number with its ``τ`` as the tick label,
+    so that every visit has an abscissa of its own. ``t0`` is where the ``τ → 0`` limit goes
+    (right of the coldest, resp. of the last stage)."""
+
+    def __init__(self, rows):
+        self.taus = np.array([r["tau"] for r in rows], float)
+        self.stages = [int(r.get("stage", k)) for k, r in enumerate(rows)]
+        self.by_stage = len(set(self.taus.tolist())) < len(self.taus)
+        self.label = "τ [units of risk]"
+        if self.by_stage:
+            self.x = np.arange(len(rows), dtype=float)
+            self.t0 = float(len(rows))
+            self.note = "\nx: the stages in the order run (a τ comes back)"
+        else:
+            self.x = self.taus.copy()
+            self.t0 = float(self.taus.min() / 10)
+            self.note = ""
+
+    def of(self, row) -> float:
+        """The abscissa of a report row that names its ``stage`` (else its ``τ``, first
+        visit)."""
+        if not self.by_stage:
+            return float(row["tau"])
+        if "stage" in row and int(row["stage"]) in self.stages:
+            return float(self.x[self.stages.index(int(row["stage"]))])
+        first = np.flatnonzero(self.taus == float(row["tau"]))
+        return float(self.x[first[0]]) if len(first) else np.nan
+
+    def apply(self, ax) -> None:
+        """Scale, limits and ticks: one tick per stage and one ``→0`` at ``t0``. On the ``τ``
+        axis, with three stages or more, every other one is labelled (7 pt labels of adjacent
+        decades touched in a half-column panel); the stage axis labels every stage, every
+        other label a line lower for the same reason."""
+        if self.by_stage:
+            ax.set_xscale("linear")
+            ax.set_xlim(-0.5, self.t0 + 0.5)
+        else:
+            ax.set_xscale("log")
+            ax.set_xlim(self.taus.max() * 3, self.t0 / 3)
+        ax.set_xticks(list(self.x) + [self.t0])
+        if self.by_stage:       # every stage's τ, every other one a line lower
+            labels = [("\n" if k % 2 else "") + _tau_label(t) for k, t in enumerate(self.taus)]
+        else:
+            step = 2 if len(self.taus) >= 3 else 1
+            labels = [_tau_label(t) if k % step == 0 else "" for k, t in enumerate(self.taus)]
+        ax.set_xticklabels(labels + ["→0"], fontsize=7)
+        ax.minorticks_off()
+
+
 def _tau_label(t):
-    """``10⁻³`` for a power of ten (short enough for two panels a row at 7 pt), else ``2e-3``."""
+    """``10⁻³`` for a power of ten (short enough for two panels a row at 7 pt), else ``2e-3``
+    (``0`` for zero, a stage of a reheating ladder may be one)."""
+    if t == 0:
+        return "0"
     k = np.log10(t)
     if abs(k - round(k)) < 1e-9:
         return f"$10^{{{int(round(k))}}}$"
@@ -188,10 +238,10 @@ def _log_ticks(ax):
     ax.yaxis.set_minor_formatter(NullFormatter())
 
 
-def _legend_below(fig, a, b, c, cr, d, t0):
+def _legend_below(fig, a, b, c, cr, d, t0, note=""):
     """One legend under the panels: an entry per series drawn, named by its panel; the exact
     ``τ → 0`` counts of (a) (the markers at ``t0``, a circle for ``J`` and a square for ``K``)
-    share one entry."""
+    share one entry; ``note`` ends its title."""
     from matplotlib.legend_handler import HandlerTuple
     handles, labels = [], []
     exact = [ln for ln in a.lines if len(ln.get_xdata()) == 1 and ln.get_xdata()[0] == t0]
@@ -212,5 +262,5 @@ def _legend_below(fig, a, b, c, cr, d, t0):
     leg = fig.legend(handles, labels, loc="outside lower center", ncol=1, frameon=False,
                      fontsize=7, handler_map={tuple: HandlerTuple(ndivide=None)},
                      title="f̄: predictor averaged over the second half of each τ;\n"
-                           "error bars: standard errors", title_fontsize=7)
+                           "error bars: standard errors" + note, title_fontsize=7)
     leg._legend_box.align = "left"

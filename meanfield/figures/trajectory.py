@@ -15,14 +15,20 @@ def plot_trajectory(rep, run, *, axes=None):
     verdict allows, the temperatures' stages shaded and labelled, the snapshot frames marked.
     A run of several chains (``dynamics.chains``) draws every chain, one colour each, with a
     legend entry per chain: chains that do not overlap are what a large R̂ means.
+    Over each stage with a verdict the stationarity panel says why: its R̂ and bulk/tail ESS
+    and, for a stage not stationary, the verdict's reasons in one word each (``drift``,
+    ``parity``, ``R̂``, ``ESS``, ``unstable``, ``rays``, ``budget``, ``few obs.``; the full
+    sentences are in the report).
 
     Parameters
     ----------
     rep : dict or None
         The analysis (``analyze_run``): the verdicts of its ladder rows give each stage's
         threshold, ``z_crit · 2 · mcse`` (the two half-windows' means differ with standard
-        error about twice the MCSE of the second half's mean, ``analysis.stationarity``);
-        ``None`` or rows without a verdict: no threshold drawn.
+        error about twice the MCSE of the second half's mean, ``analysis.stationarity``),
+        and the annotations (``stationary``, ``reasons``, ``rhat``, ``ess_bulk``,
+        ``ess_tail``); rows are matched to stages by their ``stage`` (by ``tau`` in reports
+        without it); ``None`` or rows without a verdict: no threshold or annotation drawn.
     run : meanfield.store.Run
         Complete or in progress (its committed rows).
     axes : three matplotlib Axes, optional
@@ -51,7 +57,7 @@ def plot_trajectory(rep, run, *, axes=None):
     t = np.asarray(obs["risk"]["time"], float)
     with _rc():
         if axes is None:
-            fig = _figure((WIDTH, 3.4))
+            fig = _figure((WIDTH, 3.8))
             axes = fig.subplots(3, 1, sharex=True)
         else:
             axes = list(np.ravel(axes))
@@ -74,7 +80,8 @@ def plot_trajectory(rep, run, *, axes=None):
             for fs in run.frame_time:
                 ax.axvline(fs, color="C3", lw=0.6, ls=":")
             ax.grid(True, alpha=0.3, lw=0.5)
-        thr = _thresholds(rep, taus, bounds, eta)
+        verdicts = _verdicts(rep, taus)
+        thr = _thresholds(verdicts, bounds, eta)
         for k, (t0, t1, level) in enumerate(thr):
             axes[2].plot([t0, t1], [level, level], color="C3", lw=1.0, ls="--",
                          label="verdict's threshold z·2·MCSE" if k == 0 else "_")
@@ -83,6 +90,7 @@ def plot_trajectory(rep, run, *, axes=None):
         if handles:             # under the panels: inside, it covered a stage's threshold
             fig.legend(handles=handles, loc="outside lower center", frameon=False, fontsize=7,
                        ncol=min(len(handles), 4))
+        _annotate_verdicts(axes[2], verdicts, bounds, eta)
         top = axes[0]
         for tau, (lo, hi) in zip(taus, bounds):
             top.text((lo + hi) / 2 * eta, 1.02, f"τ = {tau:.0e}",
@@ -94,17 +102,78 @@ def plot_trajectory(rep, run, *, axes=None):
     return fig
 
 
-def _thresholds(rep, taus, bounds, eta):
-    """``(t_start, t_end, level)`` of each stage whose ladder row has a verdict with an MCSE:
-    the drift ``z_crit · 2 · mcse`` above which the verdict calls the stage not stationary."""
-    rows = {r["tau"]: r for r in (rep or {}).get("ladder", []) if isinstance(r, dict)}
+def _verdicts(rep, taus):
+    """The verdict of each stage (``None`` without one): the ladder row of that ``stage``, or
+    in a report whose rows do not name it, the row of its ``tau``."""
+    rows = [r for r in (rep or {}).get("ladder", []) if isinstance(r, dict)]
+    by_stage = {int(r["stage"]): r for r in rows if "stage" in r}
+    by_tau = {r["tau"]: r for r in rows if "stage" not in r}
     out = []
-    for tau, (lo, hi) in zip(taus, bounds):
-        v = (rows.get(tau) or {}).get("stationarity")
-        if isinstance(v, dict) and v.get("mcse") and v.get("z_crit"):
+    for s, tau in enumerate(taus):
+        v = (by_stage.get(s) or by_tau.get(tau) or {}).get("stationarity")
+        out.append(v if isinstance(v, dict) else None)
+    return out
+
+
+def _thresholds(verdicts, bounds, eta):
+    """``(t_start, t_end, level)`` of each stage whose verdict has an MCSE: the drift
+    ``z_crit · 2 · mcse`` above which the verdict calls the stage not stationary."""
+    out = []
+    for v, (lo, hi) in zip(verdicts, bounds):
+        if v and v.get("mcse") and v.get("z_crit"):
             # the verdict judges the stage's second half
             out.append(((lo + hi) / 2 * eta, hi * eta, 2 * v["z_crit"] * v["mcse"]))
     return out
+
+
+#: One word for each kind of reason a verdict gives (the start of its sentence,
+#: ``analysis.stationarity`` and ``analysis.convergence``), in the order tried.
+REASON_WORDS = (("R-hat", "R̂"), ("too few effective samples", "ESS"),
+                ("too few observations", "few obs."), ("drift", "drift"),
+                ("parity", "parity"), ("unstable step", "unstable"),
+                ("ray weights", "rays"), ("budget spent", "budget"))
+
+
+def reason_word(reason: str) -> str:
+    """The one word :func:`plot_trajectory` writes for a verdict's ``reason`` (a sentence of
+    ``Verdict.reasons``); an unknown one gives its first word."""
+    for start, word in REASON_WORDS:
+        if reason.startswith(start):
+            return word
+    return (reason.split() or ["?"])[0].rstrip(":,")
+
+
+def verdict_note(v: dict) -> str:
+    """The annotation of one stage's verdict (a report row's ``stationarity``), three lines:
+    ``stationary`` or ``no:`` and the reasons' words, ``R̂``, and the bulk/tail ESS (``–``
+    for a value not computed)."""
+    def num(x, fmt):
+        return "–" if x is None or not np.isfinite(x) else format(x, fmt)
+    words = list(dict.fromkeys(reason_word(r) for r in v.get("reasons") or []))
+    if v.get("stationary"):
+        head = "stationary"
+    else:
+        head = "no: " + ", ".join(words) if words else "not stationary"
+    return (f"{head}\nR̂ {num(v.get('rhat'), '.3f')}\n"
+            f"ESS {num(v.get('ess_bulk'), '.0f')}/{num(v.get('ess_tail'), '.0f')}")
+
+
+def _annotate_verdicts(ax, verdicts, bounds, eta):
+    """Each stage's :func:`verdict_note` at the top of the stationarity panel, centred on the
+    stage, red for a stage not stationary; the y axis
+    gains headroom above the data so that the notes do not cover it."""
+    notes = [(v, lo, hi) for v, (lo, hi) in zip(verdicts, bounds) if v]
+    if not notes:
+        return
+    lo_y, hi_y = ax.get_ylim()
+    if ax.get_yscale() == "log" and lo_y > 0:
+        ax.set_ylim(lo_y, hi_y * (hi_y / lo_y) ** 1.2)     # the data in the lower 45 %
+    else:
+        ax.set_ylim(lo_y, hi_y + 1.2 * (hi_y - lo_y))
+    for v, lo, hi in notes:
+        ax.text((lo + hi) / 2 * eta, 0.96, verdict_note(v), transform=ax.get_xaxis_transform(),
+                ha="center", va="top", fontsize=7, linespacing=1.0,
+                color="0.1" if v.get("stationary") else "C3")
 
 
 def _log_axis(ax):

@@ -403,3 +403,119 @@ def test_ladder_draws_a_count_of_zero(analysed):
     assert k_line.get_ydata()[-1] == 0
     lo, hi = a.get_ylim()
     assert lo < 0 < hi and a.get_yscale() == "symlog"     # a log axis could not show it
+
+
+def test_ladder_draws_each_visit_of_a_temperature_at_its_own_abscissa(analysed):
+    run, rep, _ = analysed
+    # the run's three stages relabelled as a reheating ladder: 1e-2, 1e-3, then 1e-2 again
+    taus = [1e-2, 1e-3, 1e-2]
+    reheat = dict(rep, ladder=[dict(r, tau=t) for r, t in zip(rep["ladder"], taus)])
+    fig = meanfield.plot_ladder(reheat, run)
+    _assert_readable(fig)
+    a, b, c = [ax for ax in fig.axes if ax.get_title(loc="left")][:3]
+    j_line = next(ln for ln in a.lines if ln.get_label() == "rays J")
+    x = np.asarray(j_line.get_xdata(), float)
+    assert len(set(x.tolist())) == 3                       # no two stages share an abscissa
+    assert list(x) == sorted(x)                            # in the order run
+    np.testing.assert_array_equal(j_line.get_ydata(), [r["J"] for r in rep["ladder"]])
+    risk = b.lines[0]
+    np.testing.assert_array_equal(risk.get_xdata(), x)
+    from analysis.time_average import time_average_observable
+    assert risk.get_ydata()[2] == pytest.approx(time_average_observable(run, "risk", 2)[0])
+    for ax in (a, b, c):
+        np.testing.assert_array_equal(ax.get_xticks()[:3], x)
+        assert ax.get_xticks()[-1] > x.max()               # the τ → 0 limit on the right
+    labels = c.get_xticklabels()                        # the bottom row's: every τ
+    assert [t.get_text().strip() for t in labels] == ["$10^{-2}$", "$10^{-3}$", "$10^{-2}$",
+                                                      "→0"]
+    assert "x: the stages in the order run" in fig.legends[0].get_title().get_text()
+    assert c.get_xlabel() == "τ [units of risk]"
+    r = _drawn(fig)
+    for p, q in zip(labels, labels[1:]):        # neighbours apart, or one of them a line lower
+        apart = p.get_window_extent(r).x1 <= q.get_window_extent(r).x0
+        assert apart or p.get_text().startswith("\n") != q.get_text().startswith("\n")
+    # a reference row names its stage: the second visit's is drawn at the second visit
+    g = [{"stage": s, "tau": t, "rms_diff": 0.01 * (s + 1), "f_reference": list(run.y)}
+         for s, t in enumerate(taus)]
+    with_ref = dict(reheat, references={"gibbs": g})
+    d = [ax for ax in meanfield.plot_ladder(with_ref, run).axes
+         if ax.get_title(loc="left").startswith("(d)")][0]
+    line = next(ln for ln in d.lines if ln.get_label().startswith("f̄ to exact Gibbs"))
+    np.testing.assert_array_equal(line.get_xdata(), x)
+
+
+def _lon_label_positions(ax):
+    """``{label: (x, y)}`` of a map's longitude labels, in degrees of map coordinates."""
+    return {t.get_text(): tuple(np.rad2deg(t.get_position()))
+            for t in ax.texts if t.get_text().endswith("°")}
+
+
+def test_directions_longitude_labels_sit_in_one_row(with_convex):
+    from matplotlib.figure import Figure
+
+    from meanfield.figures import directions as dirs
+    run, rep = with_convex
+    fig = meanfield.plot_directions(rep, run)
+    for ax in (ax for ax in fig.axes if ax.name == "mollweide"):
+        pos = _lon_label_positions(ax)
+        rows = {round(y, 9) for _, y in pos.values()}
+        assert len(rows) == 1, pos                      # no label off its map's row
+        marks = [(ln.get_xdata()[0], ln.get_ydata()[0]) for ln in ax.lines]
+        equator_clear = all(np.hypot(np.deg2rad(x) - mx, my) > np.deg2rad(20)
+                            for x, _ in pos.values() for mx, my in marks)
+        assert (rows == {0.0}) == equator_clear
+    # a marker next to the 120° label's place on the equator: the whole row moves to the
+    # first clear parallel, -30°; without markers it is the equator
+    ax = Figure().add_subplot(projection="mollweide")
+    texts = dirs._lon_labels(ax, 0.0, [(np.deg2rad(114), np.deg2rad(16))])
+    assert {t.get_text(): round(np.rad2deg(t.get_position()[1]), 9) for t in texts} == {
+        "−120°": -30, "−60°": -30, "0°": -30, "60°": -30, "120°": -30}
+    ax = Figure().add_subplot(projection="mollweide")
+    assert [np.rad2deg(t.get_position()[1]) for t in dirs._lon_labels(ax, 0.0, [])] == [0] * 5
+
+
+def test_trajectory_says_why_each_stage_is_or_is_not_stationary(analysed):
+    from meanfield.figures.trajectory import verdict_note
+    run, rep, _ = analysed
+    fig = meanfield.plot_trajectory(rep, run)
+    _assert_readable(fig)
+    stat = fig.axes[2]
+    notes = [t for t in stat.texts]
+    assert len(notes) == len(rep["ladder"]) == 3
+    eta = run.eta
+    for t, r in zip(notes, rep["ladder"]):
+        v = r["stationarity"]
+        lo, hi = run.schedule.stage_bounds(r["stage"])
+        assert lo * eta < t.get_position()[0] < hi * eta          # over its own stage
+        head, rhat, ess = t.get_text().split("\n")
+        assert rhat == f"R̂ {v['rhat']:.3f}"
+        assert ess == f"ESS {v['ess_bulk']:.0f}/{v['ess_tail']:.0f}"
+        assert (head == "stationary") == bool(r["stationary"])
+    # made-up verdicts: each reason in one word, in the stage of its row (matched by stage,
+    # not by tau: a reheating ladder has two rows of one tau)
+    made = [{"stationary": False, "rhat": 1.0512, "ess_bulk": 40.2, "ess_tail": 55.0,
+             "mcse": 1e-3, "z_crit": 3.0,
+             "reasons": ["drift: late and early windows differ by 5 standard errors (> 3)",
+                         "R-hat 1.051 >= 1.01 at f(x_2) (rank-normalised split-R-hat)",
+                         "too few effective samples (bulk ESS 40.2 at risk, at least 100 "
+                         "needed; autocorrelation time too long for the stage)"]},
+            {"stationary": True, "rhat": 1.002, "ess_bulk": 900.0, "ess_tail": 850.0,
+             "mcse": 1e-3, "z_crit": 3.0, "reasons": []},
+            {"stationary": False, "rhat": None, "ess_bulk": None, "ess_tail": None,
+             "reasons": ["too few observations (3) for a verdict"]}]
+    rows = [dict(r, tau=1e-2 if r["stage"] != 1 else 1e-3, stationarity=v,
+                 stationary=v["stationary"]) for r, v in zip(rep["ladder"], made)]
+    fig = meanfield.plot_trajectory(dict(rep, ladder=rows), run)
+    texts = [t.get_text() for t in fig.axes[2].texts]
+    assert texts == ["no: drift, R̂, ESS\nR̂ 1.051\nESS 40/55",
+                     "stationary\nR̂ 1.002\nESS 900/850",
+                     "no: few obs.\nR̂ –\nESS –/–"]
+    assert [verdict_note(v) for v in made] == texts
+    colours = [t.get_color() for t in fig.axes[2].texts]
+    assert colours[0] == colours[2] != colours[1]               # not stationary: in red
+    # the notes sit above the data: the highest value lies under the lowest note
+    r = _drawn(fig)
+    ax = fig.axes[2]
+    v = np.asarray(run.observables["stationarity"]["value"], float)
+    top = ax.transData.transform((0, np.nanmax(v)))[1]
+    assert all(t.get_window_extent(r).y0 > top for t in ax.texts)
