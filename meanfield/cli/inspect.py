@@ -21,7 +21,8 @@ def register(sub):
     p.add_argument("--json", action="store_true",
                    help='print {"schema_version", "n_particles", "d", "n", "complete", '
                         '"frames": [{"step", "time", "tau", "stage"}], "stages": [{"stage", '
-                        '"tau", "steps", "stationary", "stationarity"}], "config"}')
+                        '"tau", "steps", "running", "stationary", "stationarity"}], '
+                        '"config"} (a stage still running has no verdict: null)')
     p.add_argument("--follow", action="store_true",
                    help="print the progress of a run in progress (read live, committed rows "
                         "only) until it ends; exit 0 when it completes, 1 when its writer "
@@ -32,16 +33,32 @@ def register(sub):
 
 
 def stages(run) -> list:
-    """Per ladder stage: ``stage``, ``tau``, ``steps`` (run so far), ``stationary`` (null
-    without observations) and ``stationarity`` (docs/theory.md §2.5)."""
+    """Per ladder stage: ``stage``, ``tau``, ``steps`` (run so far), ``running``,
+    ``stationary`` and ``stationarity`` (docs/theory.md §2.5); the last two are null for a
+    stage without observations and for the stage still running (:func:`running_stage`),
+    whose verdict would judge a stage cut short."""
     from analysis.stationarity import run_verdicts
     out = []
+    now = running_stage(run)
     for s, (tau, v) in enumerate(zip(run.taus, run_verdicts(run))):
-        judged = v.reasons != ["stage not reached"]
+        judged = v.reasons != ["stage not reached"] and s != now
         out.append({"stage": s, "tau": float(tau), "steps": run.steps_run(s),
+                    "running": s == now,
                     "stationary": bool(v.stationary) if judged else None,
                     "stationarity": v.to_dict() if judged else None})
     return out
+
+
+def running_stage(run) -> int | None:
+    """The stage an unfinished run is in: the last one with observations, while it has run
+    fewer steps than its length (``"auto"``: than ``max_steps_per_tau``, as long as the next
+    stage has no row; it may end early). ``None`` for a complete run, before the first
+    observation, and between two stages."""
+    import numpy as np
+    if run.complete or not len(run.stage):
+        return None
+    last = int(np.max(run.stage))
+    return last if run.steps_run(last) < run.schedule.stage_length(last) else None
 
 
 def summary(run) -> dict:
@@ -188,7 +205,8 @@ def main(args) -> int:
     print("stages")
     for st in doc["stages"]:
         v = st["stationarity"]
-        verdict = ("no observations" if v is None else "stationary" if st["stationary"]
+        verdict = ("running (no verdict yet)" if st["running"] else
+                   "no observations" if v is None else "stationary" if st["stationary"]
                    else "NOT stationary: " + "; ".join(v["reasons"]))
         moves = "" if v is None else "".join(
             f"  {k}={v[k]:.3g}" for k in ("acceptance", "jump_acceptance", "cell_exchange")

@@ -113,3 +113,44 @@ def test_analyze_a_config_suggests_running_it(tmp_path, capsys):
     assert "study.toml" in err and "is a config, not a run file" in err
     assert f"meanfield run {cfg} -o RUN.h5" in err
     assert not (tmp_path / "study-report").exists()
+
+
+@pytest.mark.parametrize("k,running", [(10, 0), (22, 1)])
+def test_inspect_marks_the_stage_still_running(tmp_path, capsys, monkeypatch, k, running):
+    """An unfinished run (stopped at its k-th observation boundary: 15 a stage) has no
+    verdict on the stage it was in, only on the stages it finished."""
+    from support import stop_after
+
+    from meanfield import config, runner
+    from meanfield.errors import Interrupted
+    stop_after(monkeypatch, k)
+    out = tmp_path / "r.h5"
+    with pytest.raises(Interrupted):
+        runner.run(config.loads(tiny_toml()), out, progress=False, threads=1)
+    part = str(out) + ".part"
+    capsys.readouterr()
+    assert main(["inspect", part, "--json"]) == 0
+    st = json.loads(capsys.readouterr().out)["stages"]
+    assert [s["running"] for s in st] == [s == running for s in range(2)]
+    now = st[running]
+    assert 0 < now["steps"] < 300
+    assert now["stationary"] is None and now["stationarity"] is None
+    for s in st[:running]:                      # finished stages keep their verdict
+        assert s["steps"] == 300 and isinstance(s["stationary"], bool) and s["stationarity"]
+    assert main(["inspect", part]) == 0
+    lines = capsys.readouterr().out.split("stages\n")[1].splitlines()
+    assert "running (no verdict yet)" in lines[running]
+    assert not any("stationary" in ln for ln in lines[running:])
+    assert sum("running" in ln for ln in lines) == 1
+    # the finished run: every stage judged, none running
+    monkeypatch.undo()
+    assert main(["inspect", str(run_to_end(tmp_path)), "--json"]) == 0
+    done = json.loads(capsys.readouterr().out)["stages"]
+    assert [s["running"] for s in done] == [False, False]
+    assert all(isinstance(s["stationary"], bool) for s in done)
+
+
+def run_to_end(tmp_path):
+    from meanfield import config, runner
+    return runner.run(config.loads(tiny_toml()), tmp_path / "done.h5", progress=False,
+                      threads=1)
