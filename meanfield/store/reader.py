@@ -277,6 +277,21 @@ class Run:
         from meanfield.tidy import run_dataset
         return run_dataset(self, frames=frames)
 
+    def __repr__(self) -> str:
+        """One line: the path, the sizes and whether the run is complete (not the arrays)."""
+        return (f"Run({self.path!r}, n={self.n}, d={self.d}, particles={self.n_particles}, "
+                f"stages={self.schedule.n_stages}, frames={self.n_frames}, "
+                f"observations={len(self.stage)}, complete={self.complete})")
+
+    def __enter__(self) -> Run:
+        """``with open_run(path) as run:``. A ``Run`` holds no open file (every read, as
+        :meth:`frame`, opens the file and closes it again), so there is nothing to close:
+        entering returns the run itself, leaving does nothing."""
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
 
 def _identity(f, src: str) -> tuple:
     """``(st_dev, st_ino)`` of the open HDF5 file ``f`` (of its path if the driver has no
