@@ -43,6 +43,7 @@ from meanfield.runner.files import (
     _check_not_an_input,
     _check_output_dir,
     _finalize,
+    _make_output_dir,
     _plan,
     _through_symlink,
     _Writing,
@@ -76,8 +77,9 @@ def run(cfg: _config.RunConfig | str | os.PathLike | None, output: str | os.Path
     cfg : RunConfig or path-like or None
         A validated config, a TOML path, or ``None`` for the embedded default.
     output : path-like, optional
-        Run file to write (default :func:`default_output`). A symbolic link is written
-        through: the run's files go next to the file it points to, and the link stays.
+        Run file to write (default :func:`default_output`). Missing folders above it are
+        created (after every check of the input). A symbolic link is written through: the
+        run's files go next to the file it points to, and the link stays.
     overwrite : bool
         Start over even if the output or an interrupted run of it exists. An existing output
         stays in place until the new run completes.
@@ -106,7 +108,8 @@ def run(cfg: _config.RunConfig | str | os.PathLike | None, output: str | os.Path
     InputError
         Invalid config or data; output in the way without ``overwrite``/``resume``; an
         output that is the config or the data file; a dangling symlink as output without
-        ``overwrite``; unwritable directory; a write failure (full disk).
+        ``overwrite``; an unwritable directory, or a missing one that cannot be created (a
+        file on the way, an unwritable folder above it); a write failure (full disk).
     meanfield.errors.RunMismatch
         A resume (or the "already complete" check) under another physics or on other data
         values than those stored in the run file (``docs/format.md``, "Run identity").
@@ -138,6 +141,7 @@ def run(cfg: _config.RunConfig | str | os.PathLike | None, output: str | os.Path
                                              and 1 <= threads <= limit):
             raise InputError("--threads", "", f"must be in [1, {limit}] (NUMBA_NUM_THREADS of "
                                               f"this process), got {threads!r}")
+    _make_output_dir(out)
     with _ownership.claim(out, "-o"):
         return _run_owned(cfg, dataset, out, overwrite=overwrite, resume=resume,
                           progress=progress, threads=threads, log=log, outcome=outcome)

@@ -44,15 +44,48 @@ class RunPaths:
 
 
 def _check_output_dir(path: Path) -> None:
+    """Whether the run file ``path`` can be written: its folder exists and is writable, or the
+    missing folders can be made (:func:`_make_output_dir`) in the nearest one that exists.
+    Nothing is created here.
+
+    Raises
+    ------
+    InputError
+        A folder on the way is a file, the folder (or, when it is missing, the nearest one
+        that exists) is not writable, or ``path`` is a directory.
+    """
     parent = path.absolute().parent
-    if not parent.exists():
-        raise InputError(str(path), "", f"output directory {parent} does not exist")
-    if not parent.is_dir():
-        raise InputError(str(path), "", f"{parent} is not a directory")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise InputError(str(path), "", f"output directory {parent} is not writable")
+    existing = parent
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise InputError(str(path), "", f"{existing} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        if existing == parent:
+            raise InputError(str(path), "", f"output directory {parent} is not writable")
+        raise InputError(str(path), "", f"cannot create the output directory {parent}: "
+                                        f"{existing} is not writable")
     if path.is_dir():
         raise InputError(str(path), "", "is a directory, expected a run file name")
+
+
+def _make_output_dir(path: Path) -> None:
+    """Create the missing folders above the run file ``path`` (``-o a/new/dir/run.h5``), once
+    :func:`_check_output_dir` and every other check of the input passed.
+
+    Raises
+    ------
+    InputError
+        A folder cannot be created (named, with the reason).
+    """
+    parent = path.absolute().parent
+    if parent.is_dir():
+        return
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(str(path), "", f"cannot create the output directory {parent} "
+                                        f"({exc.strerror or exc})") from None
 
 
 def _through_symlink(out: Path, overwrite: bool, resume: bool) -> Path:

@@ -279,10 +279,30 @@ def data_unreadable(tmp):
     return _data_config(tmp, "secret.csv"), ["secret.csv", "permission denied"]
 
 
-@case
-def output_dir_missing(tmp):
+@case(unprivileged=True)
+def output_dir_missing_in_an_unwritable_folder(tmp):
+    # a missing output folder is created, but not in a folder the user cannot write
     p, _ = good_config(tmp)
-    return ["run", p, "-o", tmp / "nodir" / "out.h5"], ["out.h5", "nodir does not exist"]
+    (tmp / "ro").mkdir()
+    (tmp / "ro").chmod(0o555)
+    return (["run", p, "-o", tmp / "ro" / "new" / "dir" / "out.h5"],
+            ["out.h5", "cannot create the output directory", "ro is not writable"])
+
+
+@case
+def output_dir_missing_under_a_file(tmp):
+    p, _ = good_config(tmp)
+    (tmp / "afile").write_text("x")
+    return (["run", p, "-o", tmp / "afile" / "new" / "out.h5"],
+            ["out.h5", "afile is not a directory"])
+
+
+@case
+def output_dir_missing_and_a_bad_config(tmp):
+    # the missing folders are made only once every input is checked: none is left behind
+    (tmp / "bad.toml").write_text('[data]\nkind = "gaussian"\n[model]\nn_particles = 0\n')
+    return (["run", tmp / "bad.toml", "-o", tmp / "new" / "dir" / "out.h5"],
+            ["bad.toml", "n_particles"])
 
 
 @case(unprivileged=True)

@@ -154,3 +154,14 @@ def run_to_end(tmp_path):
     from meanfield import config, runner
     return runner.run(config.loads(tiny_toml()), tmp_path / "done.h5", progress=False,
                       threads=1)
+
+
+def test_run_creates_missing_output_folders(tmp_path, capsys):
+    cfg = tmp_path / "tiny.toml"
+    cfg.write_text(tiny_toml())
+    out = tmp_path / "some" / "new" / "nested" / "dir" / "run.h5"
+    assert main(["run", str(cfg), "-o", str(out), "--quiet", "--threads", "1"]) == 0
+    assert capsys.readouterr().out.strip() == str(out)
+    assert sorted(p.name for p in out.parent.iterdir()) == ["run.h5"]
+    assert main(["inspect", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["complete"] is True
