@@ -175,6 +175,35 @@ def check_against_data(cfg: RunConfig, n: int, d: int) -> None:
                           f"< 2**32 (the noise counter's limit)")
 
 
+def ladder_order_warning(cfg: RunConfig) -> str | None:
+    """A one-line warning for a ladder that runs cold to hot without ``model.init = "convex"``.
+
+    Legal, but stages usually run hot to cold, each warm-started from the previous one
+    (docs/cli.md); cold to hot is meant to start from the convex ``τ → 0`` solution (THEORY
+    §2.2). A ladder that only comes back to a temperature (a reheating study, ``[1e-2, 1e-3,
+    1e-2]``) is not warned about.
+
+    Parameters
+    ----------
+    cfg : RunConfig
+
+    Returns
+    -------
+    str or None
+        The warning (without a ``warning:`` prefix), or ``None``: the ladder is not ascending
+        (non-decreasing with its last ``τ`` above its first), or ``model.init`` is
+        ``"convex"``.
+    """
+    taus = cfg.taus
+    ascending = (len(taus) > 1 and taus[-1] > taus[0]
+                 and all(b >= a for a, b in zip(taus, taus[1:])))
+    if not ascending or cfg.model.init == "convex":
+        return None
+    return (f"dynamics.taus runs cold to hot ({taus[0]:g} -> {taus[-1]:g}) from model.init = "
+            f"\"{cfg.model.init}\"; stages usually run hot to cold, each warm-started from the "
+            f"previous (cold to hot is meant after model.init = \"convex\"; docs/cli.md)")
+
+
 def loads(text: str, source: str = "<string>", base_dir: str | os.PathLike = ".") -> RunConfig:
     """Parse and validate a config given as TOML text.
 

@@ -93,7 +93,9 @@ def run(cfg: _config.RunConfig | str | os.PathLike | None, output: str | os.Path
     threads : int, optional
         numba threads for the kernels.
     log : callable(str), optional
-        Receives one-line status messages (resuming, signals).
+        Receives one-line status messages (resuming, signals) and warnings (a ladder that
+        runs cold to hot without ``model.init = "convex"``,
+        :func:`meanfield.config.ladder_order_warning`; ``eta`` above the stability limit).
     outcome : dict, optional
         Receives ``"plan"``: ``"fresh"``, ``"resume"``, ``"finalize"`` or ``"done"`` (nothing
         was written because the output was already complete).
@@ -165,6 +167,9 @@ def _run_owned(cfg, dataset, out, *, overwrite, resume, progress, threads, log, 
         _finalize(paths)
         return out
 
+    order = _config.ladder_order_warning(cfg)
+    if order:
+        log(f"warning: {order}")
     _stability_guard(cfg, dataset, log)
     state = None
     if plan == "resume":

@@ -245,3 +245,37 @@ def test_data_values_beyond_the_float_bound_are_refused_in_one_line(tmp_path):
     ok = tmp_path / "ok.csv"
     ok.write_text("x1,y\n1e15,-1e15\n0,1\n")           # the bound itself is accepted
     assert data.load_file(ok, target="y").X[0, 0] == 1e15
+
+
+@pytest.mark.parametrize("taus,init,warned", [
+    ([1e-4, 1e-3, 1e-2], "random", True),        # cold to hot from random particles
+    ([1e-3, 1e-3, 1e-2], "random", True),
+    ([1e-4, 1e-3, 1e-2], "convex", False),       # what cold to hot is meant for
+    ([1e-2, 1e-3, 1e-4], "random", False),       # hot to cold
+    ([1e-2, 1e-3, 1e-2], "random", False),       # a reheating study
+    ([1e-3, 1e-3], "random", False),
+    ([1e-3], "random", False),
+])
+def test_a_ladder_running_cold_to_hot_is_warned_about(taus, init, warned):
+    from conftest import config_dict
+    cfg = config.from_dict(config_dict({"dynamics.taus": taus, "model.init": init}))
+    msg = config.ladder_order_warning(cfg)
+    assert (msg is not None) == warned
+    if warned:
+        assert "\n" not in msg
+        assert "runs cold to hot" in msg and "hot to cold" in msg and "docs/cli.md" in msg
+        assert f"{taus[0]:g} -> {taus[-1]:g}" in msg
+
+
+def test_the_run_says_the_ladder_runs_cold_to_hot(tmp_path):
+    from conftest import tiny_toml
+
+    from meanfield import runner
+    lines = []
+    for name, taus in (("up", [1e-3, 1e-2]), ("down", [1e-2, 1e-3])):
+        cfg = config.loads(tiny_toml({"dynamics.taus": taus, "dynamics.steps_per_tau": 40}))
+        before = len(lines)
+        runner.run(cfg, tmp_path / f"{name}.h5", progress=False, threads=1, log=lines.append)
+        warned = [ln for ln in lines[before:] if "cold to hot" in ln]
+        assert len(warned) == (1 if name == "up" else 0), lines
+    assert warned == [] and lines[0].startswith("warning: dynamics.taus runs cold to hot")
