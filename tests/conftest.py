@@ -173,6 +173,19 @@ def run_one_thread(text: str, directory, name: str = "tiny"):
         numba.set_num_threads(old)
 
 
+@pytest.fixture(scope="module")
+def tiny_run_file(tmp_path_factory):
+    """``(config, run file)`` of the tiny run with a checkpoint every 100 steps, run once per
+    test module through ``meanfield run`` on one thread (the failure tests start from it)."""
+    from meanfield import cli
+    d = tmp_path_factory.mktemp("tiny")
+    cfg = d / "tiny.toml"
+    cfg.write_text(tiny_toml({"output.checkpoint_every": 100}))
+    out = d / "tiny.h5"
+    assert cli.main(["run", str(cfg), "-o", str(out), "--quiet", "--threads", "1"]) == 0
+    return cfg, out
+
+
 @pytest.fixture
 def one_thread():
     """Run numba kernels on one thread for the test (results do not depend on it; timing on a

@@ -35,22 +35,12 @@ def run_cli(*argv, env=None, timeout=300, cwd=None):
                           capture_output=True, text=True, timeout=timeout, cwd=cwd)
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    d = tmp_path_factory.mktemp("faults")
-    cfg = d / "tiny.toml"
-    cfg.write_text(TINY)
-    out = d / "tiny.h5"
-    assert cli.main(["run", str(cfg), "-o", str(out), "--quiet", "--threads", "1"]) == 0
-    return cfg, out
-
-
 # ------------------------------------------------------------------ 1. one owner per output
 
-def test_an_owned_run_output_is_refused_before_any_work(tiny, tmp_path, capsys):
+def test_an_owned_run_output_is_refused_before_any_work(tiny_run_file, tmp_path, capsys):
     """While another process owns ``s.h5`` (its lock), a second run exits 2 with one line and
     creates nothing: no .part, no .ckpt, no output."""
-    cfg, _ = tiny
+    cfg, _ = tiny_run_file
     out = tmp_path / "s.h5"
     holder = subprocess.Popen(
         [sys.executable, "-c", "import fcntl, os, sys, time\n"
@@ -67,12 +57,12 @@ def test_an_owned_run_output_is_refused_before_any_work(tiny, tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == [".s.h5.lock"]
     # once the owner is gone the output is free again, and the stale lock file is no obstacle
     assert cli.main(["run", str(cfg), "-o", str(out), "--quiet", "--threads", "1"]) == 0
-    assert out.read_bytes() == tiny[1].read_bytes()
+    assert out.read_bytes() == tiny_run_file[1].read_bytes()
     assert not (tmp_path / ".s.h5.lock").exists()
 
 
-def test_an_owned_report_folder_is_refused(tiny, tmp_path, capsys):
-    _, run = tiny
+def test_an_owned_report_folder_is_refused(tiny_run_file, tmp_path, capsys):
+    _, run = tiny_run_file
     rep = tmp_path / "rep"
     fd = os.open(tmp_path / ".rep.lock", os.O_RDWR | os.O_CREAT)
     try:
@@ -84,11 +74,11 @@ def test_an_owned_report_folder_is_refused(tiny, tmp_path, capsys):
     assert "in use" in line and not rep.exists()
 
 
-def test_pairs_of_runs_on_one_output(tiny, tmp_path):
+def test_pairs_of_runs_on_one_output(tiny_run_file, tmp_path):
     """Two ``meanfield run`` on one output at random offsets (``MEANFIELD_PAIRS`` pairs, 5 by
     default): never exit 0 with an incomplete or wrong file; the winner's file is bitwise the
     single run; the loser exits 2 with one line."""
-    cfg, single = tiny
+    cfg, single = tiny_run_file
     pairs = int(os.environ.get("MEANFIELD_PAIRS", "5"))
     rng = np.random.default_rng(int(os.environ.get("MEANFIELD_PAIRS_SEED", "17")))
     env = dict(os.environ, NUMBA_NUM_THREADS="1")
@@ -125,11 +115,11 @@ def test_pairs_of_runs_on_one_output(tiny, tmp_path):
 
 @pytest.mark.parametrize("signature", [b"HEAP", b"FRHP", b"OHDR"])
 @pytest.mark.parametrize("command", ["inspect", "analyze", "dichotomies"])
-def test_a_damaged_heap_is_one_line_for_every_reader(tiny, tmp_path, capsys, command,
+def test_a_damaged_heap_is_one_line_for_every_reader(tiny_run_file, tmp_path, capsys, command,
                                                      signature):
     """A damaged name heap (the local heap ``HEAP`` of the old file format, the fractal heap
     ``FRHP`` of the SWMR format) or object header: one line naming the file, exit 2."""
-    _, run = tiny
+    _, run = tiny_run_file
     bad = tmp_path / "heap.h5"
     data = bytearray(run.read_bytes())
     i = data.find(signature)
@@ -159,8 +149,9 @@ def file_size_limit():
     resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
 
 
-def test_a_report_is_written_complete_or_not_at_all(tiny, tmp_path, capsys, file_size_limit):
-    _, run = tiny
+def test_a_report_is_written_complete_or_not_at_all(tiny_run_file, tmp_path, capsys,
+                                                     file_size_limit):
+    _, run = tiny_run_file
     rep = tmp_path / "rep"
     args = ["analyze", str(run), "--no-w2", "--no-references"]
     assert cli.main(args + ["-o", str(rep)]) == 0          # also warms the numba cache
@@ -183,12 +174,12 @@ def test_a_report_is_written_complete_or_not_at_all(tiny, tmp_path, capsys, file
 
 # ---------------------------------------------------- 4. a failing numba cache is named
 
-def test_a_failing_numba_cache_is_named_not_the_run_file(tiny, tmp_path, capsys, monkeypatch,
-                                                         file_size_limit):
+def test_a_failing_numba_cache_is_named_not_the_run_file(tiny_run_file, tmp_path, capsys,
+                                                         monkeypatch, file_size_limit):
     import numba
 
     import meanfield.runner.loop as runner_module  # the loop calls simulate
-    cfg, _ = tiny
+    cfg, _ = tiny_run_file
     cache = tmp_path / "cache"
     cache.mkdir()
     monkeypatch.setattr(numba.config, "CACHE_DIR", str(cache))
@@ -230,14 +221,14 @@ def test_sweep_into_an_unwritable_place_is_refused_before_any_job(tmp_path, caps
 
 
 def test_analyze_next_to_a_run_in_a_read_only_folder_is_refused_before_work(
-        tiny, tmp_path, capsys, monkeypatch):
+        tiny_run_file, tmp_path, capsys, monkeypatch):
     """The default report folder of ``ro/run.h5`` is ``ro/run-report``; a read-only ``ro``
     (simulated for every user, root included: creating anything in it fails with EROFS) is
     refused before the run is analysed."""
     import errno
 
     import meanfield.report
-    _, run = tiny
+    _, run = tiny_run_file
     ro = tmp_path / "ro"
     ro.mkdir()
     (ro / "run.h5").write_bytes(run.read_bytes())
@@ -371,9 +362,9 @@ def test_highdim_fits_leave_unconverged_cells_out_and_flag_them():
 
 # ------------------------------------------------------------ 9. sweep worker thread limits
 
-def test_a_job_asking_more_threads_than_its_worker_allows_is_capped(tiny, tmp_path):
+def test_a_job_asking_more_threads_than_its_worker_allows_is_capped(tiny_run_file, tmp_path):
     from meanfield import config
-    cfg, _ = tiny
+    cfg, _ = tiny_run_file
     job = config.load(cfg).canonical_json()
     code = ("import json, sys\nfrom meanfield.sweep.job import run_job\n"
             "r = run_job(sys.argv[1], sys.argv[2], job_id='j', threads=2)\n"
@@ -449,8 +440,8 @@ def test_nan_in_csv_is_named_by_its_line(tmp_path, capsys):
     assert "line 5" in line
 
 
-def test_resume_on_an_empty_part_changes_nothing(tiny, tmp_path, capsys):
-    cfg, _ = tiny
+def test_resume_on_an_empty_part_changes_nothing(tiny_run_file, tmp_path, capsys):
+    cfg, _ = tiny_run_file
     out = tmp_path / "z.h5"
     part = tmp_path / "z.h5.part"
     part.write_bytes(b"")
@@ -461,8 +452,8 @@ def test_resume_on_an_empty_part_changes_nothing(tiny, tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["z.h5.part"]
 
 
-def test_resume_on_a_finished_run_does_not_claim_to_write_it(tiny, capsys):
-    cfg, run = tiny
+def test_resume_on_a_finished_run_does_not_claim_to_write_it(tiny_run_file, capsys):
+    cfg, run = tiny_run_file
     before = run.stat().st_mtime_ns
     assert cli.main(["run", str(cfg), "-o", str(run), "--resume", "--quiet"]) == 0
     err = capsys.readouterr().err
@@ -470,8 +461,8 @@ def test_resume_on_a_finished_run_does_not_claim_to_write_it(tiny, capsys):
     assert run.stat().st_mtime_ns == before
 
 
-def test_dichotomies_of_a_part_file_and_the_accepted_types(tiny, tmp_path, capsys):
-    _, run = tiny
+def test_dichotomies_of_a_part_file_and_the_accepted_types(tiny_run_file, tmp_path, capsys):
+    _, run = tiny_run_file
     part = tmp_path / "r.h5.part"
     part.write_bytes(run.read_bytes())
     assert cli.main(["dichotomies", str(part), "--json"]) == 0
@@ -483,8 +474,8 @@ def test_dichotomies_of_a_part_file_and_the_accepted_types(tiny, tmp_path, capsy
         assert ext in line
 
 
-def test_an_invalid_mplbackend_does_not_stop_the_figures(tiny, tmp_path):
-    _, run = tiny
+def test_an_invalid_mplbackend_does_not_stop_the_figures(tiny_run_file, tmp_path):
+    _, run = tiny_run_file
     proc = run_cli("analyze", run, "-o", tmp_path / "rep", "--no-w2", "--no-references",
                    env={"MPLBACKEND": "nonsense"})
     assert proc.returncode == 0, proc.stderr

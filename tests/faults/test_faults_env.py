@@ -29,8 +29,6 @@ REPO = Path(__file__).resolve().parents[2]
 
 from conftest import tiny_toml  # noqa: E402
 
-TINY = tiny_toml({"output.checkpoint_every": 100})
-
 
 def env(**extra):
     e = dict(os.environ)
@@ -57,24 +55,14 @@ def limit_address_space(nbytes):
     return pre
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    d = tmp_path_factory.mktemp("faults_env")
-    cfg = d / "tiny.toml"
-    cfg.write_text(TINY)
-    out = d / "tiny.h5"
-    assert cli.main(["run", str(cfg), "-o", str(out), "--quiet", "--threads", "1"]) == 0
-    return cfg, out
-
-
 # ---------------------------------------------------------------- 1. numba's compilation cache
 
-def test_a_damaged_numba_cache_is_recompiled_with_a_note(tiny, tmp_path):
+def test_a_damaged_numba_cache_is_recompiled_with_a_note(tiny_run_file, tmp_path):
     """A garbage index (``*.nbi``) and an empty data file (``*.nbc``) in the kernels' cache:
     the run says so in one note, compiles those kernels again, writes its output and leaves
     no ``.part``; the cache is repaired (the next run is silent)."""
     from solvers import _kernels
-    cfg, _ = tiny
+    cfg, _ = tiny_run_file
     _kernels.to_columns(np.zeros((2, 4)), np.zeros((4, 2)))     # the cache exists
     src = Path(_kernels.to_columns._cache.cache_path)
     locator = _kernels.to_columns._cache._impl.locator
@@ -271,8 +259,8 @@ def test_the_pre_run_check_skips_with_a_note_where_it_would_take_minutes(monkeyp
 
 @pytest.mark.parametrize("argv", [["inspect", "RUN", "--json"], ["inspect", "RUN"],
                                   ["dichotomies", "data/skm22_d7.toml", "--json"]])
-def test_a_full_stdout_is_one_line_and_exit_1(tiny, argv):
-    _, run = tiny
+def test_a_full_stdout_is_one_line_and_exit_1(tiny_run_file, argv):
+    _, run = tiny_run_file
     argv = [str(run) if a == "RUN" else a for a in argv]
     with open("/dev/full", "w") as full:
         r = run_cli(*argv, stdout=full, stderr=subprocess.PIPE, capture_output=False,
@@ -284,9 +272,9 @@ def test_a_full_stdout_is_one_line_and_exit_1(tiny, argv):
 
 @pytest.mark.parametrize("argv", [["inspect", "RUN", "--json"],
                                   ["dichotomies", "data/skm22_d7.toml", "--json"]])
-def test_a_closed_stdout_ends_quietly_with_0(tiny, argv):
+def test_a_closed_stdout_ends_quietly_with_0(tiny_run_file, argv):
     """EPIPE (``| head -c1`` that has exited): no message, exit 0, as ``cat`` does."""
-    _, run = tiny
+    _, run = tiny_run_file
     argv = [str(run) if a == "RUN" else a for a in argv]
     rd, wr = os.pipe()
     os.close(rd)
@@ -299,10 +287,10 @@ def test_a_closed_stdout_ends_quietly_with_0(tiny, argv):
 
 # ------------------------------------------------------------- 4. a dependency that does not load
 
-def test_a_compiled_dependency_that_does_not_load_is_one_line_exit_1(tiny, tmp_path):
+def test_a_compiled_dependency_that_does_not_load_is_one_line_exit_1(tiny_run_file, tmp_path):
     """``analyze`` under ``ulimit -v 600000``: the LP solver's shared library cannot be
     mapped; one line names the module, exit 1, nothing written."""
-    _, run = tiny
+    _, run = tiny_run_file
     r = run_cli("analyze", run, "-o", tmp_path / "rep", "--quiet", "--no-figures",
                 preexec_fn=limit_address_space(600_000 * 1024))
     assert r.returncode == 1, r.stderr
@@ -327,8 +315,8 @@ def test_an_import_error_inside_a_command_names_the_module(monkeypatch, capsys):
 
 # -------------------------------------------------------------- 5. a reader racing the rename
 
-def test_a_reader_of_the_part_file_follows_the_final_rename(tiny, tmp_path):
-    _, run = tiny
+def test_a_reader_of_the_part_file_follows_the_final_rename(tiny_run_file, tmp_path):
+    _, run = tiny_run_file
     part = tmp_path / "r.h5.part"
     shutil.copy(run, part)
     from meanfield.errors import RunFileError
@@ -377,8 +365,8 @@ def test_sighup_checkpoints_like_sigterm(tmp_path):
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
-def test_a_signal_during_analyze_leaves_no_temporary_folder(tiny, tmp_path, sig):
-    _, run = tiny
+def test_a_signal_during_analyze_leaves_no_temporary_folder(tiny_run_file, tmp_path, sig):
+    _, run = tiny_run_file
     rep = tmp_path / "rep"
     p = start(["analyze", run, "-o", rep, "--quiet"], tmp_path)
     assert wait_for(lambda: any(q.name.startswith(".rep.") for q in tmp_path.iterdir()), p)
@@ -394,8 +382,8 @@ def test_a_signal_during_analyze_leaves_no_temporary_folder(tiny, tmp_path, sig)
 @pytest.mark.parametrize("obj", ["data/X", "observables/risk", "observables/risk/value",
                                  "particles/neurons/position/step",
                                  "particles/neurons/temperature", "@parameters.config_json"])
-def test_a_missing_object_of_a_run_file_is_named(tiny, tmp_path, capsys, obj):
-    _, run = tiny
+def test_a_missing_object_of_a_run_file_is_named(tiny_run_file, tmp_path, capsys, obj):
+    _, run = tiny_run_file
     bad = tmp_path / "m.h5"
     shutil.copy(run, bad)
     with h5py.File(bad, "a") as f:
@@ -411,10 +399,10 @@ def test_a_missing_object_of_a_run_file_is_named(tiny, tmp_path, capsys, obj):
     assert "missing" in line
 
 
-def test_a_missing_frame_dataset_is_named_by_the_frame_reader(tiny, tmp_path):
+def test_a_missing_frame_dataset_is_named_by_the_frame_reader(tiny_run_file, tmp_path):
     from meanfield.errors import RunFileError
     from meanfield.store import open_run
-    _, run = tiny
+    _, run = tiny_run_file
     bad = tmp_path / "f.h5"
     shutil.copy(run, bad)
     r = open_run(bad)
@@ -457,8 +445,8 @@ def test_csv_with_mixed_separators_is_one_clear_line(tmp_path, capsys):
 
 # --------------------------------------------------------------- 9. a non-finite particle
 
-def test_a_non_finite_particle_in_a_frame_is_one_line_naming_it(tiny, tmp_path, capsys):
-    _, run = tiny
+def test_a_non_finite_particle_in_a_frame_is_one_line_naming_it(tiny_run_file, tmp_path, capsys):
+    _, run = tiny_run_file
     bad = tmp_path / "nan.h5"
     shutil.copy(run, bad)
     with h5py.File(bad, "a") as f:
