@@ -278,10 +278,13 @@ class Run:
         return run_dataset(self, frames=frames)
 
     def __repr__(self) -> str:
-        """One line: the path, the sizes and whether the run is complete (not the arrays)."""
-        return (f"Run({self.path!r}, n={self.n}, d={self.d}, particles={self.n_particles}, "
-                f"stages={self.schedule.n_stages}, frames={self.n_frames}, "
-                f"observations={len(self.stage)}, complete={self.complete})")
+        """One line: the path, the sizes and whether the run is complete (not the arrays);
+        ``chains=K`` after the path for a run of several chains."""
+        chains = f", chains={self.n_chains}" if self.n_chains > 1 else ""
+        return (f"Run({self.path!r}{chains}, n={self.n}, d={self.d}, "
+                f"particles={self.n_particles}, stages={self.schedule.n_stages}, "
+                f"frames={self.n_frames}, observations={len(self.stage)}, "
+                f"complete={self.complete})")
 
     def __enter__(self) -> Run:
         """``with open_run(path) as run:``. A ``Run`` holds no open file (every read, as

@@ -23,6 +23,12 @@ def test_repr_is_one_line_of_sizes_not_arrays(run_file):
     assert text == str(run)
 
 
+def test_repr_of_a_run_of_several_chains_names_them(tmp_path):
+    run = open_run(run_one_thread(tiny_toml({"dynamics.chains": 2}), tmp_path))
+    assert repr(run).startswith(f"Run({run.path!r}, chains=2, n=5, d=2, particles=64, ")
+    assert repr(run.chain(1)).count("chains=") == 0        # a chain of its own is one run
+
+
 def test_a_run_is_a_context_manager_that_holds_nothing_open(run_file):
     with open_run(run_file) as run:
         assert isinstance(run, type(open_run(run_file)))
