@@ -64,7 +64,7 @@ def running_stage(run) -> int | None:
 def summary(run) -> dict:
     """The ``inspect --json`` document of a :class:`meanfield.store.Run`."""
     return {"schema_version": run.schema_version, "n_particles": run.n_particles, "d": run.d,
-            "n": run.n, "complete": run.complete,
+            "n": run.n, "complete": run.complete, "chains": run.n_chains,
             "frames": [{"step": int(s), "time": float(t), "tau": float(u), "stage": int(g)}
                        for s, t, u, g in zip(run.frame_step, run.frame_time, run.frame_tau,
                                              run.frame_stage)],
@@ -191,7 +191,9 @@ def main(args) -> int:
     print(f"run file      {run.path}")
     print(f"schema        {run.schema_version}   complete: {run.complete}")
     print(f"data          n={run.n} d={run.d}")
-    print(f"particles     N={run.n_particles}  activation={run.activation}")
+    chains = (f"  chains={run.n_chains} (independent systems; the verdicts judge them together)"
+              if run.n_chains > 1 else "")
+    print(f"particles     N={run.n_particles}  activation={run.activation}{chains}")
     print("config")
     for line in config_lines(json.loads(run.config_json)):
         print(f"  {line}")

@@ -249,3 +249,16 @@ def test_trajectory_overlays_the_chains(em_runs):
         assert top.lines[k].get_label() == f"chain {k}"
     texts = [t.get_text() for leg in fig.legends for t in leg.get_texts()]
     assert texts == ["chain 0", "chain 1"]
+
+
+def test_inspect_names_the_chains(em_runs, capsys):
+    import json
+
+    from meanfield.cli import main
+    path = em_runs[2].path
+    assert main(["inspect", path, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["chains"] == 2 and doc["schema_version"] == 2
+    assert all(s["stationarity"]["n_chains"] == 2 for s in doc["stages"] if s["stationarity"])
+    assert main(["inspect", path]) == 0
+    assert "chains=2 (independent systems" in capsys.readouterr().out

@@ -35,6 +35,7 @@ def test_inspect_json(tiny_run, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert set(doc) >= {"schema_version", "n_particles", "d", "n", "complete", "frames", "config"}
     assert doc["complete"] is True and doc["n_particles"] == 300 and (doc["n"], doc["d"]) == (8, 2)
+    assert doc["chains"] == 1
     assert [f["tau"] for f in doc["frames"]] == [1e-2, 1e-2, 1e-4, 1e-4]
     assert [f["step"] for f in doc["frames"]] == [1125, 1500, 2625, 3000]
     np.testing.assert_allclose([f["time"] for f in doc["frames"]],
