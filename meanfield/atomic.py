@@ -17,6 +17,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from meanfield import interrupts
 from meanfield.errors import InputError
 
 
@@ -90,6 +91,7 @@ def replacing(path: str | os.PathLike, *, suffix: str = ".tmp",
         tmp = Path(scratch)
     try:
         yield tmp
+        interrupts.raise_pending()        # a swallowed SIGTERM publishes nothing
         os.chmod(tmp, 0o666 & ~_umask())
         if durable:
             fsync_path(tmp)
@@ -175,6 +177,7 @@ def replacing_dir(final, field: str = "-o", replaceable=None):
                 what = what.with_name(what.name.removesuffix(".tmp"))
             raise InputError(str(what), "", f"cannot write ({reason}); nothing written to "
                                             f"{final}") from None
+        interrupts.raise_pending()        # a swallowed SIGTERM publishes nothing
         old = None
         try:
             os.chmod(tmp, 0o777 & ~_umask())

@@ -23,7 +23,9 @@ import sys
 import threading
 import warnings
 
+from meanfield import interrupts
 from meanfield._version import __version__
+from meanfield.interrupts import Terminated
 from meanfield.errors import DivergenceError, InputError, Interrupted
 
 #: Modules (under ``meanfield.cli``) that each register one command, in ``--help`` order.
@@ -66,16 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM or SIGHUP outside ``meanfield run`` (which checkpoints on them): unwinds like
-    Ctrl-C, so that temporary files and folders are removed on the way out."""
-
-    def __init__(self, signum):
-        self.signum = signum
-        super().__init__(signal.Signals(signum).name)
-
-
 def _terminate(signum, frame):
+    # recorded first: where Python swallows the exception (a signal inside a weakref callback
+    # or __del__), the next commit point of an output raises it (meanfield.interrupts)
+    interrupts.note(signum)
     raise Terminated(signum)
 
 
@@ -88,11 +84,13 @@ def _signals_unwind():
         for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
             if sig is not None and signal.getsignal(sig) is signal.SIG_DFL:
                 old[sig] = signal.signal(sig, _terminate)
+    interrupts.clear()
     try:
         yield
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
+        interrupts.clear()
 
 
 class StdoutError(OSError):

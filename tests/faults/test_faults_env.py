@@ -377,6 +377,29 @@ def test_a_signal_during_analyze_leaves_no_temporary_folder(tiny_run_file, tmp_p
     assert sorted(q.name for q in tmp_path.iterdir()) == []
 
 
+def test_a_signal_swallowed_during_analyze_still_ends_it(tiny_run_file, tmp_path, capsys,
+                                                         monkeypatch):
+    """The race behind the test above, made deterministic: a SIGTERM that arrives inside a
+    weakref callback is printed as 'Exception ignored' and lost to the main thread (measured: 1
+    in about 30 signals). The handler records it; the report's folder is then not renamed into
+    place, and the command ends as terminated."""
+    from meanfield import cli, interrupts, report
+    _, run = tiny_run_file
+    real = report.analyze_run
+
+    def analysis_meets_a_swallowed_signal(*a, **k):
+        interrupts.note(signal.SIGTERM)            # what _terminate records before it raises
+        return real(*a, **k)
+    monkeypatch.setattr(report, "analyze_run", analysis_meets_a_swallowed_signal)
+    rep = tmp_path / "rep"
+    code = cli.main(["analyze", str(run), "-o", str(rep), "--quiet", "--no-references",
+                     "--no-sensitivity", "--no-figures"])
+    assert code == 130
+    assert one_line(capsys.readouterr().err) == "meanfield: terminated by SIGTERM"
+    assert sorted(q.name for q in tmp_path.iterdir()) == []
+    assert interrupts._pending is None                  # cleared for the next command
+
+
 # ---------------------------------------------------------------- 7. missing objects are named
 
 @pytest.mark.parametrize("obj", ["data/X", "observables/risk", "observables/risk/value",

@@ -28,3 +28,29 @@ def test_a_failing_block_leaves_the_old_file(tmp_path, scratch):
             raise RuntimeError("disk full")
     assert p.read_text() == "old"
     assert sorted(x.name for x in tmp_path.iterdir()) == ["a.txt"]
+
+
+def test_a_swallowed_termination_signal_publishes_nothing(tmp_path):
+    """A SIGTERM whose exception Python swallowed (raised inside a weakref callback, printed as
+    'Exception ignored') is raised at the next commit point, before the rename: the old file
+    and folder stay, no scratch is left."""
+    import signal
+
+    from meanfield import interrupts
+    from meanfield.atomic import replacing_dir, write_text
+    old = tmp_path / "old.txt"
+    old.write_text("before")
+    interrupts.note(signal.SIGTERM)
+    try:
+        with pytest.raises(interrupts.Terminated, match="SIGTERM"):
+            write_text(old, "after")
+        with pytest.raises(interrupts.Terminated):
+            with replacing_dir(tmp_path / "rep") as tmp:
+                (tmp / "report.md").write_text("x")
+    finally:
+        interrupts.clear()
+    assert old.read_text() == "before"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old.txt"]
+    write_text(old, "after")                    # cleared: commits again
+    assert old.read_text() == "after"
+
