@@ -25,8 +25,8 @@ import warnings
 
 from meanfield import interrupts
 from meanfield._version import __version__
-from meanfield.interrupts import Terminated
 from meanfield.errors import DivergenceError, InputError, Interrupted
+from meanfield.interrupts import Terminated
 
 #: Modules (under ``meanfield.cli``) that each register one command, in ``--help`` order.
 COMMANDS = ["run", "inspect", "analyze", "dichotomies", "reference", "sweep", "highdim"]
