@@ -85,6 +85,7 @@ def test_matching_and_bad_input():
         extrapolate_ladders(f, [(1e-3, [1.0], [0.1])], 2.0)
 
 
+@pytest.mark.slow       # 14 s: two runs and an extrapolating analysis (out of the fast tier)
 def test_analyze_extrapolate(tmp_path, capsys):
     """Two tiny runs at η and 2η: the command's numbers are the formula applied to the two
     ladders (whichever file comes first), and runs that differ in more than η are refused."""

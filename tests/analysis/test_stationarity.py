@@ -41,6 +41,7 @@ def test_mcse_matches_spread_of_means_over_replicates():
     assert np.median(ses) == pytest.approx(exact, rel=0.1)
 
 
+@pytest.mark.slow       # 6 s: many replicated series (out of the fast tier)
 def test_stationary_series_pass_at_nominal_rate():
     # 12 000 draws (about 1000 effective in the second half): R-hat < 1.01 within one chain
     # needs about 900 (docs/theory.md §2.5); 2000 draws sufficed for the older floor of 20

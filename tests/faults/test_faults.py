@@ -74,6 +74,7 @@ def test_an_owned_report_folder_is_refused(tiny_run_file, tmp_path, capsys):
     assert "in use" in line and not rep.exists()
 
 
+@pytest.mark.slow       # 13 s: pairs of concurrent runs (out of the fast tier)
 def test_pairs_of_runs_on_one_output(tiny_run_file, tmp_path):
     """Two ``meanfield run`` on one output at random offsets (``MEANFIELD_PAIRS`` pairs, 5 by
     default): never exit 0 with an incomplete or wrong file; the winner's file is bitwise the
@@ -311,6 +312,7 @@ def test_dichotomies_is_right_whatever_the_scale_of_each_column(tmp_path, capsys
             assert doc["tol_range"] is not None            # the answer names its tolerance
 
 
+@pytest.mark.slow       # 29 s: references on extreme data, one after another (out of the fast tier)
 def test_references_on_extreme_data_refuse_in_one_line(tmp_path, capsys):
     rng = np.random.default_rng(1)
     X = rng.standard_normal((6, 2)) * np.array([1e15, 1e-15])

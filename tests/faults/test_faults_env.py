@@ -57,6 +57,7 @@ def limit_address_space(nbytes):
 
 # ---------------------------------------------------------------- 1. numba's compilation cache
 
+@pytest.mark.slow       # 6 s: a recompile in a subprocess (out of the fast tier)
 def test_a_damaged_numba_cache_is_recompiled_with_a_note(tiny_run_file, tmp_path):
     """A garbage index (``*.nbi``) and an empty data file (``*.nbc``) in the kernels' cache:
     the run says so in one note, compiles those kernels again, writes its output and leaves
