@@ -225,8 +225,13 @@ def count_text(row: dict, key: str) -> str:
     stationary (a count measured there need not be the stationary measure's), and by the
     per-chain counts when the chains of the run disagree on it."""
     per = row.get(f"{key}_chains")
-    disagree = (f" (chains disagree: {', '.join(str(v) for v in per)})"
-                if per and len(set(per)) > 1 else "")
+    disagree = ""
+    if per and len(set(per)) > 1:
+        if len(per) <= 4:
+            shown = ", ".join(str(v) for v in per)
+        else:               # a tally: 64 numbers in a cell are not read
+            shown = ", ".join(f"{v} ×{per.count(v)}" for v in sorted(set(per)))
+        disagree = f" (chains disagree: {shown})"
     if row.get("stationary") is False:
         return f"{row[key]} ({NOT_STATIONARY}){disagree}"
     return f"{row[key]}{disagree}"

@@ -191,6 +191,14 @@ def markdown(rep, figs=()) -> str:
     L.append(f"- bounds on the number of rays: 2P−1 = {rep['bound_2P_minus_1']}, "
              f"P−1 = {rep['bound_P_minus_1']}")
     L.append(f"- run complete: {rep['complete']}")
+    K = max((len(r.get("J_chains") or []) for r in rep["ladder"]), default=0)
+    if K > 1:
+        L.append(f"- chains: {K} independent particle systems (`dynamics.chains`); the "
+                 "verdicts judge them together and the time averages (the Gibbs comparisons) "
+                 "pool them; `J`, `K` are chain 0's with every chain's in `report.json` "
+                 "(`J_chains`, `K_chains`), shown here when they disagree; the risk and halo "
+                 "columns, the rays and kinks tables, the sensitivity, Theorem 6 and the "
+                 "figures but `trajectory.png` are chain 0's")
     L += ["", "## Low-temperature limit", "",
           "| τ | step | stationary | R̂ | ESS bulk, tail per chain | rays J | hyperplanes K | "
           "matched to τ → 0 | risk | "
@@ -388,7 +396,8 @@ def _stationarity_markdown(rows) -> list:
             continue
         nums = (f"MCSE {_fmt(v['mcse'], '.1e')}, drift z {_fmt(v['drift_z'], '.2f')}, "
                 f"parity z {_fmt(v['parity_z'], '.2f')} (threshold {v['z_crit']:.2f}), "
-                f"η h {_fmt(v['eta_lambda_max'], '.3f')}, ESS {v['ess']:.0f}"
+                f"η h {_fmt(v['eta_lambda_max'], '.3f')}, ESS of the MCSE {v['ess']:.0f}"
+                + (" (smallest chain)" if v.get("n_chains", 1) > 1 else "")
                 + _moves_text(v))
         if v["stationary"]:
             L.append(f"- τ = {r['tau']:.2e}: stationary ({nums})")

@@ -51,7 +51,7 @@ def run_dataset(run, frames: bool = True):
     chains = run.chains()
     step = obs["risk"]["step"]
     lengths = sch.lengths if sch.auto else [sch.stage_length(k) for k in range(sch.n_stages)]
-    coords = {"chain": np.arange(len(chains)),
+    coords = {"chain": np.array([c.chain_index for c in chains], dtype=np.int64),
               "time": ("time", obs["risk"]["time"], {"units": "step · eta"}),
               "step": ("time", step), "tau": ("time", obs["tau"]["value"]),
               "stage": ("time", run.stage), "step_in_stage": ("time", run.step_in_stage),

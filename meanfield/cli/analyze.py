@@ -156,8 +156,10 @@ def _ladder(run):
         F = per[0][0]
         ess = min(len(p[0]) / float(np.max(p[3])) for p in per)
         if ess < MIN_ESS:
+            which = " in its weakest chain" if len(per) > 1 else ""
             sys.stderr.write(f"meanfield: warning: {run.path}: tau={tau:g}: {ess:.1f} effective "
-                             f"samples ({len(F)} observations) in the second half of stage {s}, "
+                             f"samples{which} ({len(F)} observations) in the second half of "
+                             f"stage {s}, "
                              f"fewer than the {MIN_ESS:g} its MCSE needs: its z values are not "
                              "to be trusted (observe more often or run longer)\n")
         out.append((float(tau), m, se, s))

@@ -58,7 +58,10 @@ def running_stage(run) -> int | None:
     if run.complete or not len(run.stage):
         return None
     last = int(np.max(run.stage))
-    return last if run.steps_run(last) < run.schedule.stage_length(last) else None
+    sch = run.schedule
+    # an "auto" stage's length is known once it has ended: until then its budget
+    length = int(sch.max_steps_per_tau) if sch.auto else sch.stage_length(last)
+    return last if run.steps_run(last) < length else None
 
 
 def summary(run) -> dict:

@@ -145,17 +145,19 @@ def reason_word(reason: str) -> str:
 
 def verdict_note(v: dict) -> str:
     """The annotation of one stage's verdict (a report row's ``stationarity``), three lines:
-    ``stationary`` or ``no:`` and the reasons' words, ``R̂``, and the bulk/tail ESS (``–``
-    for a value not computed)."""
-    def num(x, fmt):
-        return "–" if x is None or not np.isfinite(x) else format(x, fmt)
+    ``stationary`` or ``no:`` and the reasons' words, ``R̂``, and the bulk/tail ESS per chain
+    (as the report's table gives them; ``–`` for a value not computed)."""
+    K = max(1, int(v.get("n_chains") or 1))
+
+    def num(x, fmt, per=1):
+        return "–" if x is None or not np.isfinite(x) else format(x / per, fmt)
     words = list(dict.fromkeys(reason_word(r) for r in v.get("reasons") or []))
     if v.get("stationary"):
         head = "stationary"
     else:
         head = "no: " + ", ".join(words) if words else "not stationary"
     return (f"{head}\nR̂ {num(v.get('rhat'), '.3f')}\n"
-            f"ESS {num(v.get('ess_bulk'), '.0f')}/{num(v.get('ess_tail'), '.0f')}")
+            f"ESS/chain {num(v.get('ess_bulk'), '.0f', K)}/{num(v.get('ess_tail'), '.0f', K)}")
 
 
 def _annotate_verdicts(ax, verdicts, bounds, eta):

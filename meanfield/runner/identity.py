@@ -14,6 +14,11 @@ from meanfield.errors import (
 )
 
 
+#: Keys the canonical config leaves out at their default, so that configs older than them keep
+#: their hash (:meth:`meanfield.config.RunConfig.as_dict`); a difference names the default.
+OMITTED_DEFAULTS = {"dynamics.chains": 1}
+
+
 def _physics_table(d: dict) -> dict:
     """The part of a canonical config dict that ``physics_hash`` covers, flattened to
     ``{"table.key": value}``."""
@@ -76,9 +81,11 @@ def check_same_run(cfg, dataset, stored, path, hint: str = "resume with the same
     mine = cfg.physics_hash()
     if theirs != mine:
         ours = _physics_table(cfg.as_dict())
-        diff = next((f"{k} {fields.get(k)!r} -> {ours.get(k)!r}"
-                     for k in sorted(set(ours) | set(fields)) if ours.get(k) != fields.get(k)),
-                    "")
+        def value(table, k):         # a key the canonical form leaves out has its default
+            return table.get(k, OMITTED_DEFAULTS.get(k))
+        diff = next((f"{k} {value(fields, k)!r} -> {value(ours, k)!r}"
+                     for k in sorted(set(ours) | set(fields))
+                     if value(ours, k) != value(fields, k)), "")
         raise RunMismatch(cfg.source, "", f"differs from the config that wrote {path} (physics "
                                           f"hash {mine} != {theirs}"
                                           + (f"; {diff}" if diff else "") + ")"

@@ -14,10 +14,14 @@ from solvers.langevin import SolverState, chain_seed, convex_start, initial_stat
 from solvers.stepper import Stepper
 
 
-def _stage_stationary(y):
+def _stage_stationary(y, X=None, writer: RunWriter | None = None):
     """``stage_done`` of ``steps_per_tau = "auto"``: the stationarity verdict of the stage so
-    far from the solver state's observations (``analysis.stationarity.verdict``, with the
-    risk and the regulariser as the report's verdict has them)."""
+    far, of all chains together, from the solver states' observations
+    (``analysis.stationarity.verdict``, with the risk and the regulariser as the report's
+    verdict has them) and, given the run's ``writer`` and inputs ``X``, the ray drift between
+    the stage's snapshot frames in its second half (the frames committed so far and the
+    particles now, which are the frame of this chunk end): the very verdict ``analyze`` and
+    ``inspect`` make of the stage once it has ended."""
     import numpy as np
 
     from analysis.stationarity import stage_observables, verdict
@@ -28,10 +32,15 @@ def _stage_stationary(y):
         R = np.asarray([st.stage_residuals for st in states])                  # (K, M, n)
         Rp = np.asarray([st.stage_previous for st in states])
         reg = np.asarray([st.stage_regulariser for st in states])              # (K, M)
-        return verdict(np.asarray(states[0].stage_steps, dtype=np.int64),
-                       predictor_from_residuals(R, y),
+        steps = np.asarray(states[0].stage_steps, dtype=np.int64)
+        snaps = None
+        if writer is not None and X is not None and len(steps):
+            stored = writer.stage_frames(states[0].stage, int(steps[len(steps) // 2]))
+            if stored is not None:
+                snaps = [got + [st.theta.copy()] for got, st in zip(stored, states)]
+        return verdict(steps, predictor_from_residuals(R, y),
                        np.asarray([st.stage_eta_h for st in states]),
-                       F_previous=predictor_from_residuals(Rp, y),
+                       snaps, X, F_previous=predictor_from_residuals(Rp, y),
                        observables=stage_observables(R, reg)).stationary
     return done
 
@@ -157,7 +166,7 @@ def integrate(cfg: _config.RunConfig, dataset: _data.Dataset, writer: RunWriter 
     ckpt_every = cfg.output.checkpoint_every
     last_ckpt = prev = lead.step
     if stage_done is None and schedule.auto:
-        stage_done = _stage_stationary(dataset.y)
+        stage_done = _stage_stationary(dataset.y, dataset.X, writer)
     steppers = [make_stepper(cfg, dataset, k) for k in range(K)]
     _warm_up(steppers[0], lead, progress)
     state = lead if K == 1 else states

@@ -4,6 +4,7 @@ running or killed run, and one-line errors for files that cannot be read."""
 from __future__ import annotations
 
 import json
+import numbers
 import os
 import warnings
 from dataclasses import dataclass, field
@@ -135,6 +136,9 @@ class Run:
     identity: tuple = field(default=(), repr=False, compare=False)
     chain_runs: tuple = field(default=(), repr=False)
     prefix: str = ""
+    #: Which chain of its file this Run holds (0 for the run itself; ``k`` for
+    #: :meth:`chain` ``(k)``).
+    chain_index: int = 0
 
     @property
     def n_chains(self) -> int:
@@ -144,13 +148,19 @@ class Run:
 
     def chain(self, k: int) -> Run:
         """Chain ``k`` of the run as a :class:`Run` of its own observables and frames (the
-        data, config and schedule shared); ``chain(0)`` is this run.
+        data, config and schedule shared); ``chain(0)`` is this run. The Run of chain
+        ``k >= 1`` is a run of that one chain: its :attr:`chain_index` is ``k``, its
+        :attr:`n_chains` 1 (its ``chain(0)`` is itself).
 
         Raises
         ------
+        TypeError
+            ``k`` is not an integer.
         IndexError
             ``k`` not in ``[0, n_chains)``.
         """
+        if isinstance(k, bool) or not isinstance(k, numbers.Integral):
+            raise TypeError(f"chain index must be an integer, got {k!r}")
         if not 0 <= k < self.n_chains:
             raise IndexError(f"chain {k} out of range ({self.n_chains} chains)")
         return self if k == 0 else self.chain_runs[k - 1]
@@ -280,7 +290,8 @@ class Run:
     def __repr__(self) -> str:
         """One line: the path, the sizes and whether the run is complete (not the arrays);
         ``chains=K`` after the path for a run of several chains."""
-        chains = f", chains={self.n_chains}" if self.n_chains > 1 else ""
+        chains = (f", chains={self.n_chains}" if self.n_chains > 1 else
+                  f", chain={self.chain_index}" if self.chain_index else "")
         return (f"Run({self.path!r}{chains}, n={self.n}, d={self.d}, "
                 f"particles={self.n_particles}, stages={self.schedule.n_stages}, "
                 f"frames={self.n_frames}, observations={len(self.stage)}, "
@@ -435,7 +446,7 @@ def open_run(path: str | os.PathLike) -> Run:
                           physics_hash=str(p.attrs.get("physics_hash", "")),
                           data_hash=str(p.attrs.get("data_hash", "")),
                           identity=_identity(f, src))
-            others = tuple(Run(**shared, **r, prefix=f"{chain_root(k)}/")
+            others = tuple(Run(**shared, **r, prefix=f"{chain_root(k)}/", chain_index=k)
                            for k, r in enumerate(rows[1:], start=1))
             return Run(**shared, **rows[0], chain_runs=others)
     except RunFileError:

@@ -235,6 +235,23 @@ class RunWriter:
             self.f.attrs.modify("n_frames", self.n_frames)
             self.f.flush()
 
+    def stage_frames(self, stage: int, min_step: int):
+        """The committed snapshot frames of ladder stage ``stage`` at global steps
+        ``>= min_step``, per chain: a list of :attr:`n_chains` lists of arrays (N, d+2), in step
+        order; ``None`` for a file written before the stages were stored (the stop test of an
+        ``"auto"`` stage then goes without them)."""
+        if not self._place:
+            return None
+        k = self.n_frames
+        out = []
+        for root in self.roots:
+            neu = root["particles/neurons"]
+            steps = np.asarray(neu["position/step"][:k])
+            stages = np.asarray(neu["stage/value"][:k])
+            idx = np.flatnonzero((stages == int(stage)) & (steps >= int(min_step)))
+            out.append([np.asarray(neu["position/value"][int(i)]) for i in idx])
+        return out
+
     def append_observations(self, rows):
         """Append observations: a sequence of :class:`solvers.observation.Observation`, or
         with several chains a sequence of boundaries, each a sequence of :attr:`n_chains`

@@ -45,7 +45,7 @@ def reheat_auto_run(tmp_path_factory):
     from meanfield import runner
     out = tmp_path_factory.mktemp("auto") / "a.h5"
     mp = pytest.MonkeyPatch()
-    mp.setattr(runner.loop, "_stage_stationary", lambda y: (lambda st: st.stage != 1))
+    mp.setattr(runner.loop, "_stage_stationary", lambda *a: (lambda st: st.stage != 1))
     try:
         runner.run(_cfg(steps_per_tau="auto", max_steps_per_tau=160), out, progress=False,
                    threads=1)

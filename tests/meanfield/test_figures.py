@@ -489,7 +489,8 @@ def test_trajectory_says_why_each_stage_is_or_is_not_stationary(analysed):
         assert lo * eta < t.get_position()[0] < hi * eta          # over its own stage
         head, rhat, ess = t.get_text().split("\n")
         assert rhat == f"R̂ {v['rhat']:.3f}"
-        assert ess == f"ESS {v['ess_bulk']:.0f}/{v['ess_tail']:.0f}"
+        assert v["n_chains"] == 1          # one chain: per chain is all of it
+        assert ess == f"ESS/chain {v['ess_bulk']:.0f}/{v['ess_tail']:.0f}"
         assert (head == "stationary") == bool(r["stationary"])
     # made-up verdicts: each reason in one word, in the stage of its row (matched by stage,
     # not by tau: a reheating ladder has two rows of one tau)
@@ -500,16 +501,16 @@ def test_trajectory_says_why_each_stage_is_or_is_not_stationary(analysed):
                          "too few effective samples (bulk ESS 40.2 at risk, at least 100 "
                          "needed; autocorrelation time too long for the stage)"]},
             {"stationary": True, "rhat": 1.002, "ess_bulk": 900.0, "ess_tail": 850.0,
-             "mcse": 1e-3, "z_crit": 3.0, "reasons": []},
+             "mcse": 1e-3, "z_crit": 3.0, "reasons": [], "n_chains": 4},
             {"stationary": False, "rhat": None, "ess_bulk": None, "ess_tail": None,
              "reasons": ["too few observations (3) for a verdict"]}]
     rows = [dict(r, tau=1e-2 if r["stage"] != 1 else 1e-3, stationarity=v,
                  stationary=v["stationary"]) for r, v in zip(rep["ladder"], made)]
     fig = meanfield.plot_trajectory(dict(rep, ladder=rows), run)
     texts = [t.get_text() for t in fig.axes[2].texts]
-    assert texts == ["no: drift, R̂, ESS\nR̂ 1.051\nESS 40/55",
-                     "stationary\nR̂ 1.002\nESS 900/850",
-                     "no: few obs.\nR̂ –\nESS –/–"]
+    assert texts == ["no: drift, R̂, ESS\nR̂ 1.051\nESS/chain 40/55",
+                     "stationary\nR̂ 1.002\nESS/chain 225/212",      # 4 chains: per chain
+                     "no: few obs.\nR̂ –\nESS/chain –/–"]
     assert [verdict_note(v) for v in made] == texts
     colours = [t.get_color() for t in fig.axes[2].texts]
     assert colours[0] == colours[2] != colours[1]               # not stationary: in red
