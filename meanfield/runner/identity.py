@@ -13,7 +13,6 @@ from meanfield.errors import (
     RunMismatch,
 )
 
-
 #: Keys the canonical config leaves out at their default, so that configs older than them keep
 #: their hash (:meth:`meanfield.config.RunConfig.as_dict`); a difference names the default.
 OMITTED_DEFAULTS = {"dynamics.chains": 1}

@@ -343,8 +343,8 @@ def test_many_chains_that_disagree_are_tallied():
 
 
 def test_report_says_what_is_chain_zeros(em_runs):
-    from meanfield.report import markdown
     from analysis.run_analysis import analyze
+    from meanfield.report import markdown
     rep = analyze(em_runs[2], w2=False).as_dict()
     md = markdown(rep)
     assert "- chains: 2 independent particle systems" in md
