@@ -25,7 +25,7 @@ sys.path.append(os.path.join(os.path.dirname(__file__), ".."))
 from scipy.spatial import cKDTree
 
 from analysis.certificate import certificate
-from analysis.kinks import data_kinks
+from analysis.kinks import ray_kinks
 from analysis.ray_checks import sensitivity
 from analysis.rays import find_rays
 from analysis.synthetic import planted_rays
@@ -86,7 +86,7 @@ def main(argv=None):
         for _ in range(args.repeat):
             t, c = time.perf_counter(), time.process_time()
             res = find_rays(theta, X, **kw)
-            kinks = data_kinks([q.direction for q in res.rays], X, [q.pattern for q in res.rays])
+            kinks = ray_kinks(res.rays, X, res.pattern_tol.angle_tol)   # as analyze_frame
             th6 = theorem6([q.pattern for q in res.rays])
             best = min(best, time.perf_counter() - t)
             cpu = min(cpu, time.process_time() - c)

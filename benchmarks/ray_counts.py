@@ -1,11 +1,17 @@
 """Ray and kink counts of particle runs against the exact ``τ → 0`` (convex) reference.
 
-For every shipped data set × width ``N`` × seed, a run of the shipped config with a shortened
-ladder (the two or three coldest temperatures, a fixed span of mean-field time per stage), then
-at the coldest stationary temperature of the ladder: ``J`` (rays) and ``K`` (kink
-hyperplanes) of the last snapshot next to the convex reference's counts of rays with weight at
-least the stated floor (THEORY §6.4). One row per cell, and a note per
+For every data set × width ``N`` × seed, a run with a shortened ladder (the two or three
+coldest temperatures, a fixed span of mean-field time per stage), then at the coldest
+stationary temperature of the ladder: ``J`` (rays) and ``K`` (kink hyperplanes) of the last
+snapshot, as ``meanfield analyze`` counts them, next to the convex reference's counts of rays
+with weight at least the stated floor (THEORY §6.4). One row per cell, and a note per
 disagreement with the measured quantities that explain it.
+
+The sets are the shipped configs (the [SKM22] sets, plane8, the two-point sets) and generated
+ones whose configs carry their data (:data:`SETS`): data whose convex limit has no ray
+(``zero_d1``, ``zero_d2``: every cluster is thermal mass), 1-D data with kinks on data points
+(``nine_1d``, ``six_1d``, THEORY §6.6), eight points in R³ (``gauss8_d3``) and ten Gaussian
+points in the plane with random labels (``gauss10_d2``).
 
     python benchmarks/ray_counts.py                          # everything (hours on one core)
     python benchmarks/ray_counts.py --sets D12 plane8 --N 500 --seeds 0
@@ -20,6 +26,7 @@ the stage length is part of the name, so cells of another ``--span-scale`` are n
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import subprocess
@@ -37,9 +44,35 @@ except ModuleNotFoundError:  # pragma: no cover
 
 ROOT = Path(__file__).resolve().parent.parent
 
-#: name -> (shipped config, overrides of [dynamics], ladder, mean-field time per stage).
+#: The generated sets' data: nine 1-D points with every convex kink on a data point (THEORY
+#: §6.6: x = ±0.25, ±0.75), and six 1-D points whose convex limit has two rays on the kink at
+#: the data point x = −0.4 and a third kink on x = 0.
+NINE_1D = {"kind": "inline", "X": [[-1.0], [-0.75], [-0.5], [-0.25], [0.0], [0.25], [0.5],
+                                   [0.75], [1.0]],
+           "y": [1.0, 0.2, 0.6, 0.1, 0.9, 0.1, 0.6, 0.2, 1.0]}
+SIX_1D = {"kind": "inline", "X": [[-1.0], [-0.4], [0.0], [0.3], [0.7], [1.0]],
+          "y": [0.7, -0.9, 0.5, -0.6, 0.7, 0.1]}
+
+
+def _generated(data: dict, lam: float, eta: float = 0.05) -> dict:
+    """The tables of a generated set's config (no shipped file): ``[data]``, ``lam``, ``η``."""
+    return {"data": data, "model": {"activation": "relu"},
+            "dynamics": {"lam": lam, "eta": eta}}
+
+
+#: name -> (shipped config under data/, or the tables of a generated one; overrides of
+#: [dynamics]; ladder; mean-field time per stage).
 #: D4's shipped eta = 0.01 is beyond the Euler stability limit of its data mode (THEORY §2:
 #: eta·λmax(K)/n ≈ 2.5 > 2); 0.005 is stable.
+#: Generated sets, with their convex counts (rays of weight ≥ 1 % of Σ|c|): ``zero_d1``,
+#: ``zero_d2``, gaussian(n = 6, seed = 1) at λ = 1.28 λ₀ and 1.25 λ₀ above the threshold
+#: λ₀ = max_v |Σ_j y_j (v·x̃_j)_+|/n (0.2187, 0.2562) where f = 0 is optimal (J = K = 0;
+#: every cluster is thermal mass, THEORY §6.5); ``nine_1d`` (J = K = 4) and ``six_1d``
+#: (J = 4, K = 3) with kinks on data points at λ = 0.01 (the slow rate λ: longer stages);
+#: ``gauss8_d3``, eight Gaussian points in R³ (J = K = 4); ``gauss10_d2``, ten Gaussian points
+#: in the plane with Gaussian labels (J = K = 3). Their η keeps ``η h`` of the convex
+#: reference's data mode at most 0.42 (the Euler limit is 2, ``solvers.stability``); the 1-D
+#: sets take η = 0.2 and the 3-D and 10-point sets 0.1 for longer stages at the same cost.
 SETS = {
     "D2": ("skm22_d2.toml", {}, [1e-3, 1e-4], 400.0),
     "D4": ("skm22_d4.toml", {"eta": 0.005}, [1e-3, 1e-4], 400.0),
@@ -48,6 +81,16 @@ SETS = {
     "plane8": ("plane8.toml", {}, [1e-2, 1e-3, 1e-4], 300.0),
     "two_point_even": ("two_point_even.toml", {}, [1e-2, 1e-3, 1e-4], 300.0),
     "two_point_odd": ("two_point_odd.toml", {}, [1e-2, 1e-3, 1e-4], 300.0),
+    "zero_d1": (_generated({"kind": "gaussian", "n": 6, "d": 1, "seed": 1}, 0.28), {},
+                [1e-2, 1e-3, 1e-4], 6000.0),
+    "zero_d2": (_generated({"kind": "gaussian", "n": 6, "d": 2, "seed": 1}, 0.32), {},
+                [1e-2, 1e-3, 1e-4], 6000.0),
+    "nine_1d": (_generated(NINE_1D, 0.01, eta=0.2), {}, [1e-3, 1e-4], 120000.0),
+    "six_1d": (_generated(SIX_1D, 0.01, eta=0.2), {}, [1e-3, 1e-4], 120000.0),
+    "gauss8_d3": (_generated({"kind": "gaussian", "n": 8, "d": 3, "seed": 0}, 0.05, eta=0.1),
+                  {}, [1e-2, 1e-3, 1e-4], 24000.0),
+    "gauss10_d2": (_generated({"kind": "gaussian", "n": 10, "d": 2, "seed": 0}, 0.05,
+                              eta=0.1), {}, [1e-2, 1e-3, 1e-4], 24000.0),
 }
 OBSERVATIONS_PER_STAGE = 400
 
@@ -75,10 +118,13 @@ def dump_toml(doc: dict) -> str:
 def cell_config(name: str, N: int, seed: int, span_scale: float = 1.0) -> dict:
     """The config of one cell: the shipped one with the shortened ladder (stage length
     ``span_scale`` times the default span of mean-field time)."""
-    fname, over, taus, span = SETS[name]
+    base, over, taus, span = SETS[name]
     span *= span_scale
-    with open(ROOT / "data" / fname, "rb") as fh:
-        doc = tomllib.load(fh)
+    if isinstance(base, dict):
+        doc = copy.deepcopy(base)
+    else:
+        with open(ROOT / "data" / base, "rb") as fh:
+            doc = tomllib.load(fh)
     if doc["data"].get("kind") == "file":
         doc["data"]["path"] = str(ROOT / "data" / doc["data"]["path"])
     dyn = doc.setdefault("dynamics", {})
@@ -91,10 +137,16 @@ def cell_config(name: str, N: int, seed: int, span_scale: float = 1.0) -> dict:
     return doc
 
 
+def cell_stem(name: str, N: int, seed: int, span_scale: float = 1.0) -> str:
+    """File name (no suffix) of a cell's config and run file."""
+    return f"{name}-N{N}-s{seed}" + ("" if span_scale == 1 else f"-x{span_scale:g}")
+
+
 def ensure_run(workdir: Path, name: str, N: int, seed: int, threads: int,
                span_scale: float = 1.0) -> Path:
-    """Run the cell unless its run file exists; returns the run file."""
-    stem = f"{name}-N{N}-s{seed}" + ("" if span_scale == 1 else f"-x{span_scale:g}")
+    """Run the cell unless its run file exists; returns the run file. The wall time of the
+    run is kept next to it (``<stem>.wall_s``)."""
+    stem = cell_stem(name, N, seed, span_scale)
     out = workdir / f"{stem}.h5"
     if out.exists():
         return out
@@ -105,8 +157,16 @@ def ensure_run(workdir: Path, name: str, N: int, seed: int, threads: int,
                     "--threads", str(threads), "--quiet", "--overwrite"], check=True,
                    cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
                    stdout=subprocess.DEVNULL)
-    sys.stderr.write(f"ran {stem} in {time.time() - t0:.0f} s\n")
+    wall = time.time() - t0
+    (workdir / f"{stem}.wall_s").write_text(f"{wall:.1f}\n")
+    sys.stderr.write(f"ran {stem} in {wall:.0f} s\n")
     return out
+
+
+def run_wall_time(path: Path) -> float | None:
+    """Wall time of the run that made ``path`` (seconds), when it was recorded."""
+    w = path.with_suffix(".wall_s")
+    return float(w.read_text()) if w.exists() else None
 
 
 #: Interim certificate test of a stage: max|G| ≤ 1 + G_TOL over the particles and
@@ -114,90 +174,140 @@ def ensure_run(workdir: Path, name: str, N: int, seed: int, threads: int,
 G_TOL = 0.1
 
 
-def _stage_rays(run, stage):
-    """Rays of the last snapshot of ``stage`` (with the analysis' default thresholds)."""
-    from analysis.kinks import data_kinks
-    from analysis.rays import find_rays
-    from analysis.run_analysis import frame_ray_kw
-    k = run.last_frame(stage)
-    theta = run.frame(k)
-    res = find_rays(theta, run.X, **frame_ray_kw(run, k))
-    K = len(data_kinks([q.direction for q in res.rays], run.X,
-                       [q.pattern for q in res.rays])) if res.rays else 0
-    return theta, res, K
-
-
 def _certified(res) -> bool:
     return (res.G_max is not None and res.G_max <= 1 + G_TOL
             and all(abs(-q.sign * q.G - 1) <= G_TOL for q in res.rays))
+
+
+def _vec(v) -> str:
+    return "(" + ", ".join(f"{x:.3f}" for x in v) + ")"
+
+
+def ray_objective(rays, X, y, lam) -> float:
+    """Objective of the convex problem (THEORY §4) at the measure of the rays.
+
+    ``(1/2n) Σ_j (Σ_k c_k (v_k·x̃_j)_+ − y_j)² + λ Σ_k |c_k|``, with ``rays`` a list of
+    :class:`analysis.rays.Ray`, ``X`` (n, d), ``y`` (n,). Equal to the convex optimum when the
+    rays form an optimal measure: a count that then differs from the reference's is a second
+    optimum (the problem need not have a unique measure), not a counting error."""
+    import numpy as np
+
+    from solvers.geometry import lifted
+    f = np.zeros(len(y))
+    if rays:
+        V = np.array([q.direction for q in rays])
+        f = np.maximum(lifted(X) @ V.T, 0.0) @ np.array([q.weight for q in rays])
+    return float(0.5 * np.mean((f - y) ** 2) + lam * sum(abs(q.weight) for q in rays))
+
+
+def _extra_ray_note(frame, i, lam, span) -> str:
+    """Why measured ray ``i`` of ``frame`` has no convex partner: its certificate and gap
+    against the thermal-mass threshold ``ε(τ)`` (THEORY §6.5), the e-fold time of its mass, and
+    the other rays on its kink (a ray split at a data point, §6.6)."""
+    res = frame.rays
+    q = res.rays[i]
+    g = -q.sign * q.G
+    efold = 1.0 / (lam * abs(1.0 - g)) if g != 1 else float("inf")
+    eps = "" if res.gap_threshold is None else f" vs eps(tau) {res.gap_threshold:.4f}"
+    note = (f"extra ray {_vec(q.direction)}, sign {q.sign:+d}, mass {q.mass_fraction:.3f}, "
+            f"n={q.n_particles}, -sign(a)G={g:.3f} (gap {1 - g:.4f}{eps}): its mass changes at "
+            f"rate lam|1-G|, e-fold time {efold:.0f} vs stage span {span:.0f}")
+    for kk in frame.kinks:
+        others = [j for j in kk.rays if j != i]
+        if i in kk.rays and others:
+            same = all(res.rays[j].sign == q.sign for j in others)
+            note += (f"; on one kink with ray(s) {others} ({'same' if same else 'other'} sign"
+                     f"{': a ray split at a data point' if same else ''}, K unchanged)")
+    return note
+
+
+def _missed_ray_note(theta, X, res, cc, j) -> str:
+    """Where the particles are that act like convex ray ``j`` on the data (same sign, same
+    activation cell, :func:`analysis.ray_linkage.cells`)."""
+    import numpy as np
+
+    from analysis.ray_linkage import cells, directions
+    V, _, mass = directions(theta)
+    v = cc["directions"][j]
+    ids = cells(np.r_[np.where(theta[:, 0] >= 0, 1, -1), cc["signs"][j]], np.vstack([V, v]), X)
+    same = ids[:-1] == ids[-1]
+    ang = np.arccos(np.clip(V[same] @ v, -1, 1))
+    rms = float(np.sqrt(np.sum(mass[same] * ang ** 2) / mass[same].sum())) if same.any() \
+        else float("nan")
+    per = (float(mass[same].mean()) / res.halo_baseline
+           if same.any() and res.halo_baseline else float("nan"))
+    tot = float(np.abs(cc["all_weights"]).sum())
+    return (f"missed convex ray {_vec(v)}, weight {abs(cc['weights'][j]) / tot:.3f} of sum|c|; "
+            f"its cell holds {mass[same].sum() / mass.sum():.3f} of the particle mass "
+            f"({int(same.sum())} particles, {per:.1f} baselines (d+1)tau/lam each on average) "
+            f"at RMS angle {rms:.3f} rad from it")
+
+
+def _cluster_notes(res, floor) -> list:
+    """Heavy clusters the ray finder refused (certificate, thermal mass, too few particles),
+    rays joined across data points and rays of one sign sharing a cell."""
+    notes = [f"cluster {_vec(c['direction'])}, sign {c['sign']:+d}, mass "
+             f"{c['mass_fraction']:.3f} refused by the certificate: -sign(a)G = "
+             f"{-c['sign'] * c['G']:.3f}" for c in res.rejected if c["mass_fraction"] >= floor]
+    for c in res.thermal:
+        if c["mass_fraction"] >= floor:
+            gap = "—" if c["gap"] is None else f"{c['gap']:.4f}"
+            notes.append(f"thermal mass {_vec(c['direction'])}, sign {c['sign']:+d}, mass "
+                         f"{c['mass_fraction']:.3f}, weight {c['weight']:.4f}, gap {gap} vs "
+                         f"eps(tau) {c['gap_threshold']:.4f} ({c['reason']}): not counted")
+    notes += [f"ray {m['ray']} joined from {m['parts']} parts across data point(s) "
+              f"{m['data_points']}" for m in res.merged]
+    notes += [f"rays {k} and {l} of one sign share an activation cell (a split ray or an "
+              f"unsettled stage)" for k, l in res.cell_conflicts]
+    return notes
 
 
 def analyse_cell(path: Path, name: str, N: int, seed: int, with_sensitivity: bool = False) -> dict:
     """``J``, ``K`` at the coldest stationary stage of a run against the convex counts, with
     the quantities that explain a disagreement.
 
-    A stage counts as stationary when the analysis judges it so
-    (``analysis.stationarity.run_verdicts``, the verdict ``meanfield analyze`` prints) and its
-    certificate is that of a stationary state (:data:`G_TOL`)."""
+    ``J``, ``K``, the convex counts and the matching are those of ``meanfield analyze``
+    (:func:`analysis.run_analysis.analyze` with the convex counts). A stage counts as
+    stationary when the analysis judges it so (``analysis.stationarity.run_verdicts``, the
+    verdict ``meanfield analyze`` prints) and its certificate is that of a stationary state
+    (:data:`G_TOL`)."""
     import numpy as np
 
-    from analysis.ray_checks import convex_comparison, convex_counts
-    from analysis.rays import directions
+    from analysis.ray_checks import convex_counts
     from analysis.references import convex_reference
-    from analysis.stationarity import run_verdicts
+    from analysis.run_analysis import analyze
+    from analysis.snapshots import last_of_stages
     from meanfield.store import open_run
+    t0 = time.time()
     run = open_run(path)
     taus, lam = run.taus, run.lam
-    verdicts = run_verdicts(run)
-    stage_rays = [_stage_rays(run, s) for s in range(len(taus))]
-    stat = [s for s in range(len(taus)) if verdicts[s].stationary and
-            _certified(stage_rays[s][1])]
-    stage = max(stat, key=lambda s: -taus[s]) if stat else run.schedule.coldest_stage()
-    theta, res, K = stage_rays[stage]
+    result = analyze(run, w2=False, convex=True)
+    rows = {r.stage: r for r in result.ladder}
+    frames = {f.stage: f for f in last_of_stages(result.frames)}
+    verdicts = result.verdicts
+    stat = [s for s in sorted(rows) if rows[s].stationary and _certified(frames[s].rays)]
+    cold = run.schedule.coldest_stage()
+    stage = max(stat, key=lambda s: -taus[s]) if stat else cold
+    row, frame = rows[stage], frames[stage]
+    res = frame.rays
     span = run.steps_run(stage) * run.eta
     conv = convex_reference(run.X, run.y, lam)
-    cc = convex_counts(conv, run.X)
-    m = convex_comparison(res.rays, cc)
+    cc = {**convex_counts(conv, run.X), "all_weights": conv.weights}
+    objective_gap = (ray_objective(res.rays, run.X, run.y, lam) - conv.primal) / conv.primal
+    notes = [_extra_ray_note(frame, i, lam, span) for i in row.unmatched_measured]
+    notes += [_missed_ray_note(frame.theta, run.X, res, cc, j) for j in row.unmatched_reference]
+    agree = row.J == cc["J"] and row.K == cc["K"] and row.matched == cc["J"]
+    if not agree:
+        notes += _cluster_notes(res, cc["floor"])
     tot = float(np.abs(conv.weights).sum())
-    notes = []
-    for i in m["unmatched_measured"]:
-        q = res.rays[i]
-        g = -q.sign * q.G
-        efold = 1.0 / (lam * abs(1.0 - g)) if g != 1 else float("inf")
-        notes.append(f"extra ray ({', '.join(f'{x:.3f}' for x in q.direction)}), sign "
-                     f"{q.sign:+d}, mass {q.mass_fraction:.3f}, n={q.n_particles}, "
-                     f"-sign(a)G={g:.3f}: its mass changes at rate lam|1-G|, e-fold time "
-                     f"{efold:.0f} vs stage span {span:.0f}")
-    V, _, mass = directions(theta)
-    Lx = np.c_[run.X, np.ones(run.n)]
-    sgn = np.where(theta[:, 0] >= 0, 1, -1)
-    for j in m["unmatched_reference"]:
-        v = cc["directions"][j]
-        # the particles acting like this ray on the data: same sign, same activation cell
-        same = (sgn == cc["signs"][j]) & np.all((V @ Lx.T > 0) == (Lx @ v > 0)[None, :], axis=1)
-        ang = np.arccos(np.clip(V[same] @ v, -1, 1))
-        rms = float(np.sqrt(np.sum(mass[same] * ang ** 2) / mass[same].sum())) if same.any() \
-            else float("nan")
-        per = (float(mass[same].mean()) / res.halo_baseline
-               if same.any() and res.halo_baseline else float("nan"))
-        notes.append(f"missed convex ray ({', '.join(f'{x:.3f}' for x in v)}), weight "
-                     f"{abs(cc['weights'][j]) / tot:.3f} of sum|c|; its cell holds "
-                     f"{mass[same].sum() / mass.sum():.3f} of the particle mass "
-                     f"({int(same.sum())} particles, {per:.1f} baselines (d+1)tau/lam each "
-                     f"on average) at RMS angle {rms:.3f} rad from it")
-    for c in res.rejected:
-        if c["mass_fraction"] >= cc["floor"]:
-            notes.append(f"cluster ({', '.join(f'{x:.3f}' for x in c['direction'])}), sign "
-                         f"{c['sign']:+d}, mass {c['mass_fraction']:.3f} refused by the "
-                         f"certificate: -sign(a)G = {-c['sign'] * c['G']:.3f}")
     below = [float(abs(w) / tot) for w in conv.weights if abs(w) < cc["floor"] * tot]
-    if below and (len(res.rays) != cc["J"] or m["unmatched_measured"]):
+    if below and (row.J != cc["J"] or row.unmatched_measured):
         notes.append("convex rays below the floor: weights "
                      + ", ".join(f"{w:.4f}" for w in below) + " of sum|c|")
-    cold = run.schedule.coldest_stage()
     if stage in stat and stage != cold:
-        rc = stage_rays[cold][1]
-        notes.append(f"coldest stage tau={taus[cold]:g} not stationary: "
+        rc = frames[cold].rays
+        notes.append(f"coldest stage tau={taus[cold]:g} (J={rows[cold].J}, K={rows[cold].K}, "
+                     f"{rows[cold].matched} matched) not stationary: "
                      f"{'; '.join(verdicts[cold].reasons) or 'certificate'}, max|G| "
                      f"{rc.G_max:.3f}, rays' -sign(a)G "
                      + ", ".join(f"{-q.sign * q.G:.3f}" for q in rc.rays))
@@ -208,37 +318,46 @@ def analyse_cell(path: Path, name: str, N: int, seed: int, with_sensitivity: boo
                      + ", ".join(f"{-q.sign * q.G:.3f}" for q in res.rays))
     if not res.resolved:
         notes.append(f"N too small: {len(res.small)} heavy cluster(s) under "
-                     f"{res.min_particles} particles")
-    agree = len(res.rays) == cc["J"] and K == cc["K"] and len(m["pairs"]) == cc["J"]
+                     f"{res.min_particles} particles, the heaviest "
+                     + ", ".join(f"{_vec(c['direction'])} sign {c['sign']:+d} mass "
+                                 f"{c['mass_fraction']:.3f} in {c['n_particles']} particle(s)"
+                                 for c in sorted(res.small, key=lambda c: -c["mass_fraction"])[:2]))
+    if not agree and abs(objective_gap) < 1e-3:
+        notes.append(f"the rays' measure is optimal to {objective_gap:.1e} of the convex "
+                     "objective: another optimum of the convex problem (non-unique measure)")
+    if row.K != cc["K"] and not notes:
+        notes.append("K differs: kinks " + "; ".join(_vec(q.direction) for q in res.rays))
     sens = None
     if with_sensitivity:
         from analysis.ray_checks import sensitivity
-        from analysis.run_analysis import frame_ray_kw
-        k = run.last_frame(stage)
-        sens = sensitivity(theta, run.X, frame_ray_kw(run, k), conv=conv)
-    if K != cc["K"] and not notes:
-        notes.append("K differs: kinks " + "; ".join(
-            f"({', '.join(f'{x:.3f}' for x in q.direction)})" for q in res.rays))
+        sens = sensitivity(frame.theta, run.X, frame.ray_kw, conv=conv)
     return {"set": name, "N": N, "seed": seed, "tau": taus[stage],
             "stationary": stage in stat,
-            "stationary_stages": [taus[s] for s in stat], "J": len(res.rays), "K": K,
-            "J_convex": cc["J"], "K_convex": cc["K"], "matched": len(m["pairs"]),
-            "max_angle": None if not m["pairs"] else float(m["max_angle"]),
-            "G_max": res.G_max, "resolved": res.resolved, "agree": agree, "notes": notes,
-            "sensitivity": sens}
+            "stationary_stages": [taus[s] for s in stat], "J": row.J, "K": row.K,
+            "J_convex": cc["J"], "K_convex": cc["K"], "matched": row.matched,
+            "max_angle": row.max_match_angle, "G_max": res.G_max, "resolved": res.resolved,
+            "thermal": len(res.thermal), "merged": len(res.merged),
+            "objective_gap": objective_gap, "agree": agree, "notes": notes,
+            "sensitivity": sens, "analysis_s": time.time() - t0}
 
 
 def format_table(rows) -> str:
-    """The rows as a Markdown table, disagreements explained below it."""
+    """The rows as a Markdown table, disagreements explained below it.
+
+    ``thermal``: clusters refused as thermal mass (THEORY §6.5); ``objective gap``: the convex
+    objective at the rays' measure relative to the optimum (:func:`ray_objective`); ``run s``:
+    wall time of the run (— for a run file reused)."""
     head = ("| set | N | seed | τ | stationary | J | K | J convex | K convex | matched | "
-            "max angle | agree |")
-    L = [head, "|" + "---|" * 12]
+            "max angle | thermal | objective gap | agree | run s |")
+    L = [head, "|" + "---|" * 15]
     for r in rows:
         ang = "—" if r["max_angle"] is None else f"{r['max_angle']:.3f}"
+        run_s = "—" if r.get("run_s") is None else f"{r['run_s']:.0f}"
         L.append(f"| {r['set']} | {r['N']} | {r['seed']} | {r['tau']:.0e} | "
                  f"{'yes' if r['stationary'] else 'no'} | {r['J']} | {r['K']} | "
                  f"{r['J_convex']} | {r['K_convex']} | {r['matched']} | {ang} | "
-                 f"{'yes' if r['agree'] else '**no**'} |")
+                 f"{r['thermal']} | {r['objective_gap']:.1e} | "
+                 f"{'yes' if r['agree'] else '**no**'} | {run_s} |")
     bad = [r for r in rows if not r["agree"] or r["notes"]]
     if bad:
         L += ["", "Notes:"]
@@ -282,8 +401,8 @@ def main(argv=None) -> int:
     runs = {c: ensure_run(workdir, *c, args.threads, args.span_scale) for c in cells}
     if args.runs_only:
         return 0
-    rows = [analyse_cell(path, *cell, with_sensitivity=args.sensitivity)
-            for cell, path in runs.items()]
+    rows = [{**analyse_cell(path, *cell, with_sensitivity=args.sensitivity),
+             "run_s": run_wall_time(path)} for cell, path in runs.items()]
     print(format_table(rows))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))

@@ -46,3 +46,64 @@ def test_accuracy_benchmarks_load_every_shipped_problem():
         ds = data.from_config(cfg)
         assert np.array_equal(X, ds.X) and np.array_equal(y, ds.y), name
         assert lam == cfg.dynamics.lam, name
+
+
+#: The generated sets of benchmarks/ray_counts.py and the convex counts its docstring states.
+GENERATED_SETS = {"zero_d1": (0, 0), "zero_d2": (0, 0), "nine_1d": (4, 4), "six_1d": (4, 3),
+                  "gauss8_d3": (4, 4), "gauss10_d2": (3, 3)}
+
+
+@pytest.mark.parametrize("name", sorted(GENERATED_SETS))
+def test_ray_counts_generated_sets_are_valid_configs_with_the_stated_convex_counts(name,
+                                                                                   tmp_path):
+    """Each generated set's cell config loads as a run config with the cell's width, seed,
+    ladder and stage span; its data give the convex counts stated in the benchmark, with a
+    step well inside the Euler limit of the convex reference's data mode."""
+    from analysis.ray_checks import convex_counts
+    from analysis.references import convex_reference
+    from benchmarks import ray_counts as rc
+    from meanfield import config, data
+    from solvers.stability import convex_data_mode
+    path = tmp_path / "cell.toml"
+    path.write_text(rc.dump_toml(rc.cell_config(name, 700, 3, span_scale=0.5)))
+    cfg = config.load(path)
+    ds = data.from_config(cfg)
+    _, _, taus, span = rc.SETS[name]
+    dyn = cfg.dynamics
+    assert cfg.model.n_particles == 700 and dyn.seed == 3
+    assert list(cfg.taus) == taus
+    assert dyn.steps_per_tau * dyn.eta == pytest.approx(0.5 * span, rel=1e-6)
+    conv = convex_reference(ds.X, ds.y, dyn.lam)
+    cc = convex_counts(conv, ds.X)
+    assert (cc["J"], cc["K"]) == GENERATED_SETS[name]
+    assert convex_data_mode(conv, ds.X, dyn.lam).eta_lambda_max(dyn.eta) <= 0.42
+
+
+@pytest.mark.parametrize("name", ["zero_d1", "zero_d2"])
+def test_ray_counts_zero_ray_sets_sit_well_above_the_threshold(name):
+    """``λ ≥ 1.2 λ₀``, ``λ₀ = max_v |Σ_j y_j (v·x̃_j)_+|/n``: ``f = 0`` is the convex optimum
+    with a margin, so the reference has no ray whatever the solver's tolerance."""
+    from benchmarks import ray_counts as rc
+    from meanfield import config, data
+    from solvers.convex import max_abs_G
+    cfg = config.from_dict(rc.cell_config(name, 500, 0))
+    ds = data.from_config(cfg)
+    lam0 = max_abs_G(-ds.y / len(ds.y), ds.X, 1.0)[0]
+    assert cfg.dynamics.lam >= 1.2 * lam0 > 0
+
+
+@pytest.mark.parametrize("name, on_points", [("nine_1d", [-0.75, -0.25, 0.25, 0.75]),
+                                             ("six_1d", [-0.4, 0.0, 0.7])])
+def test_ray_counts_one_d_sets_have_their_convex_kinks_on_data_points(name, on_points):
+    from analysis.ray_checks import convex_counts
+    from analysis.references import convex_reference
+    from benchmarks import ray_counts as rc
+    from meanfield import config, data
+    cfg = config.from_dict(rc.cell_config(name, 500, 0))
+    ds = data.from_config(cfg)
+    cc = convex_counts(convex_reference(ds.X, ds.y, cfg.dynamics.lam), ds.X)
+    at = sorted(float(k.offset / k.normal[0]) for k in cc["kinks"])
+    assert at == pytest.approx(on_points, abs=1e-6)
+    assert all(min(abs(ds.X[:, 0] - x)) < 1e-9 for x in on_points)
+    if name == "six_1d":                     # two rays share the kink on x = −0.4
+        assert sorted(len(k.rays) for k in cc["kinks"]) == [1, 1, 2]
