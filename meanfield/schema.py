@@ -102,11 +102,17 @@ def _defaults(cls) -> dict[str, Any]:
 
 
 def _check_keys(tbl: dict, cls, src: str, sec: str) -> None:
-    """Unknown keys of a table, with the nearest valid name."""
+    """Unknown keys of a table, with the table a key of another table belongs in, or else the
+    nearest valid name."""
     allowed = _defaults(cls)
     for k in tbl:
-        _check(k in allowed, src, f"{sec}.{k}", f"unknown key{_suggest(k, allowed)}"
-               f"; valid keys: {', '.join(allowed)}")
+        if k in allowed:
+            continue
+        home = next((t for t, other in _KEY_TABLES.items()
+                     if other is not cls and k in _defaults(other)), None)
+        hint = (f" here: it belongs in [{home}] ({home}.{k})" if home is not None
+                else _suggest(k, allowed))
+        _check(False, src, f"{sec}.{k}", f"unknown key{hint}; valid keys: {', '.join(allowed)}")
 
 
 def _filled(tbl: dict, cls) -> dict[str, Any]:
@@ -565,3 +571,7 @@ def validate_tables(raw: Any, src: str, base_dir: str | os.PathLike = ".") -> tu
     dynamics = DynamicsConfig.from_table(raw.get("dynamics", {}), src)
     output = OutputConfig.from_table(raw.get("output", {}), src, dynamics=dynamics)
     return data, model, dynamics, output
+
+
+#: The tables whose keys a misplaced key is looked up in (:func:`_check_keys`).
+_KEY_TABLES = {"model": ModelConfig, "dynamics": DynamicsConfig, "output": OutputConfig}

@@ -50,6 +50,11 @@ def test_valid_config_fills_defaults(tmp_path):
     ("lam = 0.05", "lamda = 0.05", "dynamics.lamda", "did you mean 'lam'"),
     ('kind = "gaussian"', 'kind = "gausian"', "data.kind", "did you mean 'gaussian'"),
     ("[model]", "[modle]", "modle", "did you mean 'model'"),
+    # a key of another table is pointed to its table, not to a look-alike ('sharpness')
+    ("n_particles = 10", "n_particles = 10\nchains = 2", "model.chains",
+     "it belongs in [dynamics] (dynamics.chains)"),
+    ("lam = 0.05", "lam = 0.05\nobserve_every = 5", "dynamics.observe_every",
+     "it belongs in [output] (output.observe_every)"),
     ("steps_per_tau = 10", "steps_per_tau = 0", "dynamics.steps_per_tau", ">= 1"),
     ("eta = 0.05", "eta = 50.0", "dynamics.eta", "unstable"),
 ])
