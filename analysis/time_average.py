@@ -122,9 +122,33 @@ def time_average_predictor(run: RunLike, stage: int, window: float = 0.5):
     ValueError
         No observations of the stage in the window.
     """
-    per = [mean_and_mcse(predictor_series(c, stage, window))[:2] for c in chains_of(run)]
-    m, se = pooled([p[0] for p in per], [p[1] for p in per])
+    m, se, _, _ = pooled_predictor(run, stage, window)
     return m, se
+
+
+def pooled_predictor(run: RunLike, stage: int, window: float = 0.5):
+    """:func:`time_average_predictor` with the effective sample size it rests on.
+
+    Returns
+    -------
+    mean, stderr : ndarray (n,)
+        As :func:`time_average_predictor`.
+    ess : float
+        The smallest over the chains of ``M / max_j τ_j`` (observations over the longest
+        integrated autocorrelation time of a training point).
+    M : int
+        Observations per chain in the window.
+
+    Raises
+    ------
+    ValueError
+        No observations of the stage in the window.
+    """
+    per = [(F, *mean_and_mcse(F)) for F in (predictor_series(c, stage, window)
+                                            for c in chains_of(run))]
+    m, se = pooled([p[1] for p in per], [p[2] for p in per])
+    ess = min(len(p[0]) / float(np.max(p[3])) for p in per)
+    return m, se, ess, len(per[0][0])
 
 
 def time_average_observable(run: RunLike, name: str, stage: int, window: float = 0.5):

@@ -88,13 +88,15 @@ def initial_state(n_particles: int, d: int, init_scale: float, seed: int) -> Sol
     return SolverState(theta=initial_particles(n_particles, d, init_scale, seed))
 
 
-def convex_start(X, y, n_particles: int, lam: float, tau: float, seed: int) -> np.ndarray:
+def convex_start(X, y, n_particles: int, lam: float, tau: float, seed: int,
+                 solution=None) -> np.ndarray:
     """Particles on the rays of the convex ``τ → 0`` solution (``solvers.convex``) with their
     weights and an ``N(0, τ/λ)`` spread at the first temperature ``tau``
-    (:func:`solvers.warmstart.convex_particles`), shape (N, d+2)."""
+    (:func:`solvers.warmstart.convex_particles`), shape (N, d+2). ``solution``: that
+    solution when already solved (the chains of a run share it; only the spread differs)."""
     from solvers.convex import convex
     from solvers.warmstart import convex_particles
-    sol = convex(X, y, lam)
+    sol = convex(X, y, lam) if solution is None else solution
     return convex_particles(sol.directions, sol.weights, n_particles, tau=tau, lam=lam,
                             seed=seed)
 

@@ -138,27 +138,21 @@ def _study(args) -> int:
 def _ladder(run):
     """``[(tau, mean (n,), mcse (n,), stage)]`` over the stages of ``run`` that have
     observations in their second half, pooled over the run's chains
-    (:func:`analysis.time_average.pooled`); a stage with fewer than ``MIN_ESS`` effective
-    samples there in a chain gets a warning on stderr (its MCSE, hence every ``z`` built on it,
-    is not to be trusted)."""
-    import numpy as np
-
+    (:func:`analysis.time_average.pooled_predictor`); a stage with fewer than ``MIN_ESS``
+    effective samples there in a chain gets a warning on stderr (its MCSE, hence every ``z``
+    built on it, is not to be trusted)."""
     from analysis.stationarity import MIN_ESS
-    from analysis.time_average import chains_of, mean_and_mcse, pooled, predictor_series
+    from analysis.time_average import chains_of, pooled_predictor
     out = []
     for s, tau in enumerate(run.taus):
         try:
-            per = [(F, *mean_and_mcse(F)) for F in (predictor_series(c, s)
-                                                     for c in chains_of(run))]
+            m, se, ess, M = pooled_predictor(run, s)
         except ValueError:      # stage not reached (an unfinished run)
             continue
-        m, se = pooled([p[1] for p in per], [p[2] for p in per])
-        F = per[0][0]
-        ess = min(len(p[0]) / float(np.max(p[3])) for p in per)
         if ess < MIN_ESS:
-            which = " in its weakest chain" if len(per) > 1 else ""
+            which = " in its weakest chain" if len(chains_of(run)) > 1 else ""
             sys.stderr.write(f"meanfield: warning: {run.path}: tau={tau:g}: {ess:.1f} effective "
-                             f"samples{which} ({len(F)} observations) in the second half of "
+                             f"samples{which} ({M} observations) in the second half of "
                              f"stage {s}, "
                              f"fewer than the {MIN_ESS:g} its MCSE needs: its z values are not "
                              "to be trusted (observe more often or run longer)\n")

@@ -59,13 +59,16 @@ def initial_states(cfg: _config.RunConfig, dataset: _data.Dataset) -> list[Solve
     """The fresh state of every chain of ``cfg`` (``dynamics.chains``) at step 0: particles
     from ``model.init`` keyed by :func:`solvers.langevin.chain_seed` (chain 0 with ``seed``
     itself, as a run of one chain)."""
-    out = []
+    out, solution = [], None
+    if cfg.model.init == "convex":          # solved once: the chains differ in their spread
+        from solvers.convex import convex
+        solution = convex(dataset.X, dataset.y, cfg.dynamics.lam)
     for k in range(cfg.dynamics.chains):
         seed = chain_seed(cfg.dynamics.seed, k)
-        if cfg.model.init == "convex":
+        if solution is not None:
             out.append(SolverState(theta=convex_start(dataset.X, dataset.y, cfg.n_particles,
                                                       cfg.dynamics.lam, cfg.schedule.taus[0],
-                                                      seed)))
+                                                      seed, solution=solution)))
         else:
             out.append(initial_state(cfg.n_particles, dataset.d, cfg.model.init_scale, seed))
     return out

@@ -349,3 +349,30 @@ def test_report_says_what_is_chain_zeros(em_runs):
     md = markdown(rep)
     assert "- chains: 2 independent particle systems" in md
     assert "chains:" not in markdown(analyze(em_runs[1], w2=False).as_dict())
+
+
+def test_a_convex_start_is_solved_once_for_all_chains(tmp_path, monkeypatch):
+    import solvers.convex as cvx
+    from meanfield import data
+    from meanfield.runner.loop import initial_states
+    calls = []
+    real = cvx.convex
+
+    def counted(*a, **k):
+        calls.append(1)
+        return real(*a, **k)
+    monkeypatch.setattr(cvx, "convex", counted)
+    cfg = config.loads(tiny_toml({"model.init": "convex", "dynamics.chains": 3}), "c.toml",
+                       tmp_path)
+    states = initial_states(cfg, data.from_config(cfg))
+    assert len(calls) == 1 and len(states) == 3      # three chains, one convex solve
+    from solvers.langevin import convex_start
+    ds = data.from_config(cfg)
+    for k in range(3):              # each as if solved on its own
+        np.testing.assert_array_equal(
+            states[k].theta, convex_start(ds.X, ds.y, cfg.n_particles, cfg.dynamics.lam,
+                                          cfg.taus[0], chain_seed(cfg.dynamics.seed, k)))
+    one = open_run(_run(tmp_path, "one", {"model.init": "convex"}))
+    two = open_run(_run(tmp_path, "two", {"model.init": "convex", "dynamics.chains": 3}))
+    _same(one, two.chain(0))                      # chain 0: the one-chain convex start
+    assert not np.array_equal(states[1].theta, states[0].theta)    # each chain its spread
