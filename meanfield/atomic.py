@@ -83,13 +83,20 @@ def replacing(path: str | os.PathLike, *, suffix: str = ".tmp",
         through. Either way the scratch file is removed and ``path`` is left as it was.
     """
     path = Path(path)
-    if scratch is None:
-        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
-        os.close(fd)
-        tmp = Path(name)
-    else:
-        tmp = Path(scratch)
+    held = interrupts.hold()     # a signal before the ``try`` would leave the scratch file
     try:
+        if scratch is None:
+            fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix,
+                                        dir=path.parent)
+            os.close(fd)
+            tmp = Path(name)
+        else:
+            tmp = Path(scratch)
+    except BaseException:
+        interrupts.release(held)
+        raise
+    try:
+        interrupts.release(held)
         yield tmp
         interrupts.raise_pending()        # a swallowed SIGTERM publishes nothing
         os.chmod(tmp, 0o666 & ~_umask())
@@ -161,12 +168,18 @@ def replacing_dir(final, field: str = "-o", replaceable=None):
     if final.exists() and replaceable is not None and not replaceable(final):
         raise InputError(str(final), field, "holds files this command did not write; choose "
                                             "another folder (nothing was replaced)")
+    held = interrupts.hold()     # a signal before the ``try`` would leave the folder
     try:
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=parent))
     except OSError as exc:
+        interrupts.release(held)
         raise InputError(str(final), field, f"cannot write in {parent} "
                                             f"({exc.strerror or exc})") from None
+    except BaseException:
+        interrupts.release(held)
+        raise
     try:
+        interrupts.release(held)
         try:
             yield tmp
         except OSError as exc:
@@ -178,22 +191,31 @@ def replacing_dir(final, field: str = "-o", replaceable=None):
             raise InputError(str(what), "", f"cannot write ({reason}); nothing written to "
                                             f"{final}") from None
         interrupts.raise_pending()        # a swallowed SIGTERM publishes nothing
-        old = None
-        try:
-            os.chmod(tmp, 0o777 & ~_umask())
-            if final.exists():
-                old = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".old",
-                                            dir=parent))
-                os.replace(final, old / final.name)
-            os.replace(tmp, final)
-        except OSError as exc:
-            if old is not None and (old / final.name).exists() and not final.exists():
-                os.replace(old / final.name, final)
-            raise InputError(str(final), field, f"cannot replace ({exc.strerror or exc}); "
-                                                "left as it was") from None
-        finally:
-            if old is not None:
-                _remove(old)
+        # the commit runs to its end: a signal now is delivered once the new folder is in
+        # place and the old one removed (no ``.old`` folder left behind by a signal)
+        with interrupts.deferred():
+            _commit_dir(tmp, final, parent, field)
     finally:
         if tmp.exists():
             _remove(tmp)
+
+
+def _commit_dir(tmp: Path, final: Path, parent: Path, field: str) -> None:
+    """Rename the complete folder ``tmp`` to ``final``, moving an existing ``final`` aside
+    first and removing it after; on failure ``final`` is put back."""
+    old = None
+    try:
+        os.chmod(tmp, 0o777 & ~_umask())
+        if final.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".old",
+                                        dir=parent))
+            os.replace(final, old / final.name)
+        os.replace(tmp, final)
+    except OSError as exc:
+        if old is not None and (old / final.name).exists() and not final.exists():
+            os.replace(old / final.name, final)
+        raise InputError(str(final), field, f"cannot replace ({exc.strerror or exc}); "
+                                            "left as it was") from None
+    finally:
+        if old is not None:
+            _remove(old)

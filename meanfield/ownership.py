@@ -16,9 +16,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import signal
 from pathlib import Path
 
+from meanfield import interrupts
 from meanfield.errors import InputError
 
 
@@ -77,39 +77,22 @@ def claim(output, field: str = "", lock=None):
     out = Path(output)
     lock = lock_path(out) if lock is None else Path(lock)
     check_writable_dir(lock.absolute().parent, out, field)
-    # SIGTERM, SIGHUP and SIGINT wait while the lock is taken: a signal between creating the
+    # SIGTERM, SIGHUP and SIGINT are held while the lock is taken: a signal between creating the
     # lock file and entering the ``try`` below would leave ``.NAME.lock`` behind. They are
     # delivered as soon as the lock is held, inside the ``try``, whose ``finally`` removes it.
-    masked = _defer_signals()
+    held = interrupts.hold()
     try:
         fd = _acquire(lock, out, field, fcntl)
     except BaseException:
-        _restore_signals(masked)
+        interrupts.release(held)
         raise
     try:
-        _restore_signals(masked)
+        interrupts.release(held)
         yield out
     finally:
         with contextlib.suppress(OSError):
             os.unlink(lock)
         os.close(fd)
-
-
-_DEFERRED = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP", "SIGINT")
-                  if hasattr(signal, n))
-
-
-def _defer_signals():
-    """Block :data:`_DEFERRED` in this thread; returns the previous mask (``None`` where
-    signal masks are not available)."""
-    if not hasattr(signal, "pthread_sigmask"):
-        return None
-    return signal.pthread_sigmask(signal.SIG_BLOCK, _DEFERRED)
-
-
-def _restore_signals(mask) -> None:
-    if mask is not None:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 def _acquire(lock: Path, out: Path, field: str, fcntl) -> int:

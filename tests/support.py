@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -90,10 +91,19 @@ def _env():
     return dict(os.environ, NUMBA_NUM_THREADS="1")
 
 
+def _default_sighup():
+    """In the child: SIGHUP back to its default, so that a test run under ``nohup`` (which
+    ignores it, and a run keeps an ignored SIGHUP ignored) still sees the CLI's handler."""
+    if hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 def start(args, cwd):
+    """``python -m meanfield ARGS`` started in ``cwd`` with pipes, one numba thread and the
+    default SIGHUP disposition."""
     return subprocess.Popen([sys.executable, "-m", "meanfield", *map(str, args)], cwd=cwd,
                             env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=_default_sighup)
 
 
 def run_cli(args, cwd, timeout=300):
@@ -102,9 +112,13 @@ def run_cli(args, cwd, timeout=300):
 
 
 def wait_for(cond, proc, timeout=120.0):
+    """Poll ``cond`` until it holds (True), the process ends (then ``cond()`` once more) or
+    ``timeout`` seconds pass (False)."""
     t0 = time.monotonic()
     while not cond():
-        if proc.poll() is not None or time.monotonic() - t0 > timeout:
+        if proc.poll() is not None:
+            return bool(cond())
+        if time.monotonic() - t0 > timeout:
             return False
         time.sleep(0.005)
     return True

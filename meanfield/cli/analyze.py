@@ -3,6 +3,7 @@ and the low-temperature limit across its ladder."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import sys
@@ -109,24 +110,23 @@ def _holds_only(names):
     return check
 
 
+@contextlib.contextmanager
 def _writing_report(outdir: Path, names, inputs=()):
-    """Own ``outdir`` and write the report into a temporary folder that replaces it when
-    complete (a failure leaves ``outdir`` as it was and names the file it could not write);
-    ``outdir`` may not be or hold one of ``inputs``."""
-    import contextlib
-
+    """Own ``outdir`` and write the report into a temporary folder (yielded) that replaces
+    it when complete (a failure leaves ``outdir`` as it was and names the file it could not
+    write); ``outdir`` may not be or hold one of ``inputs``. The checks run on entering."""
     from meanfield import atomic, ownership
     _check_outdir(outdir, inputs)
-    stack = contextlib.ExitStack()
-    stack.enter_context(ownership.claim(outdir, "-o"))
-    return stack, atomic.replacing_dir(outdir, "-o", _holds_only(names))
+    # nested ``with``s: the lock and the folder are released whenever a signal arrives
+    with ownership.claim(outdir, "-o"), \
+            atomic.replacing_dir(outdir, "-o", _holds_only(names)) as tmp:
+        yield tmp
 
 
 def _study(args) -> int:
     from meanfield.sweep.summary import analyze_study, format_markdown, to_json, write_report
     outdir = Path(args.outdir) if args.outdir else Path(str(Path(args.run).resolve()) + "-report")
-    stack, replacing = _writing_report(outdir, {"study.json", "study.md", "*.png"}, [args.run])
-    with stack, replacing as tmp:
+    with _writing_report(outdir, {"study.json", "study.md", "*.png"}, [args.run]) as tmp:
         res = analyze_study(args.run, w2=not args.no_w2)
         write_report(res, tmp, figures=not args.no_figures)
     print(to_json(res) if args.json else format_markdown(res))
@@ -374,8 +374,7 @@ def main(args) -> int:
     # a previous report (any figure format, with or without its tables) may be replaced
     names = {"report.json", "report.md", "ladder.csv", "rays.csv", "kinks.csv",
              *(f"{stem}.{ext}" for stem in FIGURES for ext in ("png", "pdf", "svg"))}
-    stack, replacing = _writing_report(outdir, names, [args.run])
-    with stack, replacing as tmp:
+    with _writing_report(outdir, names, [args.run]) as tmp:
         rep = analyze_run(args.run, tmp, figures=not args.no_figures, w2=not args.no_w2,
                           references=not args.no_references, min_mass_frac=args.min_mass,
                           sensitivity=not args.no_sensitivity,

@@ -28,6 +28,7 @@ from meanfield import cli
 REPO = Path(__file__).resolve().parents[2]
 
 from conftest import tiny_toml  # noqa: E402
+from support import start, wait_for  # noqa: E402
 
 
 def env(**extra):
@@ -332,30 +333,13 @@ def test_a_reader_of_the_part_file_follows_the_final_rename(tiny_run_file, tmp_p
 
 # -------------------------------------------------------------------------------- 6. signals
 
-def start(argv, cwd):
-    return subprocess.Popen([sys.executable, "-m", "meanfield", *map(str, argv)], cwd=cwd,
-                            env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-
-
-def wait_for(cond, p, timeout=240.0):
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        if cond():
-            return True
-        if p.poll() is not None:
-            return cond()
-        time.sleep(0.02)
-    return False
-
-
 def test_sighup_checkpoints_like_sigterm(tmp_path):
     cfg = tmp_path / "long.toml"
     cfg.write_text(tiny_toml({"model.n_particles": 200, "dynamics.steps_per_tau": 20000,
                               "output.observe_every": 25, "output.checkpoint_every": 200}))
     out = tmp_path / "run.h5"
     p = start(["run", cfg, "-o", out, "--quiet", "--threads", "1"], tmp_path)
-    assert wait_for(lambda: out.with_name("run.h5.ckpt").exists(), p)
+    assert wait_for(lambda: out.with_name("run.h5.ckpt").exists(), p, timeout=240)
     p.send_signal(signal.SIGHUP)
     _, err = p.communicate(timeout=120)
     assert p.returncode == 130, err
@@ -370,7 +354,8 @@ def test_a_signal_during_analyze_leaves_no_temporary_folder(tiny_run_file, tmp_p
     _, run = tiny_run_file
     rep = tmp_path / "rep"
     p = start(["analyze", run, "-o", rep, "--quiet"], tmp_path)
-    assert wait_for(lambda: any(q.name.startswith(".rep.") for q in tmp_path.iterdir()), p)
+    assert wait_for(lambda: any(q.name.startswith(".rep.") for q in tmp_path.iterdir()), p,
+                    timeout=240)
     p.send_signal(sig)
     _, err = p.communicate(timeout=120)
     assert p.returncode == 130, err
