@@ -131,6 +131,7 @@ def cell_config(name: str, N: int, seed: int, span_scale: float = 1.0) -> dict:
     dyn.update(over)
     steps = round(span / float(dyn["eta"]))
     dyn.update({"taus": list(taus), "steps_per_tau": steps, "seed": int(seed)})
+    dyn.pop("max_steps_per_tau", None)        # a shipped "auto" ladder's cap: not for fixed stages
     doc.setdefault("model", {})["n_particles"] = int(N)
     doc["output"] = {"observe_every": max(1, steps // OBSERVATIONS_PER_STAGE),
                      "snapshots_per_tau": 1}

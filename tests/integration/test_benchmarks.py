@@ -79,6 +79,19 @@ def test_ray_counts_generated_sets_are_valid_configs_with_the_stated_convex_coun
     assert convex_data_mode(conv, ds.X, dyn.lam).eta_lambda_max(dyn.eta) <= 0.42
 
 
+def test_ray_counts_every_set_gives_a_valid_fixed_stage_config(tmp_path):
+    """Every set's cell config, shipped configs with an ``"auto"`` ladder included (D7 keeps a
+    ``max_steps_per_tau``), loads as a run config with fixed stages of the cell's span."""
+    from benchmarks import ray_counts as rc
+    from meanfield import config
+    for name, (_, _, taus, span) in rc.SETS.items():
+        path = tmp_path / f"{name}.toml"
+        path.write_text(rc.dump_toml(rc.cell_config(name, 300, 1, span_scale=2)))
+        dyn = config.load(path).dynamics
+        assert dyn.steps_per_tau * dyn.eta == pytest.approx(2 * span, rel=1e-3), name
+        assert not dyn.max_steps_per_tau, name
+
+
 @pytest.mark.parametrize("name", ["zero_d1", "zero_d2"])
 def test_ray_counts_zero_ray_sets_sit_well_above_the_threshold(name):
     """``λ ≥ 1.2 λ₀``, ``λ₀ = max_v |Σ_j y_j (v·x̃_j)_+|/n``: ``f = 0`` is the convex optimum
