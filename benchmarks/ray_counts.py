@@ -17,10 +17,13 @@ points in the plane with random labels (``gauss10_d2``).
     python benchmarks/ray_counts.py --sets D12 plane8 --N 500 --seeds 0
     python benchmarks/ray_counts.py --runs-only              # make the run files, no table
     python benchmarks/ray_counts.py --json out.json          # also write the rows
+    python benchmarks/ray_counts.py --sets D7 --integrator mala --chains 2   # exact sampler
 
 Run files are kept in ``--workdir`` (default ``ray_counts_runs``) and reused: a second call
-only analyses. The configs are written next to them (``<set>-N<N>-s<seed>[-x<span scale>].toml``;
-the stage length is part of the name, so cells of another ``--span-scale`` are never mixed).
+only analyses. The configs are written next to them
+(``<set>-N<N>-s<seed>[-x<span scale>][-<integrator>][-c<chains>].toml``: the stage length, an
+overridden integrator and the chain count are part of the name, so cells of other settings
+are never mixed).
 """
 
 from __future__ import annotations
@@ -115,9 +118,11 @@ def dump_toml(doc: dict) -> str:
     return "\n".join(out)
 
 
-def cell_config(name: str, N: int, seed: int, span_scale: float = 1.0) -> dict:
+def cell_config(name: str, N: int, seed: int, span_scale: float = 1.0,
+                integrator: str | None = None, chains: int = 1) -> dict:
     """The config of one cell: the shipped one with the shortened ladder (stage length
-    ``span_scale`` times the default span of mean-field time)."""
+    ``span_scale`` times the default span of mean-field time), and ``integrator`` (default
+    the config's) and ``chains`` independent chains when given."""
     base, over, taus, span = SETS[name]
     span *= span_scale
     if isinstance(base, dict):
@@ -129,6 +134,10 @@ def cell_config(name: str, N: int, seed: int, span_scale: float = 1.0) -> dict:
         doc["data"]["path"] = str(ROOT / "data" / doc["data"]["path"])
     dyn = doc.setdefault("dynamics", {})
     dyn.update(over)
+    if integrator is not None:
+        dyn["integrator"] = integrator
+    if chains != 1:
+        dyn["chains"] = int(chains)
     steps = round(span / float(dyn["eta"]))
     dyn.update({"taus": list(taus), "steps_per_tau": steps, "seed": int(seed)})
     dyn.pop("max_steps_per_tau", None)        # a shipped "auto" ladder's cap: not for fixed stages
@@ -138,21 +147,26 @@ def cell_config(name: str, N: int, seed: int, span_scale: float = 1.0) -> dict:
     return doc
 
 
-def cell_stem(name: str, N: int, seed: int, span_scale: float = 1.0) -> str:
-    """File name (no suffix) of a cell's config and run file."""
-    return f"{name}-N{N}-s{seed}" + ("" if span_scale == 1 else f"-x{span_scale:g}")
+def cell_stem(name: str, N: int, seed: int, span_scale: float = 1.0,
+              integrator: str | None = None, chains: int = 1) -> str:
+    """File name (no suffix) of a cell's config and run file: every setting that changes the
+    run is in it."""
+    return (f"{name}-N{N}-s{seed}" + ("" if span_scale == 1 else f"-x{span_scale:g}")
+            + ("" if integrator is None else f"-{integrator}")
+            + ("" if chains == 1 else f"-c{chains}"))
 
 
 def ensure_run(workdir: Path, name: str, N: int, seed: int, threads: int,
-               span_scale: float = 1.0) -> Path:
+               span_scale: float = 1.0, integrator: str | None = None,
+               chains: int = 1) -> Path:
     """Run the cell unless its run file exists; returns the run file. The wall time of the
     run is kept next to it (``<stem>.wall_s``)."""
-    stem = cell_stem(name, N, seed, span_scale)
+    stem = cell_stem(name, N, seed, span_scale, integrator, chains)
     out = workdir / f"{stem}.h5"
     if out.exists():
         return out
     cfg = workdir / f"{stem}.toml"
-    cfg.write_text(dump_toml(cell_config(name, N, seed, span_scale)))
+    cfg.write_text(dump_toml(cell_config(name, N, seed, span_scale, integrator, chains)))
     t0 = time.time()
     subprocess.run([sys.executable, "-m", "meanfield", "run", str(cfg), "-o", str(out),
                     "--threads", str(threads), "--quiet", "--overwrite"], check=True,
@@ -390,6 +404,10 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--span-scale", type=float, default=1.0,
                     help="stage length in units of the default span of mean-field time")
+    ap.add_argument("--integrator", choices=["em", "lm", "mala"], default=None,
+                    help="override the configs' integrator (default: each config's own)")
+    ap.add_argument("--chains", type=int, default=1,
+                    help="independent chains per cell (dynamics.chains; default 1)")
     ap.add_argument("--runs-only", action="store_true", help="make the run files, no table")
     ap.add_argument("--json", help="write the rows to this file")
     ap.add_argument("--sensitivity", action="store_true",
@@ -399,7 +417,8 @@ def main(argv=None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     # cheapest cells first: by N, then seed, then set
     cells = [(name, N, seed) for N in sorted(args.N) for seed in args.seeds for name in args.sets]
-    runs = {c: ensure_run(workdir, *c, args.threads, args.span_scale) for c in cells}
+    runs = {c: ensure_run(workdir, *c, args.threads, args.span_scale, args.integrator,
+                          args.chains) for c in cells}
     if args.runs_only:
         return 0
     rows = [{**analyse_cell(path, *cell, with_sensitivity=args.sensitivity),

@@ -90,6 +90,11 @@ def test_ray_counts_every_set_gives_a_valid_fixed_stage_config(tmp_path):
         dyn = config.load(path).dynamics
         assert dyn.steps_per_tau * dyn.eta == pytest.approx(2 * span, rel=1e-3), name
         assert not dyn.max_steps_per_tau, name
+    path.write_text(rc.dump_toml(rc.cell_config("D7", 300, 1, 1.0, "mala", 2)))
+    dyn = config.load(path).dynamics
+    assert (dyn.integrator, dyn.chains) == ("mala", 2)
+    assert rc.cell_stem("D7", 300, 1, 1.0, "mala", 2) == "D7-N300-s1-mala-c2"
+    assert rc.cell_stem("D7", 300, 1) == "D7-N300-s1"        # old run files keep their names
 
 
 @pytest.mark.parametrize("name", ["zero_d1", "zero_d2"])
