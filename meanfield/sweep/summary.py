@@ -73,7 +73,8 @@ def _observable_summary(run) -> dict:
     n = len(taus)
     return {"taus": taus, "risk": risk, "n_rays": [float("nan")] * n,
             "n_hyperplanes": [float("nan")] * n, "frames": frames, "bound_2P_minus_1": None,
-            "source": "observables"}
+            "source": "observables", "n_chains": int(run.n_chains),
+            "chains_agree": [None] * n}
 
 
 def _jk_from_report(rep: dict, n_stages: int) -> tuple[list, list]:
@@ -91,6 +92,17 @@ def _jk_from_report(rep: dict, n_stages: int) -> tuple[list, list]:
             if snap.get("n_hyperplanes") is not None:
                 K[i] = float(snap["n_hyperplanes"])
     return J, K
+
+
+def _chains_agree_from_report(rep: dict, n_stages: int) -> list:
+    """``chains_agree`` of each stage's ladder row of a per-run report (``None`` where the
+    row or the field is missing: one chain)."""
+    agree: list = [None] * n_stages
+    for row in rep.get("ladder", []) or []:
+        i = row.get("stage")
+        if i is not None and 0 <= i < n_stages:
+            agree[i] = row.get("chains_agree")
+    return agree
 
 
 def run_summary(path) -> dict:
@@ -111,8 +123,11 @@ def run_summary(path) -> dict:
     dict
         ``{"taus": [τ per stage], "risk": [...], "n_rays": [...], "n_hyperplanes": [...],
         "frames": [last frame index per stage or -1], "bound_2P_minus_1": int or None,
-        "source": "observables" | "meanfield.report"}``; the lists are aligned with the ladder:
-        item ``s`` is stage ``s``.
+        "source": "observables" | "meanfield.report", "n_chains": K, "chains_agree": [bool
+        or None per stage]}``; the lists are aligned with the ladder: item ``s`` is stage
+        ``s``. ``J`` and ``K`` are chain 0's (as in ``meanfield analyze``), the risk is pooled
+        over the chains; ``chains_agree`` says whether every chain's last snapshot of the
+        stage has chain 0's ``J`` and ``K`` (``None``: one chain, or no per-run analysis).
 
     Raises
     ------
@@ -125,6 +140,7 @@ def run_summary(path) -> dict:
     if analyze_run is not None:
         rep = analyze_run(str(path))
         out["n_rays"], out["n_hyperplanes"] = _jk_from_report(rep, len(out["taus"]))
+        out["chains_agree"] = _chains_agree_from_report(rep, len(out["taus"]))
         out["bound_2P_minus_1"] = rep.get("bound_2P_minus_1")
         out["source"] = "meanfield.report"
     return out
@@ -238,7 +254,7 @@ def analyze_study(study_dir: str | os.PathLike, *, summarize: Callable | None = 
         "runs": [{"id", "axis_values", "taus", "risk", "n_rays", "n_hyperplanes",
         "source"}], "table": [{<axis values but the seed>, "stage", "tau", "n_seeds",
         "risk_mean", "risk_std", "J_mean", "J_std", "K_mean", "K_std", "w2_mean", "w2_std",
-        "bound_2P_minus_1"}],
+        "bound_2P_minus_1", "runs_chains_disagree"}],
         "width": [{<axis values but seed and width>, "stage", "tau", "n_particles": [...],
         "w2_mean": [...], "w2_std": [...], "reference_n_particles", "method", "slope"}]}``;
         ``nan`` marks what is unknown (``J``/``K`` without a per-run analysis).
@@ -263,15 +279,19 @@ def analyze_study(study_dir: str | os.PathLike, *, summarize: Callable | None = 
             continue
         runs.append({"id": entry["id"], "axis_values": entry["axis_values"],
                      **{k: summ.get(k) for k in ("taus", "risk", "n_rays", "n_hyperplanes",
-                                                 "bound_2P_minus_1", "source")}})
+                                                 "bound_2P_minus_1", "source", "n_chains",
+                                                 "chains_agree")}})
         params = {k: v for k, v in entry["axis_values"].items() if k != SEED_AXIS}
         for i, tau in enumerate(summ["taus"]):      # item i is stage i
             g = groups.setdefault((_key(params, ()), i, tau),
                                   {"params": params, "stage": i, "tau": tau, "risk": [], "J": [],
-                                   "K": [], "w2": [], "bound": None})
+                                   "K": [], "w2": [], "bound": None, "disagree": None})
             g["risk"].append(summ["risk"][i])
             g["J"].append(summ["n_rays"][i])
             g["K"].append(summ["n_hyperplanes"][i])
+            agree = (summ.get("chains_agree") or [None] * (i + 1))[i]
+            if agree is not None:
+                g["disagree"] = (g["disagree"] or 0) + (not agree)
             if summ.get("bound_2P_minus_1") is not None:
                 g["bound"] = summ["bound_2P_minus_1"]
             if (entry["id"], i) in dists:
@@ -286,6 +306,7 @@ def analyze_study(study_dir: str | os.PathLike, *, summarize: Callable | None = 
             st = _stats(g[name])
             row[f"{name}_mean"], row[f"{name}_std"] = st["mean"], st["std"]
         row["bound_2P_minus_1"] = g["bound"]
+        row["runs_chains_disagree"] = g["disagree"]
         table.append(row)
 
     width = []
@@ -437,6 +458,17 @@ def format_markdown(result: dict) -> str:
         if has_w2:
             cells.append(_fmt(r["w2_mean"], r["w2_std"]))
         lines.append("| " + " | ".join(cells) + " |")
+    chains = sorted({int(r.get("n_chains") or 1) for r in result["runs"]})
+    if chains and chains != [1]:
+        bad = [r for r in result["table"] if r.get("runs_chains_disagree")]
+        lines += ["", f"Runs of {', '.join(map(str, chains))} chains: `J` and `K` are chain "
+                      "0's of each run, the risk is pooled over its chains; "
+                  + ("the chains of every run agree on `J` and `K` at every stage."
+                     if not bad else "the chains disagree on `J` or `K` at "
+                     + "; ".join(f"stage {r['stage']} (tau {r['tau']:.3g}"
+                                 + "".join(f", {a} {json.dumps(r[a])}" for a in axes)
+                                 + f": {r['runs_chains_disagree']} of {r['n_seeds']} runs)"
+                                 for r in bad) + ".")]
     if result["width"]:
         lines += ["", f"W2 between width N and the widest run (N = "
                       f"{result['width'][0]['reference_n_particles']}), same seed; slope of "

@@ -250,3 +250,44 @@ def test_run_summary_takes_j_k_from_the_per_run_report(run_file, monkeypatch):
     assert calls == [str(run_file)]
     assert summ["n_rays"] == [20.0, 40.0, 60.0] and summ["n_hyperplanes"] == [1.0] * 3
     assert summ["bound_2P_minus_1"] == 31 and summ["source"] == "meanfield.report"
+
+
+def test_run_summary_of_a_two_chain_run_says_whether_its_chains_agree(tmp_path):
+    """The summary of a run of two chains carries the chain count and, per stage, the
+    per-run report's verdict on whether the chains' ``J`` and ``K`` agree."""
+    from meanfield import config, report, runner
+    cfg = config.from_dict({"data": {"kind": "gaussian", "n": 5, "d": 2},
+                            "model": {"n_particles": 20},
+                            "dynamics": {"taus": [1e-2, 1e-3], "steps_per_tau": 200,
+                                         "chains": 2},
+                            "output": {"observe_every": 10, "snapshots_per_tau": 1}})
+    out = tmp_path / "r.h5"
+    runner.run(cfg, out, progress=False, threads=1)
+    summ = S.run_summary(out)
+    rep = report.analyze_run(str(out), references=False, sensitivity=False)
+    assert summ["n_chains"] == 2
+    assert summ["chains_agree"] == [r["chains_agree"] for r in rep["ladder"]]
+    assert all(isinstance(a, bool) for a in summ["chains_agree"])
+
+
+def test_study_table_counts_the_runs_whose_chains_disagree(synthetic_study):
+    d, spec, summarize = synthetic_study
+
+    seeds_of = {j.run_file: j.axis_values["dynamics.seed"] for j in spec.jobs}
+
+    def fake(path):
+        out = summarize(path)
+        out["n_chains"] = 2
+        out["chains_agree"] = [True, seeds_of[path.name] != 1]   # stage 1: seed 1 disagrees
+        return out
+    res = S.analyze_study(d, summarize=fake, w2=False)
+    for row in res["table"]:
+        expect = 0 if row["stage"] == 0 else 1                # seed 1 is done at every width
+        assert row["runs_chains_disagree"] == expect
+    assert all(r["n_chains"] == 2 for r in res["runs"])
+    md = S.format_markdown(res)
+    assert "Runs of 2 chains: `J` and `K` are chain 0's" in md
+    assert md.count("1 of") == 3                              # three widths at stage 1
+    one = S.analyze_study(d, summarize=summarize, w2=False)   # summaries without chains
+    assert all(r["runs_chains_disagree"] is None for r in one["table"])
+    assert "chains" not in S.format_markdown(one)
