@@ -105,7 +105,8 @@ def _value(v) -> str:
 
 
 def _progress_line(run) -> str:
-    """One line on how far a run has come: step of total, temperature, risk, stationarity."""
+    """One line on how far a run has come: step of total, temperature, risk (chain 0's, and
+    the range over the chains of a run of several), stationarity."""
     taus = run.taus
     total = run.schedule.total_steps        # "auto" stages: their budget until decided
     obs = run.observables
@@ -115,8 +116,13 @@ def _progress_line(run) -> str:
     step = int(obs["risk"]["step"][k])
     tau = float(obs["tau"]["value"][k])
     stage = int(run.stage[k]) + 1
+    risk = f"risk={float(obs['risk']['value'][k]):.4e}"
+    if run.n_chains > 1:                # the chains step together: the same committed rows
+        m = len(obs["risk"]["step"])
+        rs = [float(c.observables["risk"]["value"][m - 1]) for c in run.chains()]
+        risk += f" (chain 0; {run.n_chains} chains: {min(rs):.4e} to {max(rs):.4e})"
     return (f"step {step}/{total} ({100 * step / total:.0f}%)  tau={tau:.2e} "
-            f"(temperature {stage}/{len(taus)})  risk={float(obs['risk']['value'][k]):.4e}  "
+            f"(temperature {stage}/{len(taus)})  {risk}  "
             f"stationarity={float(obs['stationarity']['value'][k]):.3g}  "
             f"frames={run.n_frames}")
 

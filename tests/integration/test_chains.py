@@ -376,3 +376,22 @@ def test_a_convex_start_is_solved_once_for_all_chains(tmp_path, monkeypatch):
     two = open_run(_run(tmp_path, "two", {"model.init": "convex", "dynamics.chains": 3}))
     _same(one, two.chain(0))                      # chain 0: the one-chain convex start
     assert not np.array_equal(states[1].theta, states[0].theta)    # each chain its spread
+
+
+def test_follow_shows_the_risk_of_every_chain(em_runs):
+    """``inspect --follow``'s progress line gives chain 0's risk and the range over the
+    chains, each read from its own chain's last committed row."""
+    import io
+
+    from meanfield.cli.inspect import follow
+    run = em_runs[3]
+    rs = [float(c.observables["risk"]["value"][-1]) for c in run.chains()]
+    assert len(set(rs)) == 3                       # three systems, three risks
+    buf = io.StringIO()
+    assert follow(run.path, interval=0.0, out=buf) == 0
+    line = buf.getvalue().splitlines()[0]
+    assert (f"risk={rs[0]:.4e} (chain 0; 3 chains: {min(rs):.4e} to {max(rs):.4e})"
+            in line), line
+    buf = io.StringIO()
+    assert follow(em_runs[1].path, interval=0.0, out=buf) == 0
+    assert "chain 0" not in buf.getvalue()
