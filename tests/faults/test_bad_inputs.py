@@ -1,6 +1,6 @@
-"""Bad-input corpus: every case goes through the real command line in a subprocess and must
-exit with code 2, print ONE line on stderr naming the file, the field and the reason (no
-traceback), and leave every existing file untouched (bytes and mtime).
+"""Bad-input corpus: every case runs the command line and must exit with code 2, print ONE line
+on stderr naming the file, the field and the reason (no traceback), print nothing on stdout, and
+leave every existing file untouched (bytes and mtime).
 
 Two kinds of cases:
 
@@ -10,19 +10,41 @@ Two kinds of cases:
 * the builders below, for cases that need binary files, permissions, a file-size limit or
   existing run files and checkpoints.
 
+Where the command line runs:
+
+* in-process (most cases): ``meanfield.cli.main(argv)``, the function behind the console script
+  and ``python -m meanfield``, from the case's folder; its return value or ``SystemExit`` is
+  mapped to an exit code as ``sys.exit`` maps it, and stdout and stderr are captured at the
+  file-descriptor level (what the HDF5 C library prints counts too). What a command says does
+  not depend on the process, and an interpreter with numpy, scipy and h5py costs about a second
+  per case. :func:`cli_here` puts back what a command may change in the process (signal
+  handlers, ``warnings``, ``os.environ``, the standard streams, logging, the umask) and fails a
+  case that leaves an HDF5 file, or a file under its folder, open after finalizers ran, which
+  the exit of a process would hide.
+* in a subprocess (``python -m meanfield``): the cases that need a process of their own, i.e.
+  the unreadable and unwritable files (the privilege to bypass permissions is dropped in the
+  child only), the file-size limit (``RLIMIT_FSIZE``) and a run file locked by another process;
+  and :data:`SUBPROCESS_CASES`, a few representative ones (a config, a usage error,
+  ``inspect``, ``analyze``), so that the real entry path stays covered.
+
 All cases fail before any numba compilation, so the corpus stays fast.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import gc
 import hashlib
 import json
+import logging
 import os
 import resource
 import signal
 import subprocess
 import sys
+import traceback
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +68,99 @@ def cli(args, cwd, preexec_fn=None, timeout=120):
     return subprocess.run([sys.executable, "-m", "meanfield", *map(str, args)], cwd=cwd,
                           env=env, capture_output=True, text=True, preexec_fn=preexec_fn,
                           timeout=timeout)
+
+
+def _exit_status(code) -> tuple[int, str]:
+    """The exit status and the stderr text of ``sys.exit(code)`` at the top of a script."""
+    if code is None:
+        return 0, ""
+    if isinstance(code, int):
+        return code, ""
+    return 1, f"{code}\n"
+
+
+def _open_fds_under(folder: Path) -> set[str]:
+    """The file descriptors of this process open on a file under ``folder``."""
+    out = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            if Path(os.readlink(f"/proc/self/fd/{fd}")).is_relative_to(folder):
+                out.add(f"{fd} -> {os.readlink(f'/proc/self/fd/{fd}')}")
+    return out
+
+
+def _open_hdf5_files() -> int:
+    if "h5py" not in sys.modules:
+        return 0
+    from h5py import h5f
+    return h5f.get_obj_count(h5f.OBJ_ALL, h5f.OBJ_FILE)
+
+
+def _signal_handlers() -> dict:
+    out = {}
+    for sig in signal.valid_signals():
+        with contextlib.suppress(OSError, ValueError):
+            out[sig] = signal.getsignal(sig)
+    return out
+
+
+@contextlib.contextmanager
+def _process_state_kept():
+    """Put back what a command may change in the process: signal handlers, ``warnings``,
+    ``os.environ``, the standard streams, the root logger, the umask, a recorded signal."""
+    from meanfield import interrupts
+    environ, handlers = dict(os.environ), _signal_handlers()
+    streams = sys.stdin, sys.stdout, sys.stderr
+    root = logging.getLogger()
+    root_handlers, root_level = root.handlers[:], root.level
+    umask = os.umask(0o022)
+    os.umask(umask)
+    try:
+        with warnings.catch_warnings():                     # showwarning and the filters
+            yield
+    finally:
+        sys.stdin, sys.stdout, sys.stderr = streams
+        for sig, h in handlers.items():
+            if h is not None and signal.getsignal(sig) is not h:
+                signal.signal(sig, h)
+        for key in set(os.environ) - set(environ):
+            del os.environ[key]
+        os.environ.update(environ)
+        root.handlers[:] = root_handlers
+        root.setLevel(root_level)
+        os.umask(umask)
+        interrupts.clear()
+
+
+@pytest.fixture
+def cli_here(capfd, monkeypatch):
+    """``run(args, cwd)``: the command line in this process (see the module docstring), as a
+    ``CompletedProcess`` with the exit code and what went to fd 1 and fd 2."""
+    from meanfield.cli import main
+
+    def run(args, cwd):
+        cwd = Path(cwd).resolve()
+        monkeypatch.chdir(cwd)
+        capfd.readouterr()                                  # what came before is not the case's
+        fds, h5 = _open_fds_under(cwd), _open_hdf5_files()
+        with _process_state_kept():
+            try:
+                code, text = _exit_status(main([str(a) for a in args]))
+            except SystemExit as exc:                       # argparse: --help, usage errors
+                code, text = _exit_status(exc.code)
+            except Exception:                               # the interpreter would print it
+                code, text = 1, traceback.format_exc()
+            if _open_fds_under(cwd) - fds or _open_hdf5_files() != h5:
+                gc.collect()                # what only a finalizer closes is closed at exit
+            sys.stderr.write(text)
+            sys.stdout.flush()
+            sys.stderr.flush()
+        out, err = capfd.readouterr()
+        leaked = sorted(_open_fds_under(cwd) - fds)
+        assert not leaked, f"files left open: {leaked}\n{err}"
+        assert _open_hdf5_files() == h5, f"an HDF5 file left open\n{err}"
+        return subprocess.CompletedProcess(args, code, out, err)
+    return run
 
 
 def snapshot(root: Path) -> dict:
@@ -165,10 +280,11 @@ TOML_CASES = sorted(CORPUS.glob("*.toml"))
 
 
 @pytest.mark.parametrize("path", TOML_CASES, ids=[p.stem for p in TOML_CASES])
-def test_config_corpus(path, tmp_path):
+def test_config_corpus(path, tmp_path, cli_here):
     out = make_run_file(tmp_path / "out.h5")
     before, before_corpus = snapshot(tmp_path), snapshot(CORPUS)
-    proc = cli(["run", path, "-o", out, "--overwrite"], cwd=tmp_path)
+    run = cli if path.stem in SUBPROCESS_CASES else cli_here
+    proc = run(["run", path, "-o", out, "--overwrite"], cwd=tmp_path)
     assert_one_line_error(proc, _expectation(path))
     assert snapshot(tmp_path) == before
     assert snapshot(CORPUS) == before_corpus
@@ -176,6 +292,18 @@ def test_config_corpus(path, tmp_path):
 
 def test_corpus_has_enough_cases():
     assert len(TOML_CASES) + len(CASES) >= 30
+
+
+#: Cases that need no process of their own but run through ``python -m meanfield`` all the
+#: same, so that the real entry path stays covered: a config, a usage error (the exit code
+#: argparse raises), ``inspect`` and ``analyze`` (the cases that need a process of their own
+#: cover a data file, the output folder and the run file's reservation).
+SUBPROCESS_CASES = {"lam_negative", "resume_and_overwrite", "inspect_truncated",
+                    "analyze_newer_schema"}
+
+
+def test_the_subprocess_cases_exist():
+    assert SUBPROCESS_CASES <= {p.stem for p in TOML_CASES} | set(CASES)
 
 
 # ----------------------------------------------------------------------------- built cases
@@ -553,7 +681,7 @@ def analyze_newer_schema(tmp):
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_built_case(name, tmp_path, request):
+def test_built_case(name, tmp_path, request, cli_here):
     build, needs_unprivileged = CASES[name]
     preexec = request.getfixturevalue("unprivileged") if needs_unprivileged else None
     if name == "full_disk":
@@ -561,7 +689,10 @@ def test_built_case(name, tmp_path, request):
     argv, needles = build(tmp_path)
     before = snapshot(tmp_path)
     try:
-        proc = cli(argv, cwd=tmp_path, preexec_fn=preexec)
+        if preexec is None and name not in SUBPROCESS_CASES:
+            proc = cli_here(argv, cwd=tmp_path)
+        else:                   # a process of its own: dropped privileges, a file-size limit
+            proc = cli(argv, cwd=tmp_path, preexec_fn=preexec)
         assert_one_line_error(proc, needles)
         assert snapshot(tmp_path) == before
     finally:
@@ -570,10 +701,10 @@ def test_built_case(name, tmp_path, request):
                 p.chmod(0o755 if p.is_dir() else 0o644)
 
 
-def test_inspect_reads_a_good_file(tmp_path):
+def test_inspect_reads_a_good_file(tmp_path, cli_here):
     """The positive control of the inspect cases: the unmodified file is accepted."""
     path = make_run_file(tmp_path / "run.h5")
-    proc = cli(["inspect", path, "--json"], cwd=tmp_path)
+    proc = cli_here(["inspect", path, "--json"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["complete"] is True and len(doc["frames"]) == 2
@@ -584,7 +715,9 @@ def test_run_refuses_a_run_file_another_process_is_writing(tmp_path, flag):
     import h5py
     p, cfg = good_config(tmp_path)
     make_interrupted(tmp_path / "out.h5", cfg)
-    with h5py.File(tmp_path / "out.h5.part", "r+"):      # an exclusive HDF5 lock, as a writer
+    # an exclusive HDF5 lock, as a writer; the command runs in another process, which the lock
+    # excludes (this one shares the open file)
+    with h5py.File(tmp_path / "out.h5.part", "r+"):
         before = snapshot(tmp_path)
         proc = cli(["run", p, "-o", tmp_path / "out.h5", flag], cwd=tmp_path)
         assert_one_line_error(proc, ["out.h5.part", "locked: another process is writing"])
