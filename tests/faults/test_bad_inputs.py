@@ -194,8 +194,24 @@ def good_config(tmp: Path, name="good.toml", N=2000, lam=0.05):
     return p, config.load(p)
 
 
+#: complete -> bytes of the run file of the default config of :func:`make_run_file`.
+_DEFAULT_RUN_FILES: dict[bool, bytes] = {}
+
+
 def make_run_file(path: Path, cfg=None, complete=True):
-    """A small valid run file written through the store (no solver)."""
+    """A small valid run file written through the store (no solver); that of the default
+    config is written once per session and copied."""
+    if cfg is None and complete in _DEFAULT_RUN_FILES:
+        path.write_bytes(_DEFAULT_RUN_FILES[complete])
+        return path
+    default = cfg is None
+    _write_run_file(path, cfg, complete)
+    if default:
+        _DEFAULT_RUN_FILES[complete] = path.read_bytes()
+    return path
+
+
+def _write_run_file(path: Path, cfg, complete):
     from meanfield import config, data
     from meanfield.store import RunWriter
     from solvers.observation import Observation
@@ -219,7 +235,6 @@ def make_run_file(path: Path, cfg=None, complete=True):
                            0, 10 * (k + 1))
         if complete:
             w.mark_complete()
-    return path
 
 
 def make_interrupted(out: Path, cfg):
