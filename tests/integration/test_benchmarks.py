@@ -87,7 +87,9 @@ def test_ray_counts_every_set_gives_a_valid_fixed_stage_config(tmp_path):
     for name, (_, _, taus, span) in rc.SETS.items():
         path = tmp_path / f"{name}.toml"
         path.write_text(rc.dump_toml(rc.cell_config(name, 300, 1, span_scale=2)))
-        dyn = config.load(path).dynamics
+        cfg = config.load(path)
+        dyn = cfg.dynamics
+        assert list(cfg.taus) == list(taus), name
         assert dyn.steps_per_tau * dyn.eta == pytest.approx(2 * span, rel=1e-3), name
         assert not dyn.max_steps_per_tau, name
     path.write_text(rc.dump_toml(rc.cell_config("D7", 300, 1, 1.0, "mala", 2)))
