@@ -32,6 +32,16 @@ as ``meanfield analyze FINE.h5 --extrapolate COARSE.h5`` does with two runs. ``m
 ``mala-nojump``: the Metropolis-adjusted passes of ``integrator = "mala"`` (docs/theory.md
 §2.6; jump share 0.1 and 0), which have no step bias; one pass counts as one step.
 
+Every integrator also has a ``+n`` variant (``mala+n``, ``mala-nojump+n``, ``em+n``,
+``em-richardson+n``): a pair of independent systems of the same integrator at ``N`` and
+``N/r`` (``--n-ratio r``, default 2; both started from their own start, both counted in the
+wall time and the steps, equal simulated time), whose averages are combined linearly in
+``1/N`` to remove the leading ``O(1/N)`` distance of the ``N``-particle law from the
+mean-field Gibbs reference (``analysis.ladders.extrapolate_ladders`` with ``1/N`` as the
+variable, as ``meanfield analyze BIG.h5 --extrapolate-n SMALL.h5`` does with two runs,
+THEORY §2.3): ``f̄ = (r f̄_N − f̄_{N/r})/(r − 1)``, MCSE ``√(r² s_N² + s_{N/r}²)/(r − 1)``.
+``em-richardson+n`` is four chains: each of the two systems is a Richardson pair.
+
 The peer is what a researcher would otherwise write: noisy full-batch gradient descent in
 vectorised NumPy (``benchmarks.bench_step.NumpyStep``: Euler–Maruyama, the same update), its η
 tuned over the same range, in the same process and the same time-averaging. Printed: one row
@@ -106,8 +116,52 @@ class RichardsonPair:
         return row.mean, row.mcse
 
 
-def make_impl(who, X, y, theta, lam, eta, seed):
+class NPair:
+    """Two independent systems of one integrator at ``N`` (``big``) and ``N/r`` (``small``),
+    advanced over equal simulated time; their predictors are recorded side by side and
+    combined linearly in ``1/N`` by ``analysis.ladders.extrapolate_ladders`` (``meanfield
+    analyze BIG.h5 --extrapolate-n SMALL.h5``). Either system may itself combine its record
+    (a ``RichardsonPair``): that combination is applied first."""
+
+    def __init__(self, big, small, ratio):
+        self.big, self.small, self.ratio = big, small, float(ratio)
+        self.steps_factor = (getattr(big, "steps_factor", 1)
+                             + getattr(small, "steps_factor", 1))
+        self._n = None
+
+    def run(self, k, tau):
+        self.big.run(k, tau=tau)
+        self.small.run(k, tau=tau)
+
+    def predictor(self):
+        fb = np.asarray(self.big.predictor(), dtype=float)
+        self._n = len(fb)
+        return np.concatenate([fb, np.asarray(self.small.predictor(), dtype=float)])
+
+    def combine(self, m, se):
+        """Extrapolated (``1/N → 0``) mean and MCSE from the side-by-side averages."""
+        from analysis.ladders import extrapolate_ladders
+        n = self._n if self._n is not None else len(m) // 2
+        parts = []
+        for impl, sl in ((self.big, slice(0, n)), (self.small, slice(n, None))):
+            mi, si = m[sl], se[sl]
+            if hasattr(impl, "combine"):
+                mi, si = impl.combine(mi, si)
+            parts.append((1.0, mi, si))
+        (row,) = extrapolate_ladders([parts[0]], [parts[1]], self.ratio)
+        return row.mean, row.mcse
+
+
+def make_impl(who, X, y, theta, lam, eta, seed, theta_small=None, n_ratio=2.0):
+    """The stepper of a configuration; a ``+n`` integrator needs ``theta_small``, the start of
+    its ``N/n_ratio`` system."""
     from benchmarks.bench_step import NumpyStep, Ours
+    if who.endswith("+n"):
+        if theta_small is None:
+            raise ValueError(f"{who!r} needs the start of its N/{n_ratio:g} system")
+        base = who[:-2]
+        return NPair(make_impl(base, X, y, theta, lam, eta, seed),
+                     make_impl(base, X, y, theta_small, lam, eta, seed + 104729), n_ratio)
     if who == "numpy":
         return NumpyStep(X, y, theta, seed=seed, lam=lam, eta=eta)
     if who == "em-richardson":
@@ -191,6 +245,9 @@ def main(argv=None):
     ap.add_argument("--sample-dt", type=float, default=0.5, help="time units between samples")
     ap.add_argument("--min-time", type=float, default=2e4,
                     help="time units before a run may stop as biased (2e4)")
+    ap.add_argument("--n-ratio", type=float, default=2.0,
+                    help="r of the '+n' integrators (e.g. mala+n): their second system has "
+                         "N/r particles (2)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--quick", action="store_true", help="one small configuration each, 5 s")
@@ -220,7 +277,14 @@ def main(argv=None):
     print("|---" * (6 + len(EPS)) + "|")
     for who, eta, N, start in configs:
         th, t_start = start_particles(start, X, y, lam, args.tau, N, args.seed)
-        impl = make_impl(who, X, y, th, lam, eta, args.seed)
+        th_small = None
+        if who.endswith("+n"):
+            N_small = int(round(N / args.n_ratio))
+            th_small, t_small = start_particles(start, X, y, lam, args.tau, N_small,
+                                                args.seed + 1)
+            t_start += t_small
+        impl = make_impl(who, X, y, th, lam, eta, args.seed, th_small, N / N_small
+                         if th_small is not None else args.n_ratio)
         impl.run(1, tau=args.tau)     # compile / warm up outside the clock
         budget = args.peer_budget if who == "numpy" and args.peer_budget else args.budget
         try:
@@ -267,6 +331,18 @@ def main(argv=None):
                 est = steps * ms / 1e3
                 line += (f"; peer (estimated: EM's {steps} steps x its {ms:.3f} ms/step) "
                          f"{est:.0f} s, peer/best = {est / b_all[0]:.1f}x")
+        print(line)
+    # the families with and without the 1/N pair: MALA (either jump share), the Richardson
+    # pair, Euler–Maruyama
+    fams = (("MALA", ("mala", "mala-nojump")), ("Richardson", ("em-richardson",)),
+            ("EM", ("em",)))
+    for e in EPS:
+        bs = {name: best(e, lambda c, ws=ws: c[0].removesuffix("+n") in ws)
+              for name, ws in fams}
+        line = f"eps={e:g}: " + "; ".join(f"best {k} {fmt(b)}" for k, b in bs.items())
+        for k in ("Richardson", "EM"):
+            if bs["MALA"] and bs[k]:
+                line += f"; {k}/MALA = {bs[k][0] / bs['MALA'][0]:.1f}x"
         print(line)
     return results
 

@@ -127,3 +127,63 @@ def test_ray_counts_one_d_sets_have_their_convex_kinks_on_data_points(name, on_p
     assert all(min(abs(ds.X[:, 0] - x)) < 1e-9 for x in on_points)
     if name == "six_1d":                     # two rays share the kink on x = −0.4
         assert sorted(len(k.rays) for k in cc["kinks"]) == [1, 1, 2]
+
+
+class _FakeSystem:
+    """A system whose predictor is a fixed vector (the run records it unchanged)."""
+
+    def __init__(self, f):
+        self.f = f
+
+    def run(self, k, tau):
+        pass
+
+    def predictor(self):
+        return self.f
+
+
+@pytest.mark.parametrize("N_big,N_small", [(4000, 2000), (4000, 1000), (3000, 2000)])
+def test_time_to_accuracy_n_pair_removes_a_bias_linear_in_one_over_n(N_big, N_small):
+    """Predictors f_inf + c/N at N and N_small combine to f_inf exactly; the MCSE is
+    sqrt(w1^2 s1^2 + w2^2 s2^2) with the weights w1 = r/(r-1), w2 = -1/(r-1), r = N/N_small,
+    the closed form of two independent estimates whose 1/N term cancels."""
+    import numpy as np
+
+    from benchmarks.time_to_accuracy import NPair
+    rng = np.random.default_rng(3)
+    f_inf, c = rng.normal(size=8), rng.normal(size=8)
+    s1, s2 = rng.uniform(1e-4, 1e-3, 8), rng.uniform(1e-4, 1e-3, 8)
+    pair = NPair(_FakeSystem(f_inf + c / N_big), _FakeSystem(f_inf + c / N_small),
+                 N_big / N_small)
+    f = pair.predictor()
+    m, se = pair.combine(f, np.concatenate([s1, s2]))
+    assert np.allclose(m, f_inf, rtol=0, atol=1e-14)
+    # weights solving w1 + w2 = 1, w1/N_big + w2/N_small = 0
+    w1 = (1 / N_small) / (1 / N_small - 1 / N_big)
+    w2 = 1 - w1
+    assert np.allclose(se, np.sqrt(w1 ** 2 * s1 ** 2 + w2 ** 2 * s2 ** 2), rtol=1e-12)
+    assert pair.steps_factor == 2
+
+
+def test_time_to_accuracy_n_pair_of_richardson_pairs_removes_both_biases():
+    """em-richardson+n: four fake chains with f = f0 + a eta + c/N combine to f0 exactly."""
+    import numpy as np
+
+    from benchmarks.time_to_accuracy import NPair, RichardsonPair
+    rng = np.random.default_rng(4)
+    f0, a, c = rng.normal(size=5), rng.normal(size=5), rng.normal(size=5)
+    eta = 0.1
+
+    def rich(N):
+        p = RichardsonPair.__new__(RichardsonPair)
+        p.coarse = _FakeSystem(f0 + a * eta + c / N)
+        p.fine = _FakeSystem(f0 + a * eta / 2 + c / N)
+        return p
+
+    pair = NPair(rich(4000), rich(1000), 4.0)
+    f = pair.predictor()
+    m, se = pair.combine(f, np.full(20, 1e-4))
+    assert np.allclose(m, f0, rtol=0, atol=1e-13)
+    # Richardson: sqrt(2^2 + 1) s; then the 1/N pair at r = 4: sqrt(4^2 + 1)/3
+    assert np.allclose(se, 1e-4 * math.sqrt(5) * math.sqrt(17) / 3, rtol=1e-12)
+    assert pair.steps_factor == 6
