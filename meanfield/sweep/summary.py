@@ -74,7 +74,7 @@ def _observable_summary(run) -> dict:
     return {"taus": taus, "risk": risk, "n_rays": [float("nan")] * n,
             "n_hyperplanes": [float("nan")] * n, "frames": frames, "bound_2P_minus_1": None,
             "source": "observables", "n_chains": int(run.n_chains),
-            "chains_agree": [None] * n}
+            "chains_agree": [None] * n, "stationary": [None] * n}
 
 
 def _jk_from_report(rep: dict, n_stages: int) -> tuple[list, list]:
@@ -94,15 +94,16 @@ def _jk_from_report(rep: dict, n_stages: int) -> tuple[list, list]:
     return J, K
 
 
-def _chains_agree_from_report(rep: dict, n_stages: int) -> list:
-    """``chains_agree`` of each stage's ladder row of a per-run report (``None`` where the
-    row or the field is missing: one chain)."""
-    agree: list = [None] * n_stages
+def _ladder_field(rep: dict, n_stages: int, key: str) -> list:
+    """Field ``key`` of each stage's ladder row of a per-run report (``None`` where the row
+    or the field is missing), e.g. ``"stationary"`` or ``"chains_agree"`` (``None`` for one
+    chain)."""
+    out: list = [None] * n_stages
     for row in rep.get("ladder", []) or []:
         i = row.get("stage")
         if i is not None and 0 <= i < n_stages:
-            agree[i] = row.get("chains_agree")
-    return agree
+            out[i] = row.get(key)
+    return out
 
 
 def run_summary(path) -> dict:
@@ -124,10 +125,12 @@ def run_summary(path) -> dict:
         ``{"taus": [τ per stage], "risk": [...], "n_rays": [...], "n_hyperplanes": [...],
         "frames": [last frame index per stage or -1], "bound_2P_minus_1": int or None,
         "source": "observables" | "meanfield.report", "n_chains": K, "chains_agree": [bool
-        or None per stage]}``; the lists are aligned with the ladder: item ``s`` is stage
+        or None per stage], "stationary": [bool or None per stage]}``; the lists are aligned with the ladder: item ``s`` is stage
         ``s``. ``J`` and ``K`` are chain 0's (as in ``meanfield analyze``), the risk is pooled
         over the chains; ``chains_agree`` says whether every chain's last snapshot of the
-        stage has chain 0's ``J`` and ``K`` (``None``: one chain, or no per-run analysis).
+        stage has chain 0's ``J`` and ``K`` (``None``: one chain, or no per-run analysis);
+        ``stationary`` is the report's stationarity verdict of the stage (``None`` without a
+        per-run analysis): a ``J``, ``K`` of a stage that is not stationary is not a result.
 
     Raises
     ------
@@ -140,7 +143,8 @@ def run_summary(path) -> dict:
     if analyze_run is not None:
         rep = analyze_run(str(path))
         out["n_rays"], out["n_hyperplanes"] = _jk_from_report(rep, len(out["taus"]))
-        out["chains_agree"] = _chains_agree_from_report(rep, len(out["taus"]))
+        out["chains_agree"] = _ladder_field(rep, len(out["taus"]), "chains_agree")
+        out["stationary"] = _ladder_field(rep, len(out["taus"]), "stationary")
         out["bound_2P_minus_1"] = rep.get("bound_2P_minus_1")
         out["source"] = "meanfield.report"
     return out
@@ -254,7 +258,7 @@ def analyze_study(study_dir: str | os.PathLike, *, summarize: Callable | None = 
         "runs": [{"id", "axis_values", "taus", "risk", "n_rays", "n_hyperplanes",
         "source"}], "table": [{<axis values but the seed>, "stage", "tau", "n_seeds",
         "risk_mean", "risk_std", "J_mean", "J_std", "K_mean", "K_std", "w2_mean", "w2_std",
-        "bound_2P_minus_1", "runs_chains_disagree"}],
+        "bound_2P_minus_1", "runs_chains_disagree", "runs_stationary"}],
         "width": [{<axis values but seed and width>, "stage", "tau", "n_particles": [...],
         "w2_mean": [...], "w2_std": [...], "reference_n_particles", "method", "slope"}]}``;
         ``nan`` marks what is unknown (``J``/``K`` without a per-run analysis).
@@ -280,18 +284,22 @@ def analyze_study(study_dir: str | os.PathLike, *, summarize: Callable | None = 
         runs.append({"id": entry["id"], "axis_values": entry["axis_values"],
                      **{k: summ.get(k) for k in ("taus", "risk", "n_rays", "n_hyperplanes",
                                                  "bound_2P_minus_1", "source", "n_chains",
-                                                 "chains_agree")}})
+                                                 "chains_agree", "stationary")}})
         params = {k: v for k, v in entry["axis_values"].items() if k != SEED_AXIS}
         for i, tau in enumerate(summ["taus"]):      # item i is stage i
             g = groups.setdefault((_key(params, ()), i, tau),
                                   {"params": params, "stage": i, "tau": tau, "risk": [], "J": [],
-                                   "K": [], "w2": [], "bound": None, "disagree": None})
+                                   "K": [], "w2": [], "bound": None, "disagree": None,
+                                   "stationary": None})
             g["risk"].append(summ["risk"][i])
             g["J"].append(summ["n_rays"][i])
             g["K"].append(summ["n_hyperplanes"][i])
             agree = (summ.get("chains_agree") or [None] * (i + 1))[i]
             if agree is not None:
                 g["disagree"] = (g["disagree"] or 0) + (not agree)
+            verdict = (summ.get("stationary") or [None] * (i + 1))[i]
+            if verdict is not None:
+                g["stationary"] = (g["stationary"] or 0) + bool(verdict)
             if summ.get("bound_2P_minus_1") is not None:
                 g["bound"] = summ["bound_2P_minus_1"]
             if (entry["id"], i) in dists:
@@ -307,6 +315,7 @@ def analyze_study(study_dir: str | os.PathLike, *, summarize: Callable | None = 
             row[f"{name}_mean"], row[f"{name}_std"] = st["mean"], st["std"]
         row["bound_2P_minus_1"] = g["bound"]
         row["runs_chains_disagree"] = g["disagree"]
+        row["runs_stationary"] = g["stationary"]
         table.append(row)
 
     width = []
@@ -439,6 +448,9 @@ def format_markdown(result: dict) -> str:
              + (f"Mean ± sample std over `{SEED_AXIS}`." if result["seed_axis"] else
                 "One seed per point (no spread)."), ""]
     head = axes + ["stage", "tau", "seeds", "risk", "J (rays)", "K (hyperplanes)"]
+    has_verdict = any(r.get("runs_stationary") is not None for r in result["table"])
+    if has_verdict:
+        head.append("stationary runs")
     has_w2 = any(np.isfinite(r.get("w2_mean", float("nan"))) for r in result["table"])
     has_bound = any(r.get("bound_2P_minus_1") is not None for r in result["table"])
     if has_bound:
@@ -452,12 +464,21 @@ def format_markdown(result: dict) -> str:
                                                      _fmt(r["risk_mean"], r["risk_std"]),
                                                      _fmt(r["J_mean"], r["J_std"]),
                                                      _fmt(r["K_mean"], r["K_std"])]
+        if has_verdict:
+            v = r.get("runs_stationary")
+            cells.append("—" if v is None else f"{v} of {r['n_seeds']}")
         if has_bound:
             b = r.get("bound_2P_minus_1")
             cells.append("—" if b is None else str(b))
         if has_w2:
             cells.append(_fmt(r["w2_mean"], r["w2_std"]))
         lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", f"risk: time average over the last {RISK_WINDOW:.0%} of each stage (pooled over "
+                  "a run's chains), not a snapshot's value."]
+    if has_verdict and any(r.get("runs_stationary") is not None
+                           and r["runs_stationary"] < r["n_seeds"] for r in result["table"]):
+        lines.append("Where a stage is not stationary in every run, its `J` and `K` are not "
+                     "results: `meanfield analyze RUN.h5` gives each run's verdict and why.")
     chains = sorted({int(r.get("n_chains") or 1) for r in result["runs"]})
     if chains and chains != [1]:
         bad = [r for r in result["table"] if r.get("runs_chains_disagree")]

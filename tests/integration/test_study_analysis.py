@@ -267,6 +267,7 @@ def test_run_summary_of_a_two_chain_run_says_whether_its_chains_agree(tmp_path):
     rep = report.analyze_run(str(out), references=False, sensitivity=False)
     assert summ["n_chains"] == 2
     assert summ["chains_agree"] == [r["chains_agree"] for r in rep["ladder"]]
+    assert summ["stationary"] == [r["stationary"] for r in rep["ladder"]]
     assert all(isinstance(a, bool) for a in summ["chains_agree"])
 
 
@@ -279,15 +280,22 @@ def test_study_table_counts_the_runs_whose_chains_disagree(synthetic_study):
         out = summarize(path)
         out["n_chains"] = 2
         out["chains_agree"] = [True, seeds_of[path.name] != 1]   # stage 1: seed 1 disagrees
+        out["stationary"] = [seeds_of[path.name] != 0, False]   # stage 0: seed 0 is not
         return out
     res = S.analyze_study(d, summarize=fake, w2=False)
     for row in res["table"]:
         expect = 0 if row["stage"] == 0 else 1                # seed 1 is done at every width
         assert row["runs_chains_disagree"] == expect
+        assert row["runs_stationary"] == (row["n_seeds"] - 1 if row["stage"] == 0 else 0)
     assert all(r["n_chains"] == 2 for r in res["runs"])
     md = S.format_markdown(res)
     assert "Runs of 2 chains: `J` and `K` are chain 0's" in md
-    assert md.count("1 of") == 3                              # three widths at stage 1
+    assert md.count(": 1 of") == 3                            # three widths at stage 1
+    assert "| stationary runs |" in md and "| 0 of 3 |" in md and "| 1 of 2 |" in md
+    assert "its `J` and `K` are not results" in md
+    assert "risk: time average over the last 50% of each stage" in md
     one = S.analyze_study(d, summarize=summarize, w2=False)   # summaries without chains
     assert all(r["runs_chains_disagree"] is None for r in one["table"])
-    assert "chains" not in S.format_markdown(one)
+    assert all(r["runs_stationary"] is None for r in one["table"])
+    assert "chain 0" not in S.format_markdown(one)
+    assert "stationary runs" not in S.format_markdown(one)
