@@ -285,7 +285,7 @@ def markdown(rep, figs=()) -> str:
         L += ["", "## [LJM26] Theorem 6 on the ternary patterns", ""]
         if th.get("status", "checked") != "checked":
             why = ("the coldest stage is not stationary (see above); measured: "
-                   f"{th.get('measured')}" if th["status"] == "not stationary"
+                   + _measured_text(th.get("measured")) if th["status"] == "not stationary"
                    else "no rays (J = 0): nothing to check")
             L.append(f"- {th['status']}: {why}")
         else:
@@ -414,6 +414,18 @@ def _moves_text(v) -> str:
               ("cell_exchange", "cell exchange per unit time")) if v.get(k) is not None]
     return (", " + ", ".join(parts)) if parts else ""
 
+
+
+def _measured_text(measured) -> str:
+    """The Theorem 6 checks of a stage that is not stationary as ``name yes/no`` items (a
+    dict of booleans and numbers), not Python's repr."""
+    if not isinstance(measured, dict):
+        return "—" if measured is None else str(measured)
+    def one(v):
+        if isinstance(v, bool):
+            return "yes" if v else "no"
+        return "—" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))
+    return ", ".join(f"{k.replace('_', ' ')} {one(v)}" for k, v in measured.items())
 
 def _sensitivity_markdown(sens) -> list:
     L = ["", f"## Sensitivity of J and K to the thresholds (τ = {sens['tau']:.2e})", "",

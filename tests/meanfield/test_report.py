@@ -106,3 +106,17 @@ def test_analyze_run_defaults_are_those_of_meanfield_analyze():
                        ("halo_ratio", "halo_ratio")):
         default = next(a.default for a in analyze._actions if a.dest == flag)
         assert rays[name].default == default, flag
+
+
+def test_theorem6_of_a_stage_not_stationary_reads_as_words(run_file, tmp_path):
+    """The checks of a stage that is not stationary are listed as words and numbers (they
+    were Python's dict repr, ``{'distinct': True, ...}``)."""
+    from meanfield.report import markdown
+    path, _ = run_file
+    rep = analyze_run(path, references=False, sensitivity=False)
+    rep["theorem6"] = {"status": "not stationary",
+                       "measured": {"distinct": True, "antichain": False, "max_per_binary": 2}}
+    md = markdown(rep)
+    assert ("- not stationary: the coldest stage is not stationary (see above); measured: "
+            "distinct yes, antichain no, max per binary 2") in md
+    assert "{'" not in md
