@@ -74,6 +74,12 @@ def main(args) -> int:
     except MissingDependencyError as exc:     # the environment, not a failed job: exit 2
         sys.stderr.write(f"meanfield: error: {exc}\n")
         return 2
+    except KeyboardInterrupt as exc:          # Ctrl-C, or Terminated (SIGTERM, SIGHUP)
+        from meanfield.interrupts import Terminated
+        how = f"terminated by {exc}" if isinstance(exc, Terminated) else "interrupted"
+        sys.stderr.write(f"meanfield: {how}; the finished jobs are kept in {study.directory}: "
+                         "run the same command again to continue\n")
+        return 130
     sys.stderr.write(str(summary) + "\n")
     print(summary.directory)
     return 0 if summary.ok else 1

@@ -128,3 +128,23 @@ def test_a_data_file_given_as_the_run_file_says_what_it_is(command, tmp_path, ca
     line = one_line(capsys, main([command, str(csv)]))
     assert str(csv) in line and "is a data file, not a run file" in line
     assert "HDF5" not in line and "[data]" in line
+
+
+@pytest.mark.parametrize("signum", [None, 15])
+def test_an_interrupted_sweep_says_how_to_continue(tmp_path, capsys, monkeypatch, signum):
+    """Ctrl-C (or SIGTERM) during a sweep ends with 130 and one line saying that the finished
+    jobs are kept and that the same command continues (it said only "interrupted")."""
+    from meanfield.interrupts import Terminated
+    from meanfield.sweep import Study
+
+    def interrupted(self, *a, **k):
+        raise KeyboardInterrupt if signum is None else Terminated(signum)
+    monkeypatch.setattr(Study, "run", interrupted)
+    study = tmp_path / "s.toml"
+    study.write_text('[data]\nkind = "gaussian"\nn = 4\nd = 2\n[sweep]\n'
+                     '"dynamics.seed" = [0, 1]\n')
+    code = main(["sweep", str(study), "--serial", "-o", str(tmp_path / "out")])
+    how = "interrupted" if signum is None else "terminated by SIGTERM"
+    assert one_line(capsys, code, want=130) == (
+        f"meanfield: {how}; the finished jobs are kept in {tmp_path / 'out'}: run the same "
+        "command again to continue")
