@@ -101,6 +101,21 @@ def _defaults(cls) -> dict[str, Any]:
             for f in dataclasses.fields(cls)}
 
 
+def home_table(key: str, other_than: str | None = None) -> str | None:
+    """The table (``"model"``, ``"dynamics"`` or ``"output"``) that has the key ``key``,
+    other than ``other_than``; ``None`` if none has it."""
+    return next((t for t, cls in _KEY_TABLES.items()
+                 if t != other_than and key in _defaults(cls)), None)
+
+
+def _elsewhere(key: str, sec: str | None, allowed) -> str:
+    """The hint for an unknown ``key`` of table ``sec``: the table it belongs in, or else the
+    nearest valid name."""
+    home = home_table(key, sec)
+    return (f" here: it belongs in [{home}] ({home}.{key})" if home is not None
+            else _suggest(key, allowed))
+
+
 def _check_keys(tbl: dict, cls, src: str, sec: str) -> None:
     """Unknown keys of a table, with the table a key of another table belongs in, or else the
     nearest valid name."""
@@ -108,10 +123,7 @@ def _check_keys(tbl: dict, cls, src: str, sec: str) -> None:
     for k in tbl:
         if k in allowed:
             continue
-        home = next((t for t, other in _KEY_TABLES.items()
-                     if other is not cls and k in _defaults(other)), None)
-        hint = (f" here: it belongs in [{home}] ({home}.{k})" if home is not None
-                else _suggest(k, allowed))
+        hint = _elsewhere(k, sec, allowed)
         _check(False, src, f"{sec}.{k}", f"unknown key{hint}; valid keys: {', '.join(allowed)}")
 
 
@@ -284,7 +296,7 @@ def data_from_table(raw: Any, src: str, base_dir: str | os.PathLike = ".") -> Da
     allowed = _defaults(cls)
     for k in data_raw:
         _check(k in allowed, src, f"data.{k}", f"unknown key for kind '{kind}'"
-               f"{_suggest(k, allowed)}; valid keys: {', '.join(allowed) or '(none)'}")
+               f"{_elsewhere(k, 'data', allowed)}; valid keys: {', '.join(allowed) or '(none)'}")
     for k, dflt in allowed.items():
         _check(k in data_raw or dflt is not None, src, f"data.{k}",
                f"missing (required for kind '{kind}')")

@@ -102,7 +102,9 @@ def _check_axis(src: str, name: str, values) -> list:
     fld = f"sweep.{name}"
     parts = name.split(".")
     if len(parts) != 2 or not all(parts):
-        raise StudyError(src, fld, "axis names are 'table.key', e.g. \"dynamics.lam\"")
+        home = schema.home_table(name) if len(parts) == 1 else None
+        example = f"{home}.{name}" if home is not None else "dynamics.lam"
+        raise StudyError(src, fld, f"axis names are 'table.key', e.g. \"{example}\"")
     sec, key = parts
     if sec not in schema.SECTIONS:
         raise StudyError(src, fld, f"unknown table '{sec}'{_suggest(sec, schema.SECTIONS)}; "
@@ -110,7 +112,10 @@ def _check_axis(src: str, name: str, values) -> list:
     allowed = schema.table_keys(sec)
     if key not in allowed:
         full = [f"{sec}.{k}" for k in allowed]
-        raise StudyError(src, fld, f"unknown key{_suggest(name, full)}; valid keys of [{sec}]: "
+        home = schema.home_table(key, sec)
+        hint = (f" here: it belongs in [{home}] (sweep.{home}.{key})" if home is not None
+                else _suggest(name, full))
+        raise StudyError(src, fld, f"unknown key{hint}; valid keys of [{sec}]: "
                                    f"{', '.join(allowed)}")
     if not isinstance(values, list):
         raise StudyError(src, fld, f"must be a list of values, got {type(values).__name__} "

@@ -55,6 +55,8 @@ def test_valid_config_fills_defaults(tmp_path):
      "it belongs in [dynamics] (dynamics.chains)"),
     ("lam = 0.05", "lam = 0.05\nobserve_every = 5", "dynamics.observe_every",
      "it belongs in [output] (output.observe_every)"),
+    ('kind = "gaussian"', 'kind = "gaussian"\nchains = 2', "data.chains",
+     "it belongs in [dynamics] (dynamics.chains)"),
     ("steps_per_tau = 10", "steps_per_tau = 0", "dynamics.steps_per_tau", ">= 1"),
     ("eta = 0.05", "eta = 50.0", "dynamics.eta", "unstable"),
 ])

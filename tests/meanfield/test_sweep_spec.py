@@ -89,7 +89,11 @@ def test_no_sweep_table_is_one_job(tmp_path):
 @pytest.mark.parametrize("sweep, field, words", [
     ('"dynamics.lamb" = [0.1]', "sweep.dynamics.lamb", "did you mean 'dynamics.lam'"),
     ('"dynamic.lam" = [0.1]', "sweep.dynamic.lam", "did you mean 'dynamics'"),
-    ('"lam" = [0.1]', "sweep.lam", "table.key"),
+    ('"lam" = [0.1]', "sweep.lam", 'table.key\', e.g. "dynamics.lam"'),
+    # a key of another table is pointed to its table, not to a look-alike ('model.cap')
+    ('"chains" = [1, 2]', "sweep.chains", 'e.g. "dynamics.chains"'),
+    ('"model.chains" = [1, 2]', "sweep.model.chains",
+     "it belongs in [dynamics] (sweep.dynamics.chains)"),
     ('"dynamics.lam" = 0.1', "sweep.dynamics.lam", "must be a list"),
     ('"dynamics.lam" = []', "sweep.dynamics.lam", "at least one value"),
     ('"dynamics.seed" = [0, 1, 0]', "sweep.dynamics.seed[2]", "repeats value 0"),
