@@ -277,14 +277,14 @@ def main(argv=None):
     print("|---" * (6 + len(EPS)) + "|")
     for who, eta, N, start in configs:
         th, t_start = start_particles(start, X, y, lam, args.tau, N, args.seed)
-        th_small = None
+        th_small, ratio = None, args.n_ratio
         if who.endswith("+n"):
             N_small = int(round(N / args.n_ratio))
             th_small, t_small = start_particles(start, X, y, lam, args.tau, N_small,
                                                 args.seed + 1)
             t_start += t_small
-        impl = make_impl(who, X, y, th, lam, eta, args.seed, th_small, N / N_small
-                         if th_small is not None else args.n_ratio)
+            ratio = N / N_small                  # the ratio of the widths actually run
+        impl = make_impl(who, X, y, th, lam, eta, args.seed, th_small, ratio)
         impl.run(1, tau=args.tau)     # compile / warm up outside the clock
         budget = args.peer_budget if who == "numpy" and args.peer_budget else args.budget
         try:

@@ -415,17 +415,18 @@ def _moves_text(v) -> str:
     return (", " + ", ".join(parts)) if parts else ""
 
 
-
 def _measured_text(measured) -> str:
     """The Theorem 6 checks of a stage that is not stationary as ``name yes/no`` items (a
     dict of booleans and numbers), not Python's repr."""
     if not isinstance(measured, dict):
         return "—" if measured is None else str(measured)
+
     def one(v):
         if isinstance(v, bool):
             return "yes" if v else "no"
         return "—" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))
     return ", ".join(f"{k.replace('_', ' ')} {one(v)}" for k, v in measured.items())
+
 
 def _sensitivity_markdown(sens) -> list:
     L = ["", f"## Sensitivity of J and K to the thresholds (τ = {sens['tau']:.2e})", "",

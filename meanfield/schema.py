@@ -108,12 +108,17 @@ def home_table(key: str, other_than: str | None = None) -> str | None:
                  if t != other_than and key in _defaults(cls)), None)
 
 
+def misplaced_hint(key: str, sec: str | None, prefix: str = "") -> str:
+    """``" here: it belongs in [T] (PREFIX T.KEY)"`` when ``key``, unknown in table ``sec``,
+    is a key of another table ``T``; ``""`` otherwise."""
+    home = home_table(key, sec)
+    return f" here: it belongs in [{home}] ({prefix}{home}.{key})" if home is not None else ""
+
+
 def _elsewhere(key: str, sec: str | None, allowed) -> str:
     """The hint for an unknown ``key`` of table ``sec``: the table it belongs in, or else the
     nearest valid name."""
-    home = home_table(key, sec)
-    return (f" here: it belongs in [{home}] ({home}.{key})" if home is not None
-            else _suggest(key, allowed))
+    return misplaced_hint(key, sec) or _suggest(key, allowed)
 
 
 def _check_keys(tbl: dict, cls, src: str, sec: str) -> None:

@@ -112,9 +112,7 @@ def _check_axis(src: str, name: str, values) -> list:
     allowed = schema.table_keys(sec)
     if key not in allowed:
         full = [f"{sec}.{k}" for k in allowed]
-        home = schema.home_table(key, sec)
-        hint = (f" here: it belongs in [{home}] (sweep.{home}.{key})" if home is not None
-                else _suggest(name, full))
+        hint = schema.misplaced_hint(key, sec, prefix="sweep.") or _suggest(name, full)
         raise StudyError(src, fld, f"unknown key{hint}; valid keys of [{sec}]: "
                                    f"{', '.join(allowed)}")
     if not isinstance(values, list):

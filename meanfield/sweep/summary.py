@@ -106,6 +106,13 @@ def _ladder_field(rep: dict, n_stages: int, key: str) -> list:
     return out
 
 
+def _stage_item(summ: dict, key: str, i: int):
+    """Item ``i`` of the per-stage list ``summ[key]``; ``None`` where a summary has no such
+    list (a custom ``summarize``) or it is shorter."""
+    items = summ.get(key) or []
+    return items[i] if i < len(items) else None
+
+
 def run_summary(path) -> dict:
     """Per-run summary used by the study analysis.
 
@@ -125,8 +132,8 @@ def run_summary(path) -> dict:
         ``{"taus": [τ per stage], "risk": [...], "n_rays": [...], "n_hyperplanes": [...],
         "frames": [last frame index per stage or -1], "bound_2P_minus_1": int or None,
         "source": "observables" | "meanfield.report", "n_chains": K, "chains_agree": [bool
-        or None per stage], "stationary": [bool or None per stage]}``; the lists are aligned with the ladder: item ``s`` is stage
-        ``s``. ``J`` and ``K`` are chain 0's (as in ``meanfield analyze``), the risk is pooled
+        or None per stage], "stationary": [bool or None per stage]}``; the lists are aligned
+        with the ladder: item ``s`` is stage ``s``. ``J`` and ``K`` are chain 0's (as in ``meanfield analyze``), the risk is pooled
         over the chains; ``chains_agree`` says whether every chain's last snapshot of the
         stage has chain 0's ``J`` and ``K`` (``None``: one chain, or no per-run analysis);
         ``stationary`` is the report's stationarity verdict of the stage (``None`` without a
@@ -294,10 +301,9 @@ def analyze_study(study_dir: str | os.PathLike, *, summarize: Callable | None = 
             g["risk"].append(summ["risk"][i])
             g["J"].append(summ["n_rays"][i])
             g["K"].append(summ["n_hyperplanes"][i])
-            agree = (summ.get("chains_agree") or [None] * (i + 1))[i]
+            agree, verdict = (_stage_item(summ, k, i) for k in ("chains_agree", "stationary"))
             if agree is not None:
                 g["disagree"] = (g["disagree"] or 0) + (not agree)
-            verdict = (summ.get("stationary") or [None] * (i + 1))[i]
             if verdict is not None:
                 g["stationary"] = (g["stationary"] or 0) + bool(verdict)
             if summ.get("bound_2P_minus_1") is not None:
