@@ -210,3 +210,42 @@ def _merge_across_data_points(labels, signs, V, mass, X, ptol, max_spread, absor
     merged = [{"ray": i, "parts": len(groups[k][0]), "data_points": [int(j) for j in groups[k][1]]}
               for i, k in enumerate(keys) if len(groups[k][0]) > 1]
     return labels, [signs[k] for k in keys], merged
+
+
+#: Smallest share of the pooled mass ``Σ|a||u|`` of an activation cell that :func:`cell_classes`
+#: considers for a join (the floor of a ray's weight, ``find_rays(min_mass_frac=...)``).
+CELL_JOIN_MIN_SHARE = 1e-2
+
+
+def cell_classes(theta, X, ptol, max_spread: float = 0.3, absorb: float = 3.0,
+                 min_share: float = CELL_JOIN_MIN_SHARE) -> np.ndarray:
+    """Activation cells of particles ``theta`` (N, d+2), with the cells of one sign that hold
+    one ray split by a data point's cell boundary joined (docs/theory.md §6.6).
+
+    Every cell (sign of ``a`` and binary pattern, :func:`cells`) holding at least
+    ``min_share`` of the total mass ``Σ|a||u|`` is a candidate, and candidates are joined by
+    the rule of :func:`_merge_across_data_points` (``ptol``, ``max_spread``, ``absorb``, as
+    :func:`analysis.rays.find_rays` joins rays): a ray whose kink passes through ``x_j`` has
+    particles on both sides of ``x̃_j``'s hyperplane, and the two cells are one class. Lighter
+    cells stay classes of their own.
+
+    Returns
+    -------
+    ndarray of shape (N,) int
+        Class of each particle (equal ids, one class; ids are not consecutive).
+    """
+    theta = np.asarray(theta, dtype=np.float64)
+    V, _, mass = directions(theta)
+    sign = np.where(theta[:, 0] > 0, 1, -1)
+    cid = cells(sign, V, X)
+    C = int(cid.max()) + 1 if cid.size else 0
+    cm = np.bincount(cid, weights=mass, minlength=C)
+    cand = np.nonzero(cm >= min_share * cm.sum())[0] if cm.sum() > 0 else np.zeros(0, int)
+    label_of_cell = -np.ones(C, dtype=int)
+    label_of_cell[cand] = np.arange(len(cand))
+    labels = label_of_cell[cid]
+    if len(cand) > 1:
+        signs = [int(sign[np.argmax(cid == c)]) for c in cand]
+        labels, _, _ = _merge_across_data_points(labels, signs, V, mass, X, ptol, max_spread,
+                                                 absorb)
+    return np.where(labels >= 0, labels, len(cand) + cid)

@@ -19,7 +19,8 @@ first half is burn-in after the temperature change).
 - **Stability**: the largest ``η h`` observed in the stage (``solvers.stability``); the step is
   unstable at ``η h ≥ 2``.
 - **Ray weights**: the weight of the particles in each activation cell and sign (the rays of a
-  cell summed, no clustering threshold) at consecutive snapshots of the second half; the
+  cell summed, no clustering threshold; the cells that one ray straddles at a data point on
+  its kink joined, docs/theory.md §6.6) at consecutive snapshots of the second half; the
   largest change relative to the total ``Σ|c|``.
 - **R̂ and ESS** (:mod:`analysis.convergence`, ArviZ): rank-normalised split-R̂ below
   ``RHAT_MAX`` and bulk and tail ESS of at least ``ESS_PER_CHAIN_MIN`` per chain on every
@@ -46,7 +47,9 @@ from scipy.stats import t as student_t
 from analysis import convergence as _convergence
 from analysis import time_average as _time_average
 from analysis.protocols import RunLike
+from analysis.ray_linkage import cell_classes
 from analysis.snapshots import coldest
+from analysis.ternary import PatternTolerance
 from analysis.time_average import stored_predictor
 
 #: Family-wise false-alarm level of the drift and parity tests (Bonferroni over the ``n``
@@ -170,28 +173,15 @@ def z_critical(n: int, alpha: float = ALPHA, ess: float = math.inf) -> float:
     return float(student_t.isf(q, max(1.0, ess - 1.0)))
 
 
-def cell_weights(theta, X) -> dict:
-    """Signed weight ``Σ_{i∈cell} a_i|u_i| / N`` of the particles ``theta`` (N, d+2) in each
-    activation cell and sign of ``a``: ``{(pattern bytes, sign): weight}``.
-
-    A ray lies inside one cell of one sign (``G`` is linear there, THEORY §4), so these are
-    the ray weights summed per cell, without any clustering threshold.
-    """
-    theta = np.asarray(theta, dtype=float)
-    X = np.asarray(X, dtype=float)
-    Xl = np.hstack([X, np.ones((len(X), 1))])
-    a, u = theta[:, 0], theta[:, 1:]
-    mass = a * np.linalg.norm(u, axis=1) / len(theta)
-    keys = np.packbits(u @ Xl.T > 0, axis=1)
-    out: dict = {}
-    for k, sg, w in zip(map(bytes, keys), np.sign(a), mass):
-        out[(k, sg)] = out.get((k, sg), 0.0) + float(w)
-    return out
-
-
 def ray_drift(snapshots, X) -> float:
     """Largest relative change of a ray weight between consecutive snapshots, with the rays
-    summed per activation cell (:func:`cell_weights`).
+    summed per activation cell and the cells that one ray straddles joined.
+
+    The classes are those of the pooled particles of all snapshots
+    (:func:`analysis.ray_linkage.cell_classes`, the tolerances of :mod:`analysis.ternary`):
+    a ray whose kink passes through a data point has particles on both sides of the point's
+    cell boundary, and its mass moving between the two sides is not a change of its weight
+    (docs/theory.md §2.5, §6.6). Pooling gives every snapshot the same classes.
 
     Parameters
     ----------
@@ -202,15 +192,23 @@ def ray_drift(snapshots, X) -> float:
     Returns
     -------
     float
-        ``max_cell |Δc| / Σ|c|`` over consecutive pairs; ``nan`` with fewer than two.
+        ``max_class |Δc| / Σ|c|`` over consecutive pairs; ``nan`` with fewer than two.
     """
+    if len(snapshots) < 2:
+        return math.nan
+    snaps = [np.asarray(t, dtype=float) for t in snapshots]
+    key = cell_classes(np.vstack(snaps), np.asarray(X, dtype=float), PatternTolerance())
+    ends = np.cumsum([0] + [len(t) for t in snaps])
+    size = int(key.max()) + 1
+    ws = [np.bincount(key[ends[i]:ends[i + 1]], minlength=size,
+                      weights=t[:, 0] * np.linalg.norm(t[:, 1:], axis=1) / len(t))
+          for i, t in enumerate(snaps)]
     worst = math.nan
-    ws = [cell_weights(t, X) for t in snapshots]
     for c0, c1 in itertools.pairwise(ws):
-        total = max(sum(map(abs, c0.values())), sum(map(abs, c1.values())))
+        total = max(np.abs(c0).sum(), np.abs(c1).sum())
         if total <= 0:
             continue
-        rel = max(abs(c0.get(k, 0.0) - c1.get(k, 0.0)) for k in set(c0) | set(c1)) / total
+        rel = float(np.max(np.abs(c0 - c1)) / total)
         worst = rel if not worst >= rel else worst
     return worst
 

@@ -97,8 +97,6 @@ def test_ray_drift():
     # two rays: +1 at v ∝ (1, 0) (cell: on at x=1 only), -1 at v ∝ (-1, 0.5)
     a = np.array([[1.0, 1.0, 0.0], [-1.0, -1.0, 0.5]])
     w = a[:, 0] * np.linalg.norm(a[:, 1:], axis=1) / 2
-    cw = st.cell_weights(a, X)
-    assert sorted(cw.values()) == pytest.approx(sorted(w))
     b = a.copy()
     b[0, 0] = 1.1                                      # first ray 10 % heavier
     c = a.copy()
@@ -112,3 +110,44 @@ def test_ray_drift():
     assert st.ray_drift([a], X) != st.ray_drift([a], X)    # nan
     v = st.verdict(np.arange(1, 2001), ar1(2000, 0.5, n=2, seed=6), snapshots=[a, c], X=X)
     assert any(r.startswith("ray weights") for r in v.reasons)
+
+
+def _cloud(phi0, n, spread, a, seed):
+    """``n`` particles of sign ``a`` at directions ``(cos φ, sin φ)`` in the (w, b) plane,
+    ``φ ~ φ0 + spread·N(0, 1)``, with norms in [0.5, 1.5]."""
+    rng = np.random.default_rng(seed)
+    phi = phi0 + spread * rng.standard_normal(n)
+    r = rng.uniform(0.5, 1.5, n)
+    return np.column_stack([np.full(n, a) * r, r * np.cos(phi), r * np.sin(phi)])
+
+
+def test_ray_drift_joins_the_two_sides_of_a_kink_on_a_data_point():
+    """A ray whose kink is at the data point x = 0 (``b = 0``) straddles the point's cell
+    boundary; its particles changing side between snapshots (φ → −φ: same |a|, |u|, so the
+    same weight) is no drift, while the per-cell weights change by most of the ray's."""
+    X = np.array([[-1.0], [0.0], [1.0]])
+    ray = _cloud(0.0, 60, 0.002, 1.0, seed=1)               # kink at x = 0: v ≈ (1, 0)
+    other = _cloud(np.pi - 0.6, 40, 0.01, -1.0, seed=2)     # v ≈ (−0.83, 0.56)
+    first = np.vstack([ray, other])
+    flipped = ray.copy()
+    flipped[:, 2] = np.abs(flipped[:, 2])                   # every particle on the b > 0 side
+    second = np.vstack([flipped, other])
+    assert st.ray_drift([first, second], X) == pytest.approx(0.0, abs=1e-12)
+    # the old per-cell measure: the ray's mass on the b < 0 side moved to the b > 0 side
+    below = ray[:, 2] < 0
+    moved = np.sum(ray[below, 0] * np.linalg.norm(ray[below, 1:], axis=1)) / len(first)
+    assert moved > 0.2 * np.sum(np.abs(first[:, 0]) * np.linalg.norm(first[:, 1:], axis=1)
+                                / len(first))
+
+
+def test_ray_drift_keeps_two_rays_on_either_side_of_a_boundary_apart():
+    """Two compact rays 0.3 rad on either side of x = 0's boundary (many spreads from it)
+    exchanging mass: the drift is the mass moved over the total, as for any two rays."""
+    X = np.array([[-1.0], [0.0], [1.0]])
+    left, right = _cloud(-0.3, 50, 0.005, 1.0, seed=3), _cloud(0.3, 50, 0.005, 1.0, seed=4)
+    first = np.vstack([left, right])
+    second = first.copy()
+    second[:10, 1:] = right[:10, 1:] / np.linalg.norm(right[:10, 1:], axis=1)[:, None] \
+        * np.linalg.norm(left[:10, 1:], axis=1)[:, None]    # 10 particles jump, norms kept
+    w = first[:, 0] * np.linalg.norm(first[:, 1:], axis=1) / len(first)
+    assert st.ray_drift([first, second], X) == pytest.approx(w[:10].sum() / w.sum())
