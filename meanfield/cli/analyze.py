@@ -421,6 +421,12 @@ def main(args) -> int:
             print(f"Theorem 6 (lowest tau): distinct={th['distinct']} antichain={th['antichain']} "
                   f"max per binary pattern={th['max_per_binary']}"
                   + (f" (rays sharing an activation cell: {conf})" if conf else ""))
+        if rep.get("two_point"):        # [LJM26] Proposition 7's closed forms, coldest tau
+            r = rep["two_point"][-1]
+            p, m = r["predicted"], r["measured"]
+            print(f"Proposition 7 (tau={r['tau']:.2e}, {r['labels']} labels): kinks "
+                  f"<x_1, x> = c at c = {_values(p['kinks'])} predicted, {_values(m['kinks'])} "
+                  f"measured; fitted value {p['phi']:.4f} predicted, {m['phi']:.4f} measured")
         refs = rep.get("references")
         if refs and "skipped" not in refs:
             for g in refs["gibbs"]:
@@ -434,6 +440,10 @@ def main(args) -> int:
                   f"{c['max_abs_diff']:.3e}")
         sys.stderr.write(f"meanfield: report in {outdir}/report.md\n")
     return 0
+
+
+def _values(cs) -> str:
+    return ", ".join(f"{c:.3f}" for c in cs) or "none"
 
 
 def _abs_or_dash(G) -> str:
