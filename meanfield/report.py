@@ -16,8 +16,8 @@ from analysis.run_analysis import RunAnalysis, analyze, count_text, upgrade_repo
 from analysis.snapshots import coldest
 from meanfield import atomic
 from meanfield import figures as plots
-from meanfield.errors import InputError
-from meanfield.store import open_run
+from meanfield.errors import InputError, RunFileError
+from meanfield.store import no_frames_yet, open_run
 
 
 class Report(dict):
@@ -101,10 +101,14 @@ def analyze_run(path: str | os.PathLike, outdir: str | os.PathLike | None = None
     Raises
     ------
     meanfield.errors.RunFileError
-        The run file is missing, damaged or foreign.
+        The run file is missing, damaged or foreign, or holds no frame yet
+        (:func:`meanfield.store.no_frames_yet`).
     """
     from meanfield.progress import progress_bar
     run = open_run(path)
+    empty = no_frames_yet(run)
+    if empty:
+        raise RunFileError(str(path), "", empty)
     with progress_bar(run.n_frames + 1 + bool(references), "analyze", "part",
                       enabled=progress) as bar:
         result = analyze(run, reference=reference, w2=w2, references=references,

@@ -182,7 +182,7 @@ def main(args) -> int:
     """Run ``meanfield inspect`` with the parsed ``args``; returns the exit code."""
     from meanfield.cli.analyze import _not_a_config
     from meanfield.errors import InputError
-    from meanfield.store import open_run
+    from meanfield.store import no_frames_yet, open_run
     _not_a_config(args.run, then="inspect")
     if args.follow:
         if not args.interval > 0:
@@ -208,6 +208,9 @@ def main(args) -> int:
         print(f"  {line}")
     print(f"observations  {len(obs['risk']['step'])}")
     print(f"frames        {run.n_frames}")
+    empty = no_frames_yet(run)          # what `meanfield analyze` refuses the file with
+    if empty:
+        print(f"  {run.path} {empty}")
     for s, t, u in zip(run.frame_step, run.frame_time, run.frame_tau):
         sel = obs["risk"]["step"] == s
         risk = obs["risk"]["value"][sel]

@@ -50,11 +50,19 @@ from meanfield.store.layout import (
 )
 from meanfield.store.locks import writer_alive
 from meanfield.store.provenance import provenance
-from meanfield.store.reader import READ_ERRORS, Run, check_schema, open_run
+from meanfield.store.reader import (
+    READ_ERRORS,
+    RESUME_HINT,
+    Run,
+    check_schema,
+    no_frames_yet,
+    open_run,
+)
 from meanfield.store.writer import FLUSH_ROWS, FLUSH_SECONDS, RunWriter
 
 __all__ = [
     "CREATOR", "FLUSH_ROWS", "FLUSH_SECONDS", "FRAME_ELEMENTS", "LATER_OBSERVABLES",
-    "OBSERVABLES", "PER_POINT", "PLACE", "READ_ERRORS", "Run", "RunWriter", "SCHEMA_VERSION",
-    "check_schema", "estimate_size", "open_run", "provenance", "writer_alive"
+    "OBSERVABLES", "PER_POINT", "PLACE", "READ_ERRORS", "RESUME_HINT", "Run", "RunWriter",
+    "SCHEMA_VERSION", "check_schema", "estimate_size", "no_frames_yet", "open_run", "provenance",
+    "writer_alive"
 ]

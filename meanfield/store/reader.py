@@ -23,7 +23,7 @@ from meanfield.store.layout import (
     chain_root,
     stored_chains,
 )
-from meanfield.store.locks import _open_read
+from meanfield.store.locks import _open_read, writer_alive
 from solvers.schedule import Schedule
 
 #: What h5py raises on a file it cannot read: damaged metadata (a bad local heap or object
@@ -48,6 +48,23 @@ def _h5_reason(exc) -> str:
     msg = msg.split("(")[0].strip().strip("'\"")
     return (msg[msg.index("]") + 1:] if msg.startswith("[Errno") else msg).strip() \
         or type(exc).__name__
+
+
+#: How a stopped run is continued. A run file does not record the path of the config that
+#: started it, so the hint names the command that started it rather than a placeholder.
+RESUME_HINT = "to continue it, run the same 'meanfield run' command again with --resume"
+
+
+def no_frames_yet(run: Run) -> str | None:
+    """Why ``run`` has nothing to analyse yet, as the reason of a one-line error: it holds no
+    frame (a run stopped, or still going, before its first snapshot); ``None`` when it holds
+    one. ``meanfield analyze`` refuses such a file with it and ``meanfield inspect`` says it."""
+    if run.n_frames:
+        return None
+    if writer_alive(run.path):
+        return ("holds no frames yet: the run writing it has not reached its first frame "
+                f"(follow it with 'meanfield inspect {run.path} --follow')")
+    return f"holds no frames yet: the run was stopped before its first frame; {RESUME_HINT}"
 
 
 def check_schema(f, source):

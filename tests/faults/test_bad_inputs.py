@@ -695,6 +695,50 @@ def analyze_newer_schema(tmp):
             ["run.h5", "version 99 is newer"])
 
 
+def _no_frames(path):
+    """A run file as a run killed before its first frame leaves it: created, nothing
+    committed (no observation, no snapshot), no writer."""
+    from meanfield import config, data
+    from meanfield.store import RunWriter
+    cfg = config.from_dict({"data": {"kind": "gaussian", "n": 4, "d": 2},
+                            "model": {"n_particles": 8},
+                            "dynamics": {"taus": [0.01], "steps_per_tau": 20},
+                            "output": {"observe_every": 5, "snapshots_per_tau": 2}})
+    RunWriter(path, cfg, data.from_config(cfg), capacity=(2, 4)).close()
+
+
+#: What ``analyze`` says of a run file with no frame, and ``inspect`` with it.
+NO_FRAMES = ("holds no frames yet: the run was stopped before its first frame; to continue it, "
+             "run the same 'meanfield run' command again with --resume")
+
+
+@case
+def analyze_no_frames_yet(tmp):
+    return (_inspect_case(tmp, _no_frames, name="run.h5.part", command="analyze"),
+            [f"{tmp / 'run.h5.part'}: {NO_FRAMES}"])
+
+
+def test_inspect_says_what_analyze_refuses_a_file_without_frames_with(tmp_path, cli_here):
+    path = tmp_path / "run.h5.part"
+    _no_frames(path)
+    refused = cli_here(["analyze", path], cwd=tmp_path)
+    assert_one_line_error(refused, [NO_FRAMES])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.h5.part"]   # no report folder
+    proc = cli_here(["inspect", path], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    at = lines.index("frames        0")
+    assert lines[at + 1] == f"  {path} {NO_FRAMES}"
+    assert refused.stderr.strip().endswith(lines[at + 1].split(f"{path} ", 1)[1])
+
+
+def test_a_file_with_frames_is_not_said_to_have_none(tmp_path, cli_here):
+    path = make_run_file(tmp_path / "run.h5", complete=False)
+    proc = cli_here(["inspect", path], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "no frames" not in proc.stdout and "frames        2" in proc.stdout
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_built_case(name, tmp_path, request, cli_here):
     build, needs_unprivileged = CASES[name]

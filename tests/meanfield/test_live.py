@@ -196,3 +196,36 @@ def test_follow_a_real_run_until_it_completes(tmp_path):
                 assert obs[key].tobytes() == final.observables[name][key][:m].tobytes()
         for k, frame in enumerate(frames):
             assert frame.tobytes() == final.frame(k).tobytes()
+
+
+def test_a_live_run_without_frames_is_refused_as_still_going(tmp_path, capsys):
+    """``analyze`` of a run file whose writer is alive but has committed no frame says the run
+    is still going (not that it was stopped) and points to ``inspect --follow``."""
+    from support import one_line
+
+    from meanfield.cli import main
+    path = tmp_path / "live.h5.part"
+    hold = textwrap.dedent("""\
+        import sys, time
+        from meanfield import config, data
+        from meanfield.store import RunWriter
+        cfg = config.from_dict({"data": {"kind": "gaussian", "n": 3, "d": 2},
+                                "model": {"n_particles": 6},
+                                "dynamics": {"taus": [0.1], "steps_per_tau": 40},
+                                "output": {"observe_every": 10, "snapshots_per_tau": 1}})
+        with RunWriter(sys.argv[1], cfg, data.from_config(cfg), capacity=(1, 4)):
+            print("started", flush=True)
+            sys.stdin.read()
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", hold, str(path)], env=ENV, text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout.readline().strip() == "started"
+        assert writer_alive(path)
+        line = one_line(capsys, main(["analyze", str(path), "-o", str(tmp_path / "rep")]))
+    finally:
+        proc.communicate("", timeout=60)
+    assert line == (f"meanfield: error: {path}: holds no frames yet: the run writing it has "
+                    f"not reached its first frame (follow it with 'meanfield inspect {path} "
+                    "--follow')")
+    assert not (tmp_path / "rep").exists()
