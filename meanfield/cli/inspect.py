@@ -106,7 +106,9 @@ def _value(v) -> str:
 
 def _progress_line(run) -> str:
     """One line on how far a run has come: step of total, temperature, risk (chain 0's, and
-    the range over the chains of a run of several), stationarity."""
+    the range over the chains of a run of several), the residual drift (the stationarity
+    observable, :func:`solvers.langevin.stationarity`: ``n max_j |mean_2(R_j) - mean_1(R_j)|``
+    over the latter half of the stage so far)."""
     taus = run.taus
     total = run.schedule.total_steps        # "auto" stages: their budget until decided
     obs = run.observables
@@ -123,7 +125,7 @@ def _progress_line(run) -> str:
         risk += f" (chain 0; {run.n_chains} chains: {min(rs):.4e} to {max(rs):.4e})"
     return (f"step {step}/{total} ({100 * step / total:.0f}%)  tau={tau:.2e} "
             f"(temperature {stage}/{len(taus)})  {risk}  "
-            f"stationarity={float(obs['stationarity']['value'][k]):.3g}  "
+            f"residual drift={float(obs['stationarity']['value'][k]):.3g}  "
             f"frames={run.n_frames}")
 
 
@@ -138,10 +140,11 @@ def follow(path, interval=10.0, out=None, poll=None) -> int:
     -------
     int
         0 when the run completes; 1 when no process writes it any more and it is incomplete
-        (interrupted or killed: continue with ``meanfield run ... --resume``).
+        (interrupted or killed: continue with the same ``meanfield run`` command and
+        ``--resume``).
     """
     from meanfield.errors import RunFileError
-    from meanfield.store import open_run, writer_alive
+    from meanfield.store import RESUME_HINT, open_run, writer_alive
     out = sys.stdout if out is None else out      # looked up now: the CLI guards its stdout
     path = Path(path)
     final = path.with_name(path.name[:-len(".part")]) if path.name.endswith(".part") else path
@@ -170,8 +173,8 @@ def follow(path, interval=10.0, out=None, poll=None) -> int:
             stopped += 1                # twice in a row: not a writer between open and lock
             if stopped >= 2:
                 print(line, file=out, flush=True)
-                print(f"stopped: no process is writing {part} (interrupted or killed); continue "
-                      f"with 'meanfield run CONFIG -o {final} --resume'", file=out, flush=True)
+                print(f"stopped: no process is writing {part} (interrupted or killed); "
+                      f"{RESUME_HINT} (its output: {final})", file=out, flush=True)
                 return 1
         else:
             stopped = 0

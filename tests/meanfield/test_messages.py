@@ -148,3 +148,39 @@ def test_an_interrupted_sweep_says_how_to_continue(tmp_path, capsys, monkeypatch
     assert one_line(capsys, code, want=130) == (
         f"meanfield: {how}; the finished jobs are kept in {tmp_path / 'out'}: run the same "
         "command again to continue")
+
+
+def test_follow_names_the_residual_drift_and_the_command_to_continue(tmp_path):
+    """``inspect --follow`` of a run whose writer stopped: its progress line names the
+    stationarity observable (the drift of the time-averaged residuals, computed here by hand
+    from the residuals) and its last line says how to continue without a placeholder to type."""
+    import io
+
+    from meanfield.cli.inspect import follow
+    from solvers.langevin import stationarity
+    cfg = config.from_dict({"data": {"kind": "gaussian", "n": 3, "d": 2},
+                            "model": {"n_particles": 5},
+                            "dynamics": {"taus": [0.1], "steps_per_tau": 100},
+                            "output": {"observe_every": 10, "snapshots_per_tau": 1}})
+    ds = data.from_config(cfg)
+    path = tmp_path / "r.h5.part"
+    history = []
+    with RunWriter(path, cfg, ds, capacity=(1, 10)) as w:
+        for k in range(1, 9):
+            R = np.array([k, 0.0, -k]) * 0.01
+            history.append(R)
+            w.append_observations([Observation(
+                step=10 * k, time=0.5 * k, stage=0, step_in_stage=10 * k, tau=0.1, risk=0.5,
+                regulariser=0.1, mean_sq_norm=1.0, stationarity=stationarity(history),
+                residuals=R, residuals_previous=R, eta_lambda_max=0.01)])
+    # the latter half, observations 5..8, in two windows: means 5.5 and 7.5 (x 0.01) at the
+    # first and last point; n = 3 times the largest difference
+    drift = 3 * (7.5 - 5.5) * 0.01
+    buf = io.StringIO()
+    assert follow(path, interval=0.0, out=buf, poll=0.0) == 1
+    progress, stopped = buf.getvalue().splitlines()[-2:]
+    assert f"  residual drift={drift:.3g}  " in progress and "stationarity=" not in progress
+    assert stopped == (f"stopped: no process is writing {path} (interrupted or killed); to "
+                       "continue it, run the same 'meanfield run' command again with --resume "
+                       f"(its output: {tmp_path / 'r.h5'})")
+    assert "CONFIG" not in stopped
