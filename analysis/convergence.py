@@ -165,9 +165,11 @@ def assess(observables: Mapping[str, np.ndarray], *, rhat_max: float = RHAT_MAX,
     need = K * ess_per_chain_min
     if e < need:
         kind = "bulk" if bulk[names.index(e_name)] <= tail[names.index(e_name)] else "tail"
-        per_chain = f", {ess_per_chain_min:g} per chain" if K > 1 else ""
-        reasons.append(f"too few effective samples ({kind} ESS {e:.4g} at {e_name}, at least "
-                       f"{need:g} needed{per_chain}; autocorrelation time too long for the "
-                       "stage)")
+        # with several chains each number says whether it is per chain or of all together
+        got, want = ((f"{e / K:.4g} per chain ({e:.4g} for all {K} chains together)",
+                      f"{ess_per_chain_min:g} per chain ({need:g} together)") if K > 1 else
+                     (f"{e:.4g}", f"{need:g}"))
+        reasons.append(f"too few effective samples ({kind} ESS {got} at {e_name}, at least "
+                       f"{want} needed; autocorrelation time too long for the stage)")
     finite = (lambda v: float(np.nanmin(v)) if np.any(np.isfinite(v)) else math.nan)
     return Convergence(r, finite(bulk), finite(tail), r_name, e_name, K, test, reasons, per)

@@ -204,7 +204,7 @@ def markdown(rep, figs=()) -> str:
                  "columns, the rays and kinks tables, the sensitivity, Theorem 6 and the "
                  "figures but `trajectory.png` are chain 0's")
     L += ["", "## Low-temperature limit", "",
-          "| τ | step | stationary | R̂ | ESS bulk, tail per chain | rays J | hyperplanes K | "
+          f"| τ | step | stationary | R̂ | {_ess_header(rep['ladder'])} | rays J | hyperplanes K | "
           "matched to τ → 0 | risk | "
           "halo mass | W2 to previous τ | W2 of rays to previous τ | RMS \\|f − f_τ→0\\| on the data, last snapshot |",
           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -378,14 +378,27 @@ def _rhat_text(row) -> str:
     return f"{v['rhat']:.3f} ({v.get('rhat_worst', '')}{one})"
 
 
+def _ess_header(rows) -> str:
+    """The ladder table's ESS header: which ESS its cells give (:func:`_ess_text`), from the
+    chains of the rows' verdicts."""
+    K = max((int((r.get("stationarity") or {}).get("n_chains") or 1) for r in rows), default=1)
+    if K > 1:
+        return f"ESS bulk, tail per chain (all {K} chains together)"
+    return "ESS bulk, tail (one chain)"
+
+
 def _ess_text(row) -> str:
-    """The stage's smallest bulk and tail ESS per chain for the ladder table; "—" without a
-    verdict."""
+    """The stage's smallest bulk and tail ESS for the ladder table, as its header says
+    (:func:`_ess_header`): with several chains per chain (ArviZ's ESS of all chains together
+    over their number) and then the total in parentheses; "—" without a verdict."""
     v = row.get("stationarity") or {}
     if v.get("ess_bulk") is None or v.get("ess_tail") is None:
         return "—"
     K = max(1, int(v.get("n_chains", 1)))
-    return f"{v['ess_bulk'] / K:.0f}, {v['ess_tail'] / K:.0f}"
+    total = f"{v['ess_bulk']:.0f}, {v['ess_tail']:.0f}"
+    if K == 1:
+        return total
+    return f"{v['ess_bulk'] / K:.0f}, {v['ess_tail'] / K:.0f} ({total})"
 
 
 def _stationarity_markdown(rows) -> list:
@@ -401,7 +414,7 @@ def _stationarity_markdown(rows) -> list:
         nums = (f"MCSE {_fmt(v['mcse'], '.1e')}, drift z {_fmt(v['drift_z'], '.2f')}, "
                 f"parity z {_fmt(v['parity_z'], '.2f')} (threshold {v['z_crit']:.2f}), "
                 f"η h {_fmt(v['eta_lambda_max'], '.3f')}, ESS of the MCSE {v['ess']:.0f}"
-                + (" (smallest chain)" if v.get("n_chains", 1) > 1 else "")
+                + (" per chain (the smallest chain's)" if v.get("n_chains", 1) > 1 else "")
                 + _moves_text(v))
         if v["stationary"]:
             L.append(f"- τ = {r['tau']:.2e}: stationary ({nums})")

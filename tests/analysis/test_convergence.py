@@ -103,3 +103,21 @@ def test_report_rhat_and_ess_equal_arviz_on_the_run_file(tmp_path):
     assert row["rhat"] == verdicts[0].rhat and row["ess_bulk"] == verdicts[0].ess_bulk
     assert row["ess_tail"] == verdicts[0].ess_tail
     assert row["rhat_worst"] == verdicts[0].rhat_worst
+
+
+def test_the_ess_reason_says_per_chain_and_all_chains_together():
+    """With several chains the ESS a failed verdict names is given per chain and for all chains
+    together, as is the threshold; with one chain there is only the one number."""
+    x = ar1(2, 400, 0.95, n=2, seed=3)
+    obs = {"a": x[:, :, 0], "b": x[:, :, 1]}
+    _, bulk, tail = cv.diagnostics(np.stack([obs["a"], obs["b"]]))
+    e = float(np.min(np.fmin(bulk, tail)))
+    (why,) = [r for r in cv.assess(obs).reasons if r.startswith("too few effective samples")]
+    assert f" ESS {e / 2:.4g} per chain ({e:.4g} for all 2 chains together) at " in why
+    assert "at least 100 per chain (200 together) needed;" in why
+    one = {k: v[:1] for k, v in obs.items()}
+    _, bulk, tail = cv.diagnostics(np.stack([one["a"], one["b"]]))
+    e = float(np.min(np.fmin(bulk, tail)))
+    (why,) = [r for r in cv.assess(one).reasons if r.startswith("too few effective samples")]
+    assert f" ESS {e:.4g} at " in why and "at least 100 needed;" in why
+    assert "per chain" not in why and "together" not in why

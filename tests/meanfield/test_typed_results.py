@@ -233,3 +233,24 @@ def test_a_gibbs_comparison_states_its_allowance():
     assert g["z"] > Z_CONSISTENT and g["verdict"] == "inconsistent"
     with pytest.raises(ValueError, match="diff of shape"):
         gibbs_allowance([0.0, 0.0], se, q, b)
+
+
+def test_the_ess_column_says_per_chain_or_all_chains(report):
+    """The ladder table's ESS cells are what its header says: one chain's ESS, or with ``K``
+    chains the ESS per chain (ArviZ's of all chains together over ``K``) with the total in
+    parentheses; the verdict line under it says which chain its ESS of the MCSE is."""
+    from meanfield.report import markdown
+    head = next(x for x in markdown(report).splitlines() if x.startswith("| τ | step |"))
+    assert "| ESS bulk, tail (one chain) |" in head
+    # the same report as a run of three chains would give it (made-up ESS values)
+    rows = [dict(r, stationarity={**r["stationarity"], "n_chains": 3, "ess_bulk": 330.0,
+                                  "ess_tail": 240.0, "ess": 90.0})
+            for r in report["ladder"]]
+    md = markdown(dict(report, ladder=rows)).splitlines()
+    head = next(x for x in md if x.startswith("| τ | step |"))
+    assert "| ESS bulk, tail per chain (all 3 chains together) |" in head
+    line = next(x for x in md if x.startswith("| 1.00e-04 | 40000 | **NO** |"))
+    assert [c.strip() for c in line.strip("|").split("|")][4] == "110, 80 (330, 240)"
+    notes = [x for x in md if x.startswith("- τ = ")]
+    assert len(notes) == 2
+    assert all("ESS of the MCSE 90 per chain (the smallest chain's)" in x for x in notes)
