@@ -231,6 +231,72 @@ def _worker_env(threads: int) -> dict:
             "NUMBA_NUM_THREADS": str(threads)}
 
 
+#: Seconds the driver waits for the workers of its local cluster to silence their loggers
+#: after an interrupt (:func:`_silence_workers`) before it closes the cluster regardless.
+SILENCE_TIMEOUT_S = 5.0
+
+
+def silence_distributed() -> dict:
+    """Raise every logger of Dask distributed in this process (``distributed`` and each
+    ``distributed.*``, whatever level Dask's config gave it) above ``CRITICAL``; the loggers
+    of this project and of the rest stay as they are. Used only while a cluster shuts down
+    after an interrupt, whose cancelled tasks and killed workers distributed reports as
+    warnings the user has no use for (the interrupt's own line says what happened).
+
+    Returns
+    -------
+    dict
+        ``{name: old level}``, for :func:`restore_levels`.
+    """
+    import logging
+    names = {"distributed", *(n for n in logging.root.manager.loggerDict
+                              if n.startswith("distributed."))}
+    old = {}
+    for name in sorted(names):
+        log = logging.getLogger(name)
+        old[name] = log.level
+        log.setLevel(logging.CRITICAL + 1)
+    return old
+
+
+def restore_levels(old: dict) -> None:
+    """Put back the logger levels that :func:`silence_distributed` returned."""
+    import logging
+    for name, level in old.items():
+        logging.getLogger(name).setLevel(level)
+
+
+def _silence_workers(client) -> None:
+    """:func:`silence_distributed` in every worker of ``client`` (they log to the terminal of
+    the driver), waiting at most :data:`SILENCE_TIMEOUT_S`; a worker that does not answer is
+    closed all the same."""
+    import threading
+    t = threading.Thread(target=lambda: client.run(silence_distributed, on_error="ignore"),
+                         daemon=True)
+    t.start()
+    t.join(SILENCE_TIMEOUT_S)
+
+
+def dask_setup(worker) -> None:
+    """Dask preload of the workers of the local cluster (:func:`_client` names this module in
+    ``distributed.worker.preload``). Ctrl-C at a terminal reaches the workers too, which then
+    shut down on their own and report the tasks they cancel; here SIGINT first silences the
+    worker's distributed loggers (:func:`silence_distributed`) and then does what it did (a
+    ``KeyboardInterrupt``). A SIGINT that is ignored, or at its default, is left alone."""
+    import signal
+    import threading
+    if threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    if not callable(previous):
+        return
+
+    def quiet(signum, frame):
+        silence_distributed()
+        previous(signum, frame)
+    signal.signal(signal.SIGINT, quiet)
+
+
 @contextlib.contextmanager
 def _client(workers, scheduler, client, n_todo, threads=None):
     """Yield ``(client, threads per job)``; creates and closes what it started. On a local
@@ -259,19 +325,31 @@ def _client(workers, scheduler, client, n_todo, threads=None):
     # spawn: never fork a process whose numba OpenMP pool may have started; saturation 1.0:
     # a worker holds only the job it runs, the rest wait on the scheduler (a killed worker
     # takes no queued job down with it, and idle workers pick up the next job).
+    preload = dask.config.get("distributed.worker.preload", []) or []
+    preload = [preload] if isinstance(preload, str) else list(preload)
+    # the workers' loggers go quiet when Ctrl-C reaches them (:func:`dask_setup`)
     with dask.config.set({"distributed.worker.multiprocessing-method": "spawn",
                           "distributed.nanny.pre-spawn-environ": pre,
-                          "distributed.scheduler.worker-saturation": 1.0}):
+                          "distributed.scheduler.worker-saturation": 1.0,
+                          "distributed.worker.preload": [*preload, __name__]}):
         cluster = distributed.LocalCluster(n_workers=k, threads_per_worker=1, processes=True,
                                            host="127.0.0.1", dashboard_address=None, env=env)
+        quiet: dict = {}
         try:
             c = distributed.Client(cluster)
             try:
                 yield c, threads
+            except KeyboardInterrupt:   # Ctrl-C, Terminated: the shutdown says nothing more
+                quiet = silence_distributed()
+                _silence_workers(c)
+                raise
             finally:
                 c.close()
         finally:
-            cluster.close()
+            try:
+                cluster.close()
+            finally:
+                restore_levels(quiet)
 
 
 def _dask(todo, directory, tracker, workers, scheduler, client, threads):
