@@ -75,6 +75,16 @@ def _terminate(signum, frame):
     raise Terminated(signum)
 
 
+def _quiet_unraisable(previous):
+    """A ``sys.unraisablehook`` that drops a :class:`Terminated` Python could not raise (it
+    came inside a weakref callback or ``__del__``): :func:`_terminate` recorded it, and the
+    next commit point raises it again, so its traceback would only be noise on stderr."""
+    def hook(unraisable):
+        if not isinstance(unraisable.exc_value, Terminated):
+            previous(unraisable)
+    return hook
+
+
 @contextlib.contextmanager
 def _signals_unwind():
     """SIGTERM and SIGHUP raise :class:`Terminated` in the main thread (a signal that is
@@ -85,9 +95,12 @@ def _signals_unwind():
             if sig is not None and signal.getsignal(sig) is signal.SIG_DFL:
                 old[sig] = signal.signal(sig, _terminate)
     interrupts.clear()
+    old_hook = sys.unraisablehook
+    sys.unraisablehook = _quiet_unraisable(old_hook)
     try:
         yield
     finally:
+        sys.unraisablehook = old_hook
         for sig, handler in old.items():
             signal.signal(sig, handler)
         interrupts.clear()

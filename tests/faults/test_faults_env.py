@@ -374,9 +374,20 @@ def test_a_signal_swallowed_during_analyze_still_ends_it(tiny_run_file, tmp_path
     real = report.analyze_run
 
     def analysis_meets_a_swallowed_signal(*a, **k):
-        interrupts.note(signal.SIGTERM)            # what _terminate records before it raises
+        # the handler itself, run where Python cannot raise: inside a weakref callback,
+        # which prints 'Exception ignored ... Traceback' unless the command drops it
+        import weakref
+
+        class Obj:
+            pass
+        o = Obj()
+        weakref.finalize(o, cli._terminate, signal.SIGTERM, None)
+        del o
+        assert interrupts._pending is not None
         return real(*a, **k)
     monkeypatch.setattr(report, "analyze_run", analysis_meets_a_swallowed_signal)
+    printed = []                                   # what would print 'Exception ignored'
+    monkeypatch.setattr(sys, "unraisablehook", printed.append)
     rep = tmp_path / "rep"
     code = cli.main(["analyze", str(run), "-o", str(rep), "--quiet", "--no-references",
                      "--no-sensitivity", "--no-figures"])
@@ -384,6 +395,30 @@ def test_a_signal_swallowed_during_analyze_still_ends_it(tiny_run_file, tmp_path
     assert one_line(capsys.readouterr().err) == "meanfield: terminated by SIGTERM"
     assert sorted(q.name for q in tmp_path.iterdir()) == []
     assert interrupts._pending is None                  # cleared for the next command
+    assert printed == [] and sys.unraisablehook == printed.append
+
+
+def test_other_unraisable_exceptions_are_still_printed(capsys):
+    """Only a swallowed :class:`Terminated` is dropped; any other exception inside a callback
+    reaches the previous ``sys.unraisablehook`` as before."""
+    import weakref
+
+    from meanfield.interrupts import Terminated
+    seen = []
+    hook = cli._quiet_unraisable(seen.append)
+
+    class Obj:
+        pass
+    old = sys.unraisablehook
+    sys.unraisablehook = hook
+    try:
+        for exc in (Terminated(signal.SIGTERM), ValueError("kept")):
+            o = Obj()
+            weakref.finalize(o, lambda e=exc: (_ for _ in ()).throw(e))
+            del o
+    finally:
+        sys.unraisablehook = old
+    assert [type(u.exc_value) for u in seen] == [ValueError]
 
 
 # ---------------------------------------------------------------- 7. missing objects are named
