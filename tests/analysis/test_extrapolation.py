@@ -129,6 +129,7 @@ def test_analyze_extrapolate(tmp_path, capsys):
         assert f": {field}:" in err and len(err.strip().splitlines()) == 1, err
 
 
+@pytest.mark.slow
 def test_analyze_extrapolate_warns_and_skips_with_reasons(tmp_path, capsys):
     """What a pair may hide is said on stderr: too few effective samples for an MCSE, a close
     ratio of steps, temperatures without a partner; a softplus pair has no ReLU reference;

@@ -153,6 +153,7 @@ def _analyze(path):
     return analyze_run(str(path), w2=False, convex=True, sensitivity=True, references=False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("N", [200, 500])
 def test_six_points_J_matches_the_convex_reference(six_runs, N):
     rep = _analyze(six_runs[N])

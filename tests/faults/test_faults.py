@@ -150,6 +150,7 @@ def file_size_limit():
     resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
 
 
+@pytest.mark.slow
 def test_a_report_is_written_complete_or_not_at_all(tiny_run_file, tmp_path, capsys,
                                                      file_size_limit):
     _, run = tiny_run_file
@@ -364,6 +365,7 @@ def test_highdim_fits_leave_unconverged_cells_out_and_flag_them():
 
 # ------------------------------------------------------------ 9. sweep worker thread limits
 
+@pytest.mark.slow
 def test_a_job_asking_more_threads_than_its_worker_allows_is_capped(tiny_run_file, tmp_path):
     from meanfield import config
     cfg, _ = tiny_run_file
@@ -392,6 +394,7 @@ def test_the_retry_hint_only_when_a_retry_can_succeed():
 
 # ---------------------------------------------------------- 10. a script without main guard
 
+@pytest.mark.slow
 def test_a_study_started_at_the_top_level_of_a_script_is_refused_in_one_line(tmp_path):
     study = tmp_path / "study.toml"
     study.write_text(TINY + '[sweep]\n"dynamics.seed" = [0, 1]\n')
@@ -476,6 +479,7 @@ def test_dichotomies_of_a_part_file_and_the_accepted_types(tiny_run_file, tmp_pa
         assert ext in line
 
 
+@pytest.mark.slow
 def test_an_invalid_mplbackend_does_not_stop_the_figures(tiny_run_file, tmp_path):
     _, run = tiny_run_file
     proc = run_cli("analyze", run, "-o", tmp_path / "rep", "--no-w2", "--no-references",

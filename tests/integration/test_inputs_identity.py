@@ -243,6 +243,7 @@ def test_other_data_file_with_the_same_values_resumes(tmp_path, monkeypatch, cap
 
 # ----------------------------------------------------------------------------- case 2: sweeps
 
+@pytest.mark.slow
 def test_sweep_reruns_exactly_the_jobs_whose_data_changed(tmp_path):
     from meanfield.sweep import Study
     write_run_folder(tmp_path)

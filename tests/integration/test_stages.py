@@ -123,6 +123,7 @@ def test_an_old_file_resumed_keeps_its_layout(reheat_run, tmp_path):
     assert open_run(path).frame_stage[-1] == 2
 
 
+@pytest.mark.slow
 def test_reheating_ladder_is_analysed_stage_by_stage(reheat_run, tmp_path, capsys):
     from meanfield.cli import main
     from meanfield.report import Report

@@ -166,6 +166,7 @@ def test_auto_stages_end_on_their_verdict_and_resume_bitwise(tmp_path):
     assert full.step == sum(lengths)
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("one_thread")
 def test_auto_stage_progress_ends_at_100_percent(tmp_path, capsys, monkeypatch):
     """Progress counts the budget of every stage; when a stage ends on its verdict the total

@@ -152,6 +152,7 @@ def test_report_writes_the_figures_in_the_chosen_format(analysed):
         rep.to_dataframe("nope")
 
 
+@pytest.mark.slow
 def test_analyze_format_pdf_from_the_cli(analysed, tmp_path):
     from meanfield import cli
     run, _, _ = analysed

@@ -77,6 +77,7 @@ def test_compare_ladders_matches_temperatures_and_standardises():
         compare_ladders([(1.0, [1.0], [0.1])], [(1.0, [1.0, 2.0], [0.1, 0.1])])
 
 
+@pytest.mark.slow
 def test_convex_init_lm_cold_to_hot_run_resumes_bitwise(tmp_path, monkeypatch):
     """model.init = "convex" with a ladder run cold to hot under Leimkuhler–Matthews: the
     first particles are the convex rays (the first observation's predictor is the convex one
@@ -117,6 +118,7 @@ def test_config_rejects_unknown_integrator_and_init(tmp_path):
             config.loads(tiny_toml({key: bad}), "t.toml", tmp_path)
 
 
+@pytest.mark.slow
 def test_analyze_against_compares_hot_and_cold_ladders(tmp_path, capsys):
     import json
 
