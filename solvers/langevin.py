@@ -119,20 +119,35 @@ def second_moment_scale(lam: float, init_scale: float, taus, y, d: int) -> float
                  + np.mean(np.asarray(y, float) ** 2) / lam)
 
 
-def stationarity(resid_history: list) -> float:
+def stationarity(resid_history: list, prefix: list | None = None) -> float:
     """Drift of the time-averaged residuals over the last window, in units of ``f``.
 
     With the second half of the stage's observations split into two equal windows,
     returns ``n · max_j |mean_2(R_j) − mean_1(R_j)|``; ``nan`` with fewer than 4 observations.
     Near stationarity it is of the order of the thermal fluctuation of ``f``.
+
+    ``prefix``, optional: the running sums ``[0, R_0, R_0 + R_1, …]`` of the history, which
+    this call extends to ``len(resid_history) + 1`` entries; the windows' means then cost
+    ``O(n)`` instead of ``O(m n)`` (a run observes every few steps for millions of steps).
     """
     m = len(resid_history)
+    if prefix is not None:
+        if not prefix:
+            prefix.append(np.zeros(len(resid_history[0]) if m else 0))
+        for r in resid_history[len(prefix) - 1:]:
+            prefix.append(prefix[-1] + np.asarray(r, dtype=float))
     if m < 4:
         return float("nan")
-    H = np.asarray(resid_history[m // 2:])
-    k = H.shape[0] // 2
-    n = H.shape[1]
-    return float(n * np.max(np.abs(H[-k:].mean(axis=0) - H[:k].mean(axis=0))))
+    h = m // 2
+    k = (m - h) // 2
+    if prefix is None:
+        H = np.asarray(resid_history[h:])
+        late, early = H[-k:].mean(axis=0), H[:k].mean(axis=0)
+    else:
+        late = (prefix[m] - prefix[m - k]) / k
+        early = (prefix[h + k] - prefix[h]) / k
+    n = len(resid_history[0])
+    return float(n * np.max(np.abs(late - early)))
 
 
 def move_rates(counts, n_particles: int, nsteps: int, eta: float) -> dict:
@@ -348,6 +363,17 @@ def _next_stage(state, auto: bool) -> None:
     state.stage_regulariser = []
 
 
+def _prefix(state) -> list:
+    """The running sums of ``state.stage_residuals`` (:func:`stationarity`), kept on the state
+    but not a field of it (a checkpoint does not store them; a resumed run rebuilds them from
+    the stored residuals, the same additions in the same order)."""
+    cache = state.__dict__.get("_stage_prefix")
+    if cache is None or cache[0] is not state.stage_residuals:
+        cache = (state.stage_residuals, [])
+        state.__dict__["_stage_prefix"] = cache
+    return cache[1]
+
+
 def _observe(stepper, state, code, R_prev, tau, step0, nsteps, target, *, runaway, mala,
              chain):
     """Check one chain after ``nsteps`` steps from ``step0``, record the boundary in its
@@ -389,7 +415,8 @@ def _observe(stepper, state, code, R_prev, tau, step0, nsteps, target, *, runawa
     obs = Observation(step=state.step, time=state.step * eta, stage=state.stage,
                       step_in_stage=state.step_in_stage, tau=tau,
                       risk=float(np.sum((n * R) ** 2) / n), regulariser=0.5 * lam * msq,
-                      mean_sq_norm=msq, stationarity=stationarity(state.stage_residuals),
+                      mean_sq_norm=msq,
+                      stationarity=stationarity(state.stage_residuals, _prefix(state)),
                       residuals=R, residuals_previous=R_prev, eta_lambda_max=eta_h,
                       **rates)
     return obs, mode

@@ -138,3 +138,41 @@ def test_runaway_particles_stop_as_divergence():
     msq = float(np.mean(np.sum(st.theta ** 2, axis=1)))
     assert msq < 1e-3 * RUNAWAY_FACTOR * second_moment_scale(cfg.dynamics.lam, cfg.model.init_scale, cfg.taus, ds.y,
                                                         ds.d)
+
+
+def test_running_sums_give_the_windows_drift_of_the_plain_means():
+    """``stationarity`` with running sums, extended one observation at a time as a run does,
+    equals the plain means of the two windows at every length (and nan below 4)."""
+    from solvers.langevin import stationarity
+    rng = np.random.default_rng(3)
+    rows = list(rng.normal(size=(57, 3)) + np.linspace(0, 1, 57)[:, None])
+    prefix: list = []
+    for m in range(1, len(rows) + 1):
+        hist = rows[:m]
+        got = stationarity(hist, prefix)
+        assert len(prefix) == m + 1
+        if m < 4:
+            assert got != got
+            continue
+        H = np.asarray(hist[m // 2:])
+        k = len(H) // 2
+        want = 3 * np.max(np.abs(H[-k:].mean(axis=0) - H[:k].mean(axis=0)))
+        assert got == pytest.approx(want, rel=1e-12, abs=1e-14)
+        assert stationarity(hist) == pytest.approx(want, rel=1e-12)
+
+
+def test_a_run_observing_every_step_has_the_stationarity_of_its_residuals(tmp_path):
+    """The observable written by a run is the windows' drift of its own stored residuals."""
+    from solvers.langevin import stationarity
+    X = np.array([[-1.0], [0.5], [1.0]])
+    y = np.array([0.3, -0.2, 0.4])
+    from solvers.langevin import initial_state, simulate
+    from solvers.schedule import Schedule
+    st = Stepper(X, y, 50, lam=0.1, eta=0.05, seed=2)
+    out = [o for _, o, _ in simulate(st, Schedule([1e-2], 300, 3, 1), initial_state(50, 1, 1.0, 2),
+                                     init_scale=1.0) if o is not None]
+    R = [o.residuals for o in out]
+    values = [o.stationarity for o in out]
+    assert len(R) == 100
+    for m in (4, 37, 100):
+        assert values[m - 1] == pytest.approx(stationarity(R[:m]), rel=1e-10)
