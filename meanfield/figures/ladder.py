@@ -88,8 +88,12 @@ def plot_ladder(rep, run, *, axes=None):
         if P is not None:
             a.axhline(2 * P - 1, color="0.3", lw=0.8, ls="-")
             a.axhline(P - 1, color="0.3", lw=0.8, ls=":")
-            for val, name, up in ((2 * P - 1, "2P−1", True), (P - 1, "P−1", False)):
-                # 2P−1 above its line, P−1 below its own: neither label is crossed by a line
+            counts = np.concatenate([J, K])
+            # P−1's label below its line, or above it where counts sit just below the line
+            # (within a factor 2) and the label would cover their markers
+            low_up = bool(np.any((counts < P - 1) & (counts >= (P - 1) / 2)))
+            for val, name, up in ((2 * P - 1, "2P−1", True), (P - 1, "P−1", low_up)):
+                # 2P−1 above its line: neither label is crossed by a line
                 a.annotate(f"{name} = {val}", (0.03, val), xycoords=a.get_yaxis_transform(),
                            xytext=(0, 1.5 if up else -1.5), textcoords="offset points",
                            va="bottom" if up else "top", ha="left", fontsize=7, color="0.3")

@@ -17,9 +17,14 @@ from solvers import numpy_model
 
 
 def _box(X, pad=0.3):
+    """The plotted box around inputs ``X`` (n, d): their range on each axis widened by ``pad``
+    of it; an axis whose range is under half the widest (data on a line, as the symmetric
+    two-point sets) gets half the widest, centred on the data, so the panel is not flat."""
     lo, hi = X.min(axis=0), X.max(axis=0)
-    span = np.maximum(hi - lo, 1e-9)
-    return lo - pad * span, hi + pad * span
+    widest = float(np.max(hi - lo)) if X.size else 0.0
+    span = np.maximum(hi - lo, 0.5 * widest if widest > 0 else 1.0)
+    mid = 0.5 * (lo + hi)
+    return mid - (0.5 + pad) * span, mid + (0.5 + pad) * span
 
 
 def _same_ticks(ax, axes=("x", "y")):
@@ -173,10 +178,10 @@ def _predictor_2d(snaps, run, X, y, axes):
             sg = _kink_sign(s, kk)
             drawn.add(sg)
             labelled = labelled or bool(kk["rays"])
-            (x0, y0), (x1, y1) = seg
+            (x0, y0), (x1, y1) = sorted(seg, key=lambda q: (q[1], q[0]))  # bottom end first
             ax.plot([x0, x1], [y0, y1], color=SIGN_COLOURS[sg], ls=SIGN_STYLES[sg], lw=1.1,
                     path_effects=[pe.withStroke(linewidth=2.2, foreground="white", alpha=0.6)])
-            # label at one end, alternating, pulled inside the box
+            # label at the bottom end, then the top end, alternating, pulled inside the box
             t = 0.08 if j % 2 == 0 else 0.92
             lx, ly = x0 + t * (x1 - x0), y0 + t * (y1 - y0)
             ax.text(lx, ly, ",".join(f"r{r}" for r in kk["rays"]), fontsize=7,

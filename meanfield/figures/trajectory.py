@@ -144,9 +144,10 @@ def reason_word(reason: str) -> str:
 
 
 def verdict_note(v: dict) -> str:
-    """The annotation of one stage's verdict (a report row's ``stationarity``), three lines:
-    ``stationary`` or ``no:`` and the reasons' words, ``R̂``, and the bulk/tail ESS per chain
-    (as the report's table gives them; ``–`` for a value not computed)."""
+    """The annotation of one stage's verdict (a report row's ``stationarity``), four short
+    lines (a stage is narrow at column width): ``stationary`` or ``no:`` and the reasons'
+    words, ``R̂``, and the bulk/tail ESS per chain (as the report's table gives them; ``–``
+    for a value not computed)."""
     K = max(1, int(v.get("n_chains") or 1))
 
     def num(x, fmt, per=1):
@@ -157,7 +158,7 @@ def verdict_note(v: dict) -> str:
     else:
         head = "no: " + ", ".join(words) if words else "not stationary"
     return (f"{head}\nR̂ {num(v.get('rhat'), '.3f')}\n"
-            f"ESS/chain {num(v.get('ess_bulk'), '.0f', K)}/{num(v.get('ess_tail'), '.0f', K)}")
+            f"ESS/chain\n{num(v.get('ess_bulk'), '.0f', K)}/{num(v.get('ess_tail'), '.0f', K)}")
 
 
 def _annotate_verdicts(ax, verdicts, bounds, eta):
@@ -169,9 +170,9 @@ def _annotate_verdicts(ax, verdicts, bounds, eta):
         return
     lo_y, hi_y = ax.get_ylim()
     if ax.get_yscale() == "log" and lo_y > 0:
-        ax.set_ylim(lo_y, hi_y * (hi_y / lo_y) ** 1.2)     # the data in the lower 45 %
+        ax.set_ylim(lo_y, hi_y * (hi_y / lo_y) ** 1.6)     # the data in the lower 40 %
     else:
-        ax.set_ylim(lo_y, hi_y + 1.2 * (hi_y - lo_y))
+        ax.set_ylim(lo_y, hi_y + 1.6 * (hi_y - lo_y))
     for v, lo, hi in notes:
         ax.text((lo + hi) / 2 * eta, 0.96, verdict_note(v), transform=ax.get_xaxis_transform(),
                 ha="center", va="top", fontsize=7, linespacing=1.0,

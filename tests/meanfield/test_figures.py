@@ -488,10 +488,10 @@ def test_trajectory_says_why_each_stage_is_or_is_not_stationary(analysed):
         v = r["stationarity"]
         lo, hi = run.schedule.stage_bounds(r["stage"])
         assert lo * eta < t.get_position()[0] < hi * eta          # over its own stage
-        head, rhat, ess = t.get_text().split("\n")
+        head, rhat, ess, per = t.get_text().split("\n")
         assert rhat == f"R̂ {v['rhat']:.3f}"
         assert v["n_chains"] == 1          # one chain: per chain is all of it
-        assert ess == f"ESS/chain {v['ess_bulk']:.0f}/{v['ess_tail']:.0f}"
+        assert (ess, per) == ("ESS/chain", f"{v['ess_bulk']:.0f}/{v['ess_tail']:.0f}")
         assert (head == "stationary") == bool(r["stationary"])
     # made-up verdicts: each reason in one word, in the stage of its row (matched by stage,
     # not by tau: a reheating ladder has two rows of one tau)
@@ -509,9 +509,9 @@ def test_trajectory_says_why_each_stage_is_or_is_not_stationary(analysed):
                  stationary=v["stationary"]) for r, v in zip(rep["ladder"], made)]
     fig = meanfield.plot_trajectory(dict(rep, ladder=rows), run)
     texts = [t.get_text() for t in fig.axes[2].texts]
-    assert texts == ["no: drift, R̂, ESS\nR̂ 1.051\nESS/chain 40/55",
-                     "stationary\nR̂ 1.002\nESS/chain 225/212",      # 4 chains: per chain
-                     "no: few obs.\nR̂ –\nESS/chain –/–"]
+    assert texts == ["no: drift, R̂, ESS\nR̂ 1.051\nESS/chain\n40/55",
+                     "stationary\nR̂ 1.002\nESS/chain\n225/212",      # 4 chains: per chain
+                     "no: few obs.\nR̂ –\nESS/chain\n–/–"]
     assert [verdict_note(v) for v in made] == texts
     colours = [t.get_color() for t in fig.axes[2].texts]
     assert colours[0] == colours[2] != colours[1]               # not stationary: in red
@@ -521,3 +521,16 @@ def test_trajectory_says_why_each_stage_is_or_is_not_stationary(analysed):
     v = np.asarray(run.observables["stationarity"]["value"], float)
     top = ax.transData.transform((0, np.nanmax(v)))[1]
     assert all(t.get_window_extent(r).y0 > top for t in ax.texts)
+
+
+def test_predictor_box_of_data_on_a_line_is_not_flat():
+    """The symmetric two-point sets lie on the x₁ axis: the plotted box gets half the x₁ range
+    (widened by the pad) in x₂, centred on the data; data spread on both axes keep their own
+    ranges widened by 30 %."""
+    from meanfield.figures.predictor import _box
+    lo, hi = _box(np.array([[2.5, 0.0], [-2.5, 0.0]]))
+    np.testing.assert_allclose(lo, [-2.5 - 1.5, -0.5 * 5 * 0.8])
+    np.testing.assert_allclose(hi, [2.5 + 1.5, 0.5 * 5 * 0.8])
+    lo, hi = _box(np.array([[0.0, 0.0], [4.0, 3.0]]))
+    np.testing.assert_allclose(lo, [-1.2, -0.9])
+    np.testing.assert_allclose(hi, [5.2, 3.9])
