@@ -232,3 +232,24 @@ def test_report_gives_no_theorem6_verdict_when_N_is_too_small(tmp_path):
     assert not rep["theorem6"]["decided"]
     assert "too small" in rep["theorem6"]["undecided_reason"]
     assert "Not decided" in markdown(rep)
+
+
+def test_particle_objective_by_hand_and_at_the_convex_optimum():
+    """The convex objective at the particles' measure: a two-particle case done by hand, and
+    the convex optimum of D2's data laid out as one particle per ray (``a = |u|``,
+    ``a|u|/N = c_k``) gives the optimum itself."""
+    from benchmarks import ray_counts as rc
+    X, y = np.array([[-1.0], [1.0]]), np.array([0.0, 1.0])
+    theta = np.array([[1.0, 1.0, 0.0], [-2.0, 0.0, 1.0]])
+    # f = (relu(x) - 2)/2: f(-1) = -1, f(1) = -1/2; fit (1 + 2.25)/4; TV (1 + 2)/2
+    assert rc.particle_objective(theta, X, y, 0.1) == pytest.approx(3.25 / 4 + 0.1 * 1.5)
+    Xd = np.array([[-1.0], [-0.2], [0.5], [1.0]])
+    yd = np.array([1.0, 0.1, 0.4, 1.2])
+    conv = convex_reference(Xd, yd, 0.01)
+    keep = np.abs(conv.weights) > 1e-9
+    V, c = np.asarray(conv.directions)[keep], np.asarray(conv.weights)[keep]
+    N = len(c)
+    r = np.sqrt(N * np.abs(c))
+    parts = np.column_stack([np.sign(c) * r, r[:, None] * V])
+    got = rc.particle_objective(parts, Xd, yd, 0.01)
+    assert got == pytest.approx(conv.primal, rel=1e-9)
