@@ -160,8 +160,10 @@ def gibbs_allowance(diff, stderr, quad_error: float, step_bias: float) -> dict:
     -------
     dict
         ``combined_error`` (the largest ``e_j``), ``step_bias_allowance``, ``z`` (the largest
-        ``z_j``; ``inf`` where a point is off by more than ``b`` with ``e_j = 0``) and
-        ``verdict``.
+        ``z_j``; ``inf`` where a point is off by more than ``b`` with ``e_j = 0``),
+        ``z_without_allowance`` (the largest ``|diff_j| / e_j``: what the comparison would
+        read with no step bias allowed, so a reader sees how much of the verdict the
+        allowance carries) and ``verdict``.
 
     Raises
     ------
@@ -176,8 +178,12 @@ def gibbs_allowance(diff, stderr, quad_error: float, step_bias: float) -> dict:
     with np.errstate(divide="ignore", invalid="ignore"):
         z = np.where(e > 0, excess / np.where(e > 0, e, 1.0), np.where(excess > 0, np.inf, 0.0))
     zmax = float(np.max(z)) if z.size else 0.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z0 = np.where(e > 0, np.abs(diff) / np.where(e > 0, e, 1.0),
+                      np.where(np.abs(diff) > 0, np.inf, 0.0))
     return {"combined_error": float(np.max(e)) if e.size else 0.0,
             "step_bias_allowance": float(step_bias), "z": zmax,
+            "z_without_allowance": float(np.max(z0)) if z0.size else 0.0,
             "verdict": "consistent" if zmax <= Z_CONSISTENT else "inconsistent"}
 
 

@@ -90,6 +90,9 @@ def test_distances_on_a_run(small_run):
         z = np.max(np.maximum(np.abs(f - ref) - b, 0) / e)
         assert g["z"] == pytest.approx(z, rel=1e-9, abs=1e-12)
         assert g["verdict"] == ("consistent" if z <= 3 else "inconsistent")
+        # and what it would read with no step bias allowed
+        assert g["z_without_allowance"] == pytest.approx(np.max(np.abs(f - ref) / e), rel=1e-9)
+        assert g["z_without_allowance"] >= g["z"]
     c = convex_distance(run)
     assert c["tau"] == 0.02
     f, _ = time_average_predictor(run, 1, 0.5)
