@@ -78,6 +78,8 @@ def initial_states(cfg: _config.RunConfig, dataset: _data.Dataset) -> list[Solve
 COMPILE_NOTE_AFTER = 3.0
 
 
+#: Seconds between the lines that say the compile goes on (after :data:`COMPILE_NOTE`).
+COMPILE_HEARTBEAT = 30.0
 #: The line ``run`` prints while it compiles.
 COMPILE_NOTE = ("run: compiling the numba kernels, once per installation for every input "
                 "dimension (about {minutes} min on an idle 2-core machine, longer on a busy one)")
@@ -93,21 +95,32 @@ def _warm_up(stepper: Stepper, state: SolverState, progress) -> None:
     a first run); a first compile also compiles the kernels of the other input dimensions
     (:meth:`solvers.stepper.Stepper.prepare`). Preparing works on a copy of the particles and
     leaves the run unchanged. When it takes longer than :data:`COMPILE_NOTE_AFTER` seconds and
-    progress is shown, one line on stderr says why nothing moves yet and for how long."""
+    progress is shown, one line on stderr says why nothing moves yet and for how long, and a
+    line every :data:`COMPILE_HEARTBEAT` seconds after it gives the time so far."""
     import sys
+    import time
+    done = threading.Event()
     note = None
     if progress is not False:
+        t0 = time.monotonic()
+
         def say():
+            if done.wait(COMPILE_NOTE_AFTER):
+                return
             sys.stderr.write(COMPILE_NOTE.format(minutes=COMPILE_MINUTES) + "\n")
             sys.stderr.flush()
-        note = threading.Timer(COMPILE_NOTE_AFTER, say)
-        note.daemon = True
+            while not done.wait(COMPILE_HEARTBEAT):       # a line now and then: not stuck
+                sys.stderr.write(f"run: still compiling, {time.monotonic() - t0:.0f} s so "
+                                 "far\n")
+                sys.stderr.flush()
+        note = threading.Thread(target=say, daemon=True)
         note.start()
     try:
         stepper.prepare(state.theta.copy(), int(state.step))
     finally:
+        done.set()
         if note is not None:
-            note.cancel()
+            note.join()
 
 
 def integrate(cfg: _config.RunConfig, dataset: _data.Dataset, writer: RunWriter | None = None,

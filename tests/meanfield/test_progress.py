@@ -144,12 +144,19 @@ def test_run_says_it_compiles_when_preparing_the_kernels_is_slow(capsys, monkeyp
             time.sleep(self.seconds)
 
     monkeypatch.setattr(loop, "COMPILE_NOTE_AFTER", 0.05)
+    monkeypatch.setattr(loop, "COMPILE_HEARTBEAT", 0.2)
     state = SolverState(theta=np.ones((3, 4)))
     loop._warm_up(Slow(0.5), state, None)
-    assert capsys.readouterr().err == (
+    first, *beats = capsys.readouterr().err.splitlines()
+    assert first == (
         "run: compiling the numba kernels, once per installation for every input dimension "
         f"(about {loop.COMPILE_MINUTES} min on an idle 2-core machine, longer on a busy "
-        "one)\n")
+        "one)")
+    # then a line every COMPILE_HEARTBEAT seconds with the time so far (at 0.25 and 0.45 s;
+    # a loaded machine may wake the thread late, so at least one)
+    assert beats
+    assert all(b.startswith("run: still compiling, ") and b.endswith(" s so far")
+               for b in beats)
     assert np.all(state.theta == 1.0)
     loop._warm_up(Slow(0.5), state, False)
     loop._warm_up(Slow(0.0), state, None)
