@@ -104,13 +104,28 @@ def _value(v) -> str:
     return repr(v)                      # floats exactly, as the config holds them
 
 
+def _planned_total(run) -> int:
+    """The steps the run plans, as its own progress bar counts them: with ``"auto"`` stages
+    of a run under way, the stages decided so far plus the whole budget
+    (``max_steps_per_tau``) of the current stage and of each later one (the reader's
+    schedule ends the current stage at its last observation, which is no plan)."""
+    sch = run.schedule
+    if not sch.auto or run.complete:
+        return int(sch.total_steps)
+    if not len(run.observables["risk"]["step"]):
+        return sch.n_stages * int(sch.max_steps_per_tau)
+    stage = int(run.stage[-1])
+    lo, _ = sch.stage_bounds(stage)
+    return int(lo) + (sch.n_stages - stage) * int(sch.max_steps_per_tau)
+
+
 def _progress_line(run) -> str:
     """One line on how far a run has come: step of total, temperature, risk (chain 0's, and
     the range over the chains of a run of several), the residual drift (the stationarity
     observable, :func:`solvers.langevin.stationarity`: ``n max_j |mean_2(R_j) - mean_1(R_j)|``
     over the latter half of the stage so far)."""
     taus = run.taus
-    total = run.schedule.total_steps        # "auto" stages: their budget until decided
+    total = _planned_total(run)
     obs = run.observables
     if not len(obs["risk"]["step"]):
         return f"step 0/{total}  waiting for the first observation"

@@ -184,3 +184,34 @@ def test_follow_names_the_residual_drift_and_the_command_to_continue(tmp_path):
                        "continue it, run the same 'meanfield run' command again with --resume "
                        f"(its output: {tmp_path / 'r.h5'})")
     assert "CONFIG" not in stopped
+
+
+def test_follow_counts_the_plan_of_auto_stages_as_the_run_does(tmp_path):
+    """With ``"auto"`` stages of a run under way the progress total is the run's own: the
+    stages decided so far plus the budget of the current and each later stage (the run's bar
+    read 900 000 where ``--follow`` read 503 900)."""
+    import io
+
+    from meanfield.cli.inspect import follow
+    cfg = config.from_dict({"data": {"kind": "gaussian", "n": 3, "d": 2},
+                            "model": {"n_particles": 5},
+                            "dynamics": {"taus": [0.1, 0.05, 0.01], "steps_per_tau": "auto",
+                                         "max_steps_per_tau": 800},
+                            "output": {"observe_every": 10, "snapshots_per_tau": 1}})
+    ds = data.from_config(cfg)
+    path = tmp_path / "r.h5.part"
+    R = np.zeros(3)
+    rows = [(10 * k, 0, 10 * k) for k in range(1, 31)]                 # stage 0: 300 steps
+    rows += [(300 + 10 * k, 1, 10 * k) for k in range(1, 5)]           # stage 1 under way
+    with RunWriter(path, cfg, ds, capacity=(1, 10)) as w:
+        for step, stage, within in rows:
+            w.append_observations([Observation(
+                step=step, time=0.05 * step, stage=stage, step_in_stage=within,
+                tau=cfg.taus[stage], risk=0.5, regulariser=0.1, mean_sq_norm=1.0,
+                stationarity=0.0, residuals=R, residuals_previous=R, eta_lambda_max=0.01)])
+    buf = io.StringIO()
+    assert follow(path, interval=0.0, out=buf, poll=0.0) == 1
+    progress = buf.getvalue().splitlines()[-2]
+    want = 300 + 2 * 800
+    assert progress.startswith(f"step 340/{want} ({100 * 340 / want:.0f}%)  tau=5.00e-02 "
+                               "(temperature 2/3)"), progress
