@@ -466,7 +466,7 @@ def _sensitivity_markdown(sens) -> list:
 
 
 def _references_markdown(refs) -> list:
-    L = ["", "## Exact references (THEORY §4–5)", ""]
+    L = ["", "## Exact references (docs/theory.md §4–5)", ""]
     if "skipped" in refs:
         return L + [f"Skipped: {refs['skipped']}."]
     L += ["Time-averaged particle predictor on the training points (last half of each stage) "
