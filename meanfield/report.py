@@ -204,7 +204,7 @@ def markdown(rep, figs=()) -> str:
                  "columns, the rays and kinks tables, the sensitivity, Theorem 6 and the "
                  "figures but `trajectory.png` are chain 0's")
     L += ["", "## Low-temperature limit", "",
-          f"| τ | step | stationary | R̂ | {_ess_header(rep['ladder'])} | rays J | hyperplanes K | "
+          f"| τ | step | stationary | R̂ (worst observable) | {_ess_header(rep['ladder'])} | rays J | hyperplanes K | "
           "matched to τ → 0 | risk | "
           "halo mass | W2 to previous τ | W2 of rays to previous τ | RMS \\|f − f_τ→0\\| on the data, last snapshot |",
           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
