@@ -49,9 +49,31 @@ Run 'meanfield COMMAND --help' for the options of each command; docs/cli.md has 
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # usage errors are bad input: exit 2 with one line
+    """Usage errors are bad input: exit 2 with one line that points to the ``--help`` of the
+    command that refused them. Long options are never abbreviated (``--thread 1`` is a typo,
+    not ``--threads``), in the top-level parser and every command's (they are this class)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message):
         sys.stderr.write(f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
         raise SystemExit(2)
+
+    def parse_known_args(self, args=None, namespace=None):
+        # A command's parser refuses what it does not know itself: argparse would hand it up
+        # to ``meanfield``, whose error would point to 'meanfield --help'.
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras and self._subcommand:
+            self.error("unrecognized arguments: " + " ".join(extras))
+        return namespace, extras
+
+    _subcommand = False
+
+
+class _CommandParser(_Parser):
+    _subcommand = True
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "ReLU neurons.",
                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"meanfield {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_CommandParser)
     for name in COMMANDS:
         importlib.import_module(f"meanfield.cli.{name}").register(sub)
     return p

@@ -3,6 +3,8 @@ given where a run file belongs, and ``inspect`` printing the config it promises.
 
 from __future__ import annotations
 
+import argparse
+
 import numpy as np
 import pytest
 from conftest import tiny_toml
@@ -215,3 +217,52 @@ def test_follow_counts_the_plan_of_auto_stages_as_the_run_does(tmp_path):
     want = 300 + 2 * 800
     assert progress.startswith(f"step 340/{want} ({100 * 340 / want:.0f}%)  tau=5.00e-02 "
                                "(temperature 2/3)"), progress
+
+
+def _usage_error(capsys, argv):
+    """The one stderr line of a usage error (argparse exits 2 through ``SystemExit``)."""
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    return one_line(capsys, exc.value.code)
+
+
+@pytest.mark.parametrize("argv,typo", [
+    (["run", "--thread", "1"], "--thread"),
+    (["run", "--qui"], "--qui"),
+    (["inspect", "x.h5", "--fol"], "--fol"),
+    (["analyze", "x.h5", "--no-fig"], "--no-fig"),
+    (["reference", "gibbs", "c.toml", "--ta", "0.1"], "--ta"),
+])
+def test_an_abbreviated_long_option_is_a_usage_error(capsys, argv, typo):
+    line = _usage_error(capsys, argv)
+    assert f"unrecognized arguments: {typo}" in line
+
+
+def test_an_abbreviated_top_level_option_is_a_usage_error(capsys):
+    line = _usage_error(capsys, ["--vers"])
+    assert line == ("meanfield: error: unrecognized arguments: --vers "
+                    "(see 'meanfield --help')")
+
+
+@pytest.mark.parametrize("argv,prog", [
+    (["run", "--quite"], "meanfield run"),
+    (["inspect", "x.h5", "--jsn"], "meanfield inspect"),
+    (["reference", "convex", "c.toml", "--jsonn"], "meanfield reference convex"),
+])
+def test_a_command_usage_error_points_to_that_commands_help(capsys, argv, prog):
+    line = _usage_error(capsys, argv)
+    assert line.startswith(f"{prog}: error: unrecognized arguments: {argv[-1]} ")
+    assert line.endswith(f"(see '{prog} --help')")
+
+
+def test_every_parser_refuses_abbreviations():
+    from meanfield.cli import build_parser
+    todo, seen = [build_parser()], 0
+    while todo:
+        p = todo.pop()
+        assert p.allow_abbrev is False, p.prog
+        seen += 1
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                todo += list(action.choices.values())
+    assert seen >= 10                   # meanfield, its seven commands, reference's two
