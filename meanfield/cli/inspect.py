@@ -196,12 +196,29 @@ def follow(path, interval=10.0, out=None, poll=None) -> int:
         time.sleep(poll)
 
 
+def _not_a_checkpoint(path) -> None:
+    """Refuse ``RUN.h5.ckpt`` (the checkpoint of an interrupted run, not an HDF5 run file) in
+    one line naming the run file to inspect and how to continue the run."""
+    from meanfield.errors import InputError
+    from meanfield.store import RESUME_HINT
+    p = Path(path)
+    if not p.name.endswith(".ckpt") or not p.is_file():
+        return
+    part = p.with_name(p.name[:-len(".ckpt")] + ".part")
+    what = "is the checkpoint of an interrupted run, not a run file: "
+    if part.exists():
+        raise InputError(str(path), "", f"{what}inspect its run file {part}; {RESUME_HINT}")
+    raise InputError(str(path), "", f"{what}its run file {part} is missing, so the run cannot "
+                                    "be resumed (start it over with --overwrite)")
+
+
 def main(args) -> int:
     """Run ``meanfield inspect`` with the parsed ``args``; returns the exit code."""
     from meanfield.cli.analyze import _not_a_config
     from meanfield.errors import InputError
     from meanfield.store import no_frames_yet, open_run
     _not_a_config(args.run, then="inspect")
+    _not_a_checkpoint(args.run)
     if args.follow:
         if not args.interval > 0:
             raise InputError("command line", "--interval", f"must be > 0, got {args.interval}")

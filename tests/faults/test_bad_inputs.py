@@ -669,7 +669,9 @@ def inspect_directory(tmp):
 def inspect_checkpoint(tmp):
     _, cfg = good_config(tmp)
     make_interrupted(tmp / "out.h5", cfg)
-    return ["inspect", tmp / "out.h5.ckpt"], ["out.h5.ckpt", "not a readable HDF5 file"]
+    return ["inspect", tmp / "out.h5.ckpt"], ["out.h5.ckpt", "is the checkpoint of an interrupted "
+                                              "run", f"inspect its run file {tmp / 'out.h5.part'}",
+                                              "--resume"]
 
 
 @case

@@ -266,3 +266,21 @@ def test_every_parser_refuses_abbreviations():
             if isinstance(action, argparse._SubParsersAction):
                 todo += list(action.choices.values())
     assert seen >= 10                   # meanfield, its seven commands, reference's two
+
+
+@pytest.mark.parametrize("with_part", [True, False])
+def test_inspect_of_a_checkpoint_names_the_run_file_and_resume(tmp_path, capsys, with_part):
+    ckpt, part = tmp_path / "r.h5.ckpt", tmp_path / "r.h5.part"
+    with open(ckpt, "wb") as fh:                # a checkpoint is an .npz archive, not HDF5
+        np.savez(fh, step=np.int64(3))
+    if with_part:
+        part.write_bytes(b"")
+    line = one_line(capsys, main(["inspect", str(ckpt)]))
+    assert line.startswith(f"meanfield: error: {ckpt}: is the checkpoint of an interrupted run")
+    assert "not a readable HDF5 file" not in line
+    if with_part:
+        assert line.endswith(f"inspect its run file {part}; to continue it, run the same "
+                             "'meanfield run' command again with --resume")
+    else:
+        assert line.endswith(f"its run file {part} is missing, so the run cannot be resumed "
+                             "(start it over with --overwrite)")
