@@ -149,6 +149,16 @@ def run(cfg: _config.RunConfig | str | os.PathLike | None, output: str | os.Path
                           progress=progress, threads=threads, log=log, outcome=outcome)
 
 
+def _nothing_to_resume(paths: RunPaths) -> str:
+    """The note of ``--resume`` that starts a new run: which files it looked for (a script
+    requeued on a cluster passes ``--resume`` on every start, so the first start is fresh)."""
+    if paths.part.exists():            # killed before its first checkpoint
+        return (f"note: nothing to resume: {paths.part} has no checkpoint {paths.ckpt.name} "
+                f"(stopped before the first one); starting a new run")
+    return (f"note: nothing to resume: no interrupted run of {paths.final} ({paths.part.name} "
+            f"and {paths.ckpt.name} not found); starting a new run")
+
+
 def _run_owned(cfg, dataset, out, *, overwrite, resume, progress, threads, log, outcome):
     """:func:`run` once the output is owned by this process."""
     paths = RunPaths.of(out)
@@ -197,7 +207,7 @@ def _run_owned(cfg, dataset, out, *, overwrite, resume, progress, threads, log, 
         log(f"resuming {paths.part} from step {states[0].step}")
     else:
         if resume:
-            log(f"nothing to resume for {out}: starting from the beginning")
+            log(_nothing_to_resume(paths))
         with _Writing(paths.part):
             for p in (paths.ckpt, paths.part, paths.creating):
                 if p.exists():

@@ -284,3 +284,38 @@ def test_inspect_of_a_checkpoint_names_the_run_file_and_resume(tmp_path, capsys,
     else:
         assert line.endswith(f"its run file {part} is missing, so the run cannot be resumed "
                              "(start it over with --overwrite)")
+
+
+def test_resume_with_nothing_to_resume_says_so_and_starts_a_new_run(tmp_path, capsys,
+                                                                     one_thread):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(tiny_toml())
+    out = tmp_path / "fresh.h5"
+    code = main(["run", str(cfg), "-o", str(out), "--resume", "--quiet", "--threads", "1"])
+    err = capsys.readouterr().err.splitlines()
+    assert code == 0 and out.exists()
+    assert err[0] == (f"meanfield: note: nothing to resume: no interrupted run of {out} "
+                      "(fresh.h5.part and fresh.h5.ckpt not found); starting a new run")
+    assert len(err) == 2 and err[1].startswith(f"meanfield: wrote {out} in ")
+
+
+def test_resume_of_a_part_without_checkpoint_says_it_starts_over(tmp_path, capsys,
+                                                                 monkeypatch, one_thread):
+    from support import stop_after
+
+    from meanfield import runner
+    from meanfield.errors import Interrupted
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(tiny_toml())
+    out = tmp_path / "r.h5"
+    with monkeypatch.context() as m:
+        stop_after(m, 3)
+        with pytest.raises(Interrupted):
+            runner.run(config.load(cfg), out, progress=False)
+    out.with_name("r.h5.ckpt").unlink()              # killed before the first checkpoint
+    capsys.readouterr()
+    code = main(["run", str(cfg), "-o", str(out), "--resume", "--quiet", "--threads", "1"])
+    err = capsys.readouterr().err.splitlines()
+    assert code == 0 and out.exists() and not out.with_name("r.h5.part").exists()
+    assert err[0] == (f"meanfield: note: nothing to resume: {out}.part has no checkpoint "
+                      "r.h5.ckpt (stopped before the first one); starting a new run")
