@@ -26,7 +26,8 @@ def register(sub):
     p.add_argument("--follow", action="store_true",
                    help="print the progress of a run in progress (read live, committed rows "
                         "only) until it ends; exit 0 when it completes, 1 when its writer "
-                        "stops before the end")
+                        "stops before the end; a run file not there yet is waited for, 60 s "
+                        "at most (then exit 2)")
     p.add_argument("--interval", type=float, default=10.0,
                    help="seconds between two progress lines with --follow (default 10)")
     p.set_defaults(func=main)
@@ -144,12 +145,35 @@ def _progress_line(run) -> str:
             f"frames={run.n_frames}")
 
 
-def follow(path, interval=10.0, out=None, poll=None) -> int:
+#: Seconds ``--follow`` waits for a run file that does not exist yet (the run not started).
+FOLLOW_WAIT = 60.0
+
+
+def _wait_for(shown: str, part: Path, final: Path, wait: float, poll: float, out) -> None:
+    """Wait up to ``wait`` seconds for ``part`` or ``final`` to exist, after one line naming
+    ``shown`` (the path as typed); refuse it in one line (exit 2) when neither appears."""
+    from meanfield.errors import RunFileError
+    if part.exists() or final.exists():
+        return
+    also = "" if shown.endswith(".part") else f" (or {part.name})"
+    print(f"waiting for {shown}{also} to appear", file=out, flush=True)
+    deadline = time.monotonic() + wait
+    while not (part.exists() or final.exists()):
+        if time.monotonic() >= deadline:
+            raise RunFileError(shown, "", f"no such file: it did not appear within {wait:g} s; "
+                                          f"start the run first (meanfield run CONFIG -o "
+                                          f"{final}) or check the path")
+        time.sleep(poll)
+
+
+def follow(path, interval=10.0, out=None, poll=None, wait=None) -> int:
     """Print the progress of the run written to ``path`` until it ends.
 
     Each read opens the file afresh as a SWMR reader and sees the rows committed by then.
     ``path`` may name the finished file or its ``.part``; when the writer renames the
-    ``.part`` into place the finished file is read once more.
+    ``.part`` into place the finished file is read once more. While neither exists (the run
+    has not started yet) it waits for one, ``wait`` seconds at most (default
+    :data:`FOLLOW_WAIT`), after one line saying so.
 
     Returns
     -------
@@ -161,10 +185,12 @@ def follow(path, interval=10.0, out=None, poll=None) -> int:
     from meanfield.errors import RunFileError
     from meanfield.store import RESUME_HINT, open_run, writer_alive
     out = sys.stdout if out is None else out      # looked up now: the CLI guards its stdout
+    shown = str(path)                   # every message names the path as the user typed it
     path = Path(path)
     final = path.with_name(path.name[:-len(".part")]) if path.name.endswith(".part") else path
     part = final.with_name(final.name + ".part")
     poll = min(interval, 1.0) if poll is None else poll
+    _wait_for(shown, part, final, FOLLOW_WAIT if wait is None else wait, poll, out)
     last_line, last_print, stopped = None, 0.0, 0
     while True:
         target = part if part.exists() else final
@@ -172,7 +198,8 @@ def follow(path, interval=10.0, out=None, poll=None) -> int:
             run = open_run(target)
         except RunFileError:
             if not (part.exists() or final.exists()):
-                raise
+                raise RunFileError(shown, "", "no such file any more (removed or moved "
+                                              "away while followed)") from None
             time.sleep(poll)            # renamed between the check and the open
             continue
         line = _progress_line(run)

@@ -4,6 +4,9 @@ given where a run file belongs, and ``inspect`` printing the config it promises.
 from __future__ import annotations
 
 import argparse
+import shutil
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -319,3 +322,36 @@ def test_resume_of_a_part_without_checkpoint_says_it_starts_over(tmp_path, capsy
     assert code == 0 and out.exists() and not out.with_name("r.h5.part").exists()
     assert err[0] == (f"meanfield: note: nothing to resume: {out}.part has no checkpoint "
                       "r.h5.ckpt (stopped before the first one); starting a new run")
+
+
+def test_follow_of_a_run_not_started_gives_up_naming_the_path_typed(tmp_path, capsys,
+                                                                    monkeypatch):
+    from meanfield.cli import inspect
+    monkeypatch.setattr(inspect, "FOLLOW_WAIT", 0.3)
+    part = tmp_path / "x.h5.part"
+    t0 = time.monotonic()
+    code = main(["inspect", str(part), "--follow", "--interval", "0.05"])
+    assert time.monotonic() - t0 >= 0.3
+    out = capsys.readouterr()
+    assert code == 2 and out.out == f"waiting for {part} to appear\n"
+    assert out.err == (f"meanfield: error: {part}: no such file: it did not appear within "
+                       f"0.3 s; start the run first (meanfield run CONFIG -o "
+                       f"{tmp_path / 'x.h5'}) or check the path\n")
+
+
+def test_follow_waits_for_the_part_to_appear(tmp_path, capsys, monkeypatch, tiny_run_file):
+    from meanfield.cli import inspect
+    monkeypatch.setattr(inspect, "FOLLOW_WAIT", 60.0)
+    part = tmp_path / "x.h5.part"
+    # a complete run file appears under the .part name after a while (as a writer's
+    # finished but not yet renamed file does)
+    later = threading.Timer(0.5, shutil.copyfile, (tiny_run_file[1], part))
+    later.start()
+    try:
+        code = main(["inspect", str(part), "--follow", "--interval", "0.05"])
+    finally:
+        later.join()
+    lines = capsys.readouterr().out.splitlines()
+    assert code == 0
+    assert lines[0] == f"waiting for {part} to appear"
+    assert lines[-1] == f"complete: {part}" and len(lines) == 3
