@@ -147,6 +147,10 @@ def _progress_line(run) -> str:
 
 #: Seconds ``--follow`` waits for a run file that does not exist yet (the run not started).
 FOLLOW_WAIT = 60.0
+#: Seconds a file that exists may stay unreadable as a run file before ``--follow`` gives up
+#: with its reason (a ``.part`` is unreadable only for the moment it is being created or
+#: renamed; a file that is no run file stays so).
+FOLLOW_UNREADABLE = 10.0
 
 
 def _wait_for(shown: str, part: Path, final: Path, wait: float, poll: float, out) -> None:
@@ -192,6 +196,7 @@ def follow(path, interval=10.0, out=None, poll=None, wait=None) -> int:
     poll = min(interval, 1.0) if poll is None else poll
     _wait_for(shown, part, final, FOLLOW_WAIT if wait is None else wait, poll, out)
     last_line, last_print, stopped = None, 0.0, 0
+    unreadable_since = None
     while True:
         target = part if part.exists() else final
         try:
@@ -200,8 +205,13 @@ def follow(path, interval=10.0, out=None, poll=None, wait=None) -> int:
             if not (part.exists() or final.exists()):
                 raise RunFileError(shown, "", "no such file any more (removed or moved "
                                               "away while followed)") from None
-            time.sleep(poll)            # renamed between the check and the open
+            now = time.monotonic()
+            unreadable_since = now if unreadable_since is None else unreadable_since
+            if now - unreadable_since > FOLLOW_UNREADABLE:
+                raise                   # no run file: its reason, in one line
+            time.sleep(poll)            # being created, or renamed between check and open
             continue
+        unreadable_since = None
         line = _progress_line(run)
         now = time.monotonic()
         if run.complete:

@@ -355,3 +355,19 @@ def test_follow_waits_for_the_part_to_appear(tmp_path, capsys, monkeypatch, tiny
     assert code == 0
     assert lines[0] == f"waiting for {part} to appear"
     assert lines[-1] == f"complete: {part}" and len(lines) == 3
+
+
+def test_follow_of_a_file_that_is_no_run_file_gives_up_with_its_reason(tmp_path, capsys,
+                                                                       monkeypatch):
+    """A file that stays unreadable as a run file (here a CSV under a run file's name) ends
+    ``--follow`` with the reader's one-line reason after ``FOLLOW_UNREADABLE`` seconds
+    (it polled forever)."""
+    from meanfield.cli import inspect
+    monkeypatch.setattr(inspect, "FOLLOW_UNREADABLE", 0.3)
+    bad = tmp_path / "x.h5"
+    bad.write_text("x,y\n1,2\n")
+    t0 = time.monotonic()
+    code = main(["inspect", str(bad), "--follow", "--interval", "0.05"])
+    assert 0.3 <= time.monotonic() - t0 < 30
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and str(bad) in err, err
