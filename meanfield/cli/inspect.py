@@ -233,6 +233,16 @@ def follow(path, interval=10.0, out=None, poll=None, wait=None) -> int:
         time.sleep(poll)
 
 
+def _convergence_text(v: dict) -> str:
+    """`` (R-hat 1.005, bulk/tail ESS per chain 271/408)`` of a stage's verdict (its numbers
+    as ``report.md`` shows them; the reasons of a stage not stationary carry their own)."""
+    K = max(1, int(v.get("n_chains") or 1))
+    if v.get("rhat") is None or v.get("ess_bulk") is None or v.get("ess_tail") is None:
+        return ""
+    return (f" (R-hat {v['rhat']:.3f}, bulk/tail ESS per chain {v['ess_bulk'] / K:.0f}/"
+            f"{v['ess_tail'] / K:.0f})")
+
+
 def _not_a_checkpoint(path) -> None:
     """Refuse ``RUN.h5.ckpt`` (the checkpoint of an interrupted run, not an HDF5 run file) in
     one line naming the run file to inspect and how to continue the run."""
@@ -292,7 +302,8 @@ def main(args) -> int:
     for st in doc["stages"]:
         v = st["stationarity"]
         verdict = ("running (no verdict yet)" if st["running"] else
-                   "no observations" if v is None else "stationary" if st["stationary"]
+                   "no observations" if v is None else
+                   "stationary" + _convergence_text(v) if st["stationary"]
                    else "NOT stationary: " + "; ".join(v["reasons"]))
         moves = "" if v is None else "".join(
             f"  {k}={v[k]:.3g}" for k in ("acceptance", "jump_acceptance", "cell_exchange")

@@ -166,3 +166,19 @@ def test_run_creates_missing_output_folders(tmp_path, capsys):
     assert sorted(p.name for p in out.parent.iterdir()) == ["run.h5"]
     assert main(["inspect", str(out), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["complete"] is True
+
+
+def test_inspect_gives_a_stationary_stage_its_rhat_and_ess_per_chain():
+    """A stationary stage's line carries the numbers of its verdict: R-hat and the bulk/tail
+    ESS divided by the chains, as report.md shows them; a verdict without them adds nothing."""
+    import numpy as np
+
+    from analysis.stationarity import verdict
+    from meanfield.cli.inspect import _convergence_text
+    rng = np.random.default_rng(0)
+    F = rng.normal(size=(2, 4000, 3))                  # two chains of white noise
+    v = verdict(np.arange(1, 4001), F).to_dict()
+    assert v["stationary"] and v["n_chains"] == 2
+    assert _convergence_text(v) == (f" (R-hat {v['rhat']:.3f}, bulk/tail ESS per chain "
+                                    f"{v['ess_bulk'] / 2:.0f}/{v['ess_tail'] / 2:.0f})")
+    assert _convergence_text({"rhat": None, "ess_bulk": None, "ess_tail": None}) == ""
