@@ -212,23 +212,32 @@ class _Abscissa:
             ax.set_xscale("log")
             ax.set_xlim(self.taus.max() * 3, self.t0 / 3)
         ax.set_xticks(list(self.x) + [self.t0])
+        powers = all(_power_of_ten(t) for t in self.taus if t != 0)     # one format per axis
         if self.by_stage:       # every stage's τ, every other one a line lower
-            labels = [("\n" if k % 2 else "") + _tau_label(t) for k, t in enumerate(self.taus)]
+            labels = [("\n" if k % 2 else "") + _tau_label(t, powers)
+                      for k, t in enumerate(self.taus)]
         else:
             step = 2 if len(self.taus) >= 3 else 1
-            labels = [_tau_label(t) if k % step == 0 else "" for k, t in enumerate(self.taus)]
+            labels = [_tau_label(t, powers) if k % step == 0 else ""
+                      for k, t in enumerate(self.taus)]
         ax.set_xticklabels(labels + ["→0"], fontsize=7)
         ax.minorticks_off()
 
 
-def _tau_label(t):
-    """``10⁻³`` for a power of ten (short enough for two panels a row at 7 pt), else ``2e-3``
-    (``0`` for zero, a stage of a reheating ladder may be one)."""
+def _power_of_ten(t) -> bool:
+    k = np.log10(t)
+    return bool(abs(k - round(k)) < 1e-9)
+
+
+def _tau_label(t, powers: bool = True):
+    """``10⁻³`` for a power of ten on an axis whose temperatures all are (short enough for
+    two panels a row at 7 pt), else ``2e-3``, ``1e-3`` (one format on one axis: ``5e-3`` next
+    to ``10⁻⁴`` read as two kinds of number; ``0`` for zero, a stage of a reheating ladder
+    may be one)."""
     if t == 0:
         return "0"
-    k = np.log10(t)
-    if abs(k - round(k)) < 1e-9:
-        return f"$10^{{{int(round(k))}}}$"
+    if powers and _power_of_ten(t):
+        return f"$10^{{{int(round(np.log10(t)))}}}$"
     return f"{t:.0e}".replace("e-0", "e-")
 
 

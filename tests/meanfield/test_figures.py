@@ -534,3 +534,14 @@ def test_predictor_box_of_data_on_a_line_is_not_flat():
     lo, hi = _box(np.array([[0.0, 0.0], [4.0, 3.0]]))
     np.testing.assert_allclose(lo, [-1.2, -0.9])
     np.testing.assert_allclose(hi, [5.2, 3.9])
+
+
+def test_tau_labels_use_one_format_per_axis():
+    """Powers of ten as 10⁻ᵏ only when every temperature of the axis is one; a ladder with
+    5e-3 labels all its temperatures as 5e-3, 1e-3, 1e-4 (it read 5e-3 next to 10⁻⁴)."""
+    from meanfield.figures.ladder import _power_of_ten, _tau_label
+    taus = [5e-3, 1e-3, 1e-4]
+    powers = all(_power_of_ten(t) for t in taus)
+    assert not powers
+    assert [_tau_label(t, powers) for t in taus] == ["5e-3", "1e-3", "1e-4"]
+    assert [_tau_label(t) for t in (1e-2, 1e-4, 0.0)] == ["$10^{-2}$", "$10^{-4}$", "0"]
