@@ -111,6 +111,12 @@ class Schedule:
         ends = self.chunk_ends()
         return step_in_stage in ends[1:-1]
 
+    def planned_total(self, stage: int, start: int) -> int:
+        """``"auto"``: the steps planned once stage ``stage`` has begun at global step
+        ``start``: those done before it plus the whole budget (``max_steps_per_tau``) of it
+        and of every later stage, the most the ladder can still take (the progress total)."""
+        return int(start) + (self.n_stages - int(stage)) * int(self.max_steps_per_tau)
+
     def with_length(self, stage: int, length: int) -> Schedule:
         """A copy with stage ``stage``'s length decided (``"auto"``; the stages before
         it must be decided already)."""

@@ -61,19 +61,16 @@ class _Parser(argparse.ArgumentParser):
         sys.stderr.write(f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
         raise SystemExit(2)
 
-    def parse_known_args(self, args=None, namespace=None):
-        # A command's parser refuses what it does not know itself: argparse would hand it up
-        # to ``meanfield``, whose error would point to 'meanfield --help'.
-        namespace, extras = super().parse_known_args(args, namespace)
-        if extras and self._subcommand:
-            self.error("unrecognized arguments: " + " ".join(extras))
-        return namespace, extras
-
-    _subcommand = False
-
 
 class _CommandParser(_Parser):
-    _subcommand = True
+    """A command's parser: it refuses what it does not know itself (argparse would hand it up
+    to ``meanfield``, whose error would point to 'meanfield --help')."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error("unrecognized arguments: " + " ".join(extras))
+        return namespace, extras
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -106,18 +106,16 @@ def _value(v) -> str:
 
 
 def _planned_total(run) -> int:
-    """The steps the run plans, as its own progress bar counts them: with ``"auto"`` stages
-    of a run under way, the stages decided so far plus the whole budget
-    (``max_steps_per_tau``) of the current stage and of each later one (the reader's
-    schedule ends the current stage at its last observation, which is no plan)."""
+    """The steps the run plans, as its own progress bar counts them
+    (:meth:`solvers.schedule.Schedule.planned_total` of the stage under way; the reader's
+    schedule ends that stage at its last observation, which is no plan)."""
     sch = run.schedule
     if not sch.auto or run.complete:
         return int(sch.total_steps)
     if not len(run.observables["risk"]["step"]):
-        return sch.n_stages * int(sch.max_steps_per_tau)
+        return sch.planned_total(0, 0)
     stage = int(run.stage[-1])
-    lo, _ = sch.stage_bounds(stage)
-    return int(lo) + (sch.n_stages - stage) * int(sch.max_steps_per_tau)
+    return sch.planned_total(stage, sch.stage_bounds(stage)[0])
 
 
 def _progress_line(run) -> str:

@@ -199,8 +199,7 @@ def integrate(cfg: _config.RunConfig, dataset: _data.Dataset, writer: RunWriter 
                 # a stage began: the earlier ones are done, this and the later ones may use
                 # their whole budget (the total counted the budget of every stage)
                 stage_seen = head.stage
-                left = schedule.n_stages - head.stage
-                _retotal(bar, prev + left * int(schedule.max_steps_per_tau))
+                _retotal(bar, schedule.planned_total(head.stage, prev))
             if writer is not None:
                 writer.append_observations([obs])
                 for st in states:
