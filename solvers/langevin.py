@@ -126,28 +126,24 @@ def stationarity(resid_history: list, prefix: list | None = None) -> float:
     returns ``n · max_j |mean_2(R_j) − mean_1(R_j)|``; ``nan`` with fewer than 4 observations.
     Near stationarity it is of the order of the thermal fluctuation of ``f``.
 
-    ``prefix``, optional: the running sums ``[0, R_0, R_0 + R_1, …]`` of the history, which
-    this call extends to ``len(resid_history) + 1`` entries; the windows' means then cost
-    ``O(n)`` instead of ``O(m n)`` (a run observes every few steps for millions of steps).
+    The windows' means come from the running sums ``[0, R_0, R_0 + R_1, …]`` of the history:
+    ``prefix``, when given, holds them from earlier calls and is extended here to
+    ``len(resid_history) + 1`` entries, so that a call costs ``O(n)``, not ``O(m n)`` (a run
+    observes every few steps for millions of steps); without it they are summed afresh.
     """
     m = len(resid_history)
-    if prefix is not None:
-        if not prefix:
-            prefix.append(np.zeros(len(resid_history[0]) if m else 0))
-        for r in resid_history[len(prefix) - 1:]:
-            prefix.append(prefix[-1] + np.asarray(r, dtype=float))
+    prefix = [] if prefix is None else prefix
+    if not prefix:
+        prefix.append(np.zeros(len(resid_history[0]) if m else 0))
+    for r in resid_history[len(prefix) - 1:]:
+        prefix.append(prefix[-1] + np.asarray(r, dtype=float))
     if m < 4:
         return float("nan")
     h = m // 2
     k = (m - h) // 2
-    if prefix is None:
-        H = np.asarray(resid_history[h:])
-        late, early = H[-k:].mean(axis=0), H[:k].mean(axis=0)
-    else:
-        late = (prefix[m] - prefix[m - k]) / k
-        early = (prefix[h + k] - prefix[h]) / k
-    n = len(resid_history[0])
-    return float(n * np.max(np.abs(late - early)))
+    late = (prefix[m] - prefix[m - k]) / k
+    early = (prefix[h + k] - prefix[h]) / k
+    return float(len(resid_history[0]) * np.max(np.abs(late - early)))
 
 
 def move_rates(counts, n_particles: int, nsteps: int, eta: float) -> dict:
