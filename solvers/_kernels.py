@@ -479,8 +479,25 @@ def fused_step(T, XcT, Rc, nc, XnT, nn, partial, scratch, lam, eta, sd, k, step,
 
 
 @nb.njit(parallel=True, cache=True)
-def to_columns(theta, T):
-    """``T[k, i] = theta[i, k]``: rows (N, d+2) to the kernels' (d+2, N) layout."""
+def _launch(out):
+    for i in nb.prange(out.shape[0]):
+        out[i] = i
+
+
+_LAUNCHED = []
+
+
+def launch_threads() -> None:
+    """Start numba's threading layer by one tiny parallel region (once per process). A kernel
+    loaded from the cache that calls a parallel one (``"mala"``'s pass calls :func:`forward`)
+    crashed when no parallel region had run in the process before it."""
+    if not _LAUNCHED:
+        _launch(np.empty(1))
+        _LAUNCHED.append(True)
+
+
+@nb.njit(parallel=True, cache=True)
+def _to_columns_blocks(theta, T):
     N, D = theta.shape
     for blk in nb.prange((N + BLOCK - 1) // BLOCK):
         for i in range(blk * BLOCK, min(N, (blk + 1) * BLOCK)):
@@ -488,20 +505,60 @@ def to_columns(theta, T):
                 T[k, i] = theta[i, k]
 
 
-@nb.njit(parallel=True, cache=True)
-def to_rows(T, theta):
-    """``theta[i, k] = T[k, i]``; returns True when every entry is finite."""
+@nb.njit(cache=True)
+def _to_columns_one(theta, T):
     N, D = theta.shape
+    for i in range(N):
+        for k in range(D):
+            T[k, i] = theta[i, k]
+
+
+def to_columns(theta, T):
+    """``T[k, i] = theta[i, k]``: rows (N, d+2) to the kernels' (d+2, N) layout (in parallel
+    over blocks of :data:`BLOCK` particles; one block without a parallel region)."""
+    if theta.shape[0] <= BLOCK:
+        _to_columns_one(theta, T)
+    else:
+        _to_columns_blocks(theta, T)
+
+
+@nb.njit(inline="always")
+def _rows_block(T, theta, lo, hi):
+    D = theta.shape[1]
+    sq = 0.0
+    for i in range(lo, hi):
+        for k in range(D):
+            v = T[k, i]
+            theta[i, k] = v
+            sq += v * v
+    return sq
+
+
+@nb.njit(parallel=True, cache=True)
+def _to_rows_blocks(T, theta):
+    N = theta.shape[0]
     nblocks = (N + BLOCK - 1) // BLOCK
-    bad = np.zeros(nblocks, dtype=np.bool_)
+    sums = np.zeros(nblocks)
     for blk in nb.prange(nblocks):
-        for i in range(blk * BLOCK, min(N, (blk + 1) * BLOCK)):
-            for k in range(D):
-                v = T[k, i]
-                theta[i, k] = v
-                if not np.isfinite(v):
-                    bad[blk] = True
-    return not np.any(bad)
+        sums[blk] = _rows_block(T, theta, blk * BLOCK, min(N, (blk + 1) * BLOCK))
+    total = 0.0
+    for blk in range(nblocks):
+        total += sums[blk]
+    return total
+
+
+@nb.njit(cache=True)
+def _to_rows_one(T, theta):
+    return _rows_block(T, theta, 0, theta.shape[0])
+
+
+def to_rows(T, theta) -> float:
+    """``theta[i, k] = T[k, i]``; returns ``Σ_ik theta[i, k]²``, summed within blocks of
+    :data:`BLOCK` particles and then over the blocks in order (the same whatever the thread
+    count): not finite when an entry is not, or when the squares overflow."""
+    if theta.shape[0] <= BLOCK:
+        return _to_rows_one(T, theta)
+    return _to_rows_blocks(T, theta)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -551,8 +608,8 @@ def _reduce(partial, nbp, N, out):
 
 
 @nb.njit(cache=True)
-def run_steps(T, X, y, B, partial, scratch, ibuf, fbuf, f, R, lam, eta, tau, seed, step0,
-              nsteps, kind, p, data_term, noise, dims):
+def run_steps(T, X, y, B, partial, scratch, ibuf, fbuf, f, R, R_prev, lam, eta, tau, seed,
+              step0, nsteps, kind, p, data_term, noise, dims):
     """Advance ``nsteps`` steps from global step ``step0``.
 
     Step ``s`` adds the noise ``sqrt(2ητ) ξ_s`` (Euler–Maruyama) or
@@ -574,6 +631,10 @@ def run_steps(T, X, y, B, partial, scratch, ibuf, fbuf, f, R, lam, eta, tau, see
         Work space.
     f, R : ndarray (n,)
         Out: predictor and scaled residuals ``(f − y)/n`` on all points after the last step.
+    R_prev : ndarray (n,)
+        Out, full batch (``B = 0``) and ``nsteps >= 1`` only: the scaled residuals on all
+        points before the last step (those its drift used), bitwise what a call with
+        ``nsteps − 1`` steps leaves in ``R``. Not written otherwise.
     lam, eta, tau : float
     seed, step0, nsteps : int
     kind : int; p : ndarray (4,)
@@ -620,6 +681,9 @@ def run_steps(T, X, y, B, partial, scratch, ibuf, fbuf, f, R, lam, eta, tau, see
                 R[j] = Rc[j]
             return 1
         last = s == nsteps - 1
+        if last and B == 0:
+            for j in range(n):
+                R_prev[j] = Rc[j]
         nn = _select(seed, step0 + s + 1, X, 0 if last else B, perm, idx_n, XnT)
         fused_step(T, XcT, Rc, nc if data_term else 0, XnT, nn, partial, scratch, lam, eta,
                    sd, k1, step0 + s, kind, p, noise, dims)

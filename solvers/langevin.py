@@ -141,9 +141,11 @@ def stationarity(resid_history: list, prefix: list | None = None) -> float:
         return float("nan")
     h = m // 2
     k = (m - h) // 2
-    late = (prefix[m] - prefix[m - k]) / k
-    early = (prefix[h + k] - prefix[h]) / k
-    return float(len(resid_history[0]) * np.max(np.abs(late - early)))
+    # k (mean_2 − mean_1) = (S_m − S_{m−k}) − (S_{h+k} − S_h)
+    gap = prefix[m] - prefix[m - k]
+    gap -= prefix[h + k]
+    gap += prefix[h]
+    return len(resid_history[0]) * float(np.abs(gap).max()) / k
 
 
 def move_rates(counts, n_particles: int, nsteps: int, eta: float) -> dict:
@@ -203,8 +205,12 @@ def _parallel_chains(steppers) -> int:
 
 def _advance(stepper, theta, tau, step0, nsteps):
     """``nsteps`` steps of one chain from global step ``step0``, the last one separately so
-    that the residuals of both parities are seen: ``(code, R_prev)``."""
+    that the residuals of both parities are seen: ``(code, R_prev)`` (one call where the
+    kernel keeps them, :attr:`Stepper.keeps_previous`)."""
     stepper.reset_counts()
+    if stepper.keeps_previous and nsteps >= 1:
+        code = stepper.advance(theta, tau, step0, nsteps)
+        return code, stepper.R_prev.copy()
     code = stepper.advance(theta, tau, step0, nsteps - 1)
     R_prev = stepper.R.copy()
     if code == 0:
@@ -370,6 +376,10 @@ def _prefix(state) -> list:
     return cache[1]
 
 
+def _in_chain(chain) -> str:
+    return "" if chain is None else f" in chain {chain}"
+
+
 def _observe(stepper, state, code, R_prev, tau, step0, nsteps, target, *, runaway, mala,
              chain):
     """Check one chain after ``nsteps`` steps from ``step0``, record the boundary in its
@@ -378,19 +388,21 @@ def _observe(stepper, state, code, R_prev, tau, step0, nsteps, target, *, runawa
     n, eta, lam = stepper.n, stepper.eta, stepper.lam
     state.step = step0 + nsteps
     state.step_in_stage = target
-    where = "" if chain is None else f" in chain {chain}"
-    msq = float(np.mean(np.einsum("ij,ij->i", theta, theta))) if code == 0 else math.nan
-    if not (math.isfinite(msq) and np.all(np.isfinite(theta))):  # NaN, Inf or overflow
+    # the sum of squares comes from the stepper's last layout conversion: finite iff every
+    # particle is and no square overflowed (code 0)
+    msq = stepper.sum_sq / stepper.n_particles if code == 0 else math.nan
+    if not math.isfinite(msq):                                  # NaN, Inf or overflow
         raise DivergenceError(
             state.step, tau,
-            f"dynamics diverged (NaN/Inf/overflow){where} between steps "
+            f"dynamics diverged (NaN/Inf/overflow){_in_chain(chain)} between steps "
             f"{step0} and {state.step} at tau={tau:g}; the step size "
             f"eta={eta:g} is likely too large for this data scale (try eta/2) "
             f"or init_scale too big")
     if msq > runaway:
         raise DivergenceError(
             state.step, tau,
-            f"dynamics ran away{where} by step {state.step} at tau={tau:g}: mean |theta|^2 = "
+            f"dynamics ran away{_in_chain(chain)} by step {state.step} at tau={tau:g}: "
+            f"mean |theta|^2 = "
             f"{msq:.3g} is over {RUNAWAY_FACTOR:.0e} times its expected scale; the step "
             f"size eta={eta:g} is likely too large for this data scale (try eta/2)")
     R = stepper.R.copy()
@@ -410,7 +422,7 @@ def _observe(stepper, state, code, R_prev, tau, step0, nsteps, target, *, runawa
     state.stage_regulariser.append(0.5 * lam * msq)
     obs = Observation(step=state.step, time=state.step * eta, stage=state.stage,
                       step_in_stage=state.step_in_stage, tau=tau,
-                      risk=float(np.sum((n * R) ** 2) / n), regulariser=0.5 * lam * msq,
+                      risk=n * float(R @ R), regulariser=0.5 * lam * msq,
                       mean_sq_norm=msq,
                       stationarity=stationarity(state.stage_residuals, _prefix(state)),
                       residuals=R, residuals_previous=R_prev, eta_lambda_max=eta_h,

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 import os
 import subprocess
 import sys
@@ -230,6 +231,13 @@ class Stepper:
         Predictor on all training points after the last :meth:`advance`.
     R : ndarray of shape (n,)
         Scaled residuals ``(f − y)/n`` on all training points after the last :meth:`advance`.
+    sum_sq : float
+        ``Σ_i |θ_i|²`` of the particles after the last :meth:`advance` (``nan`` or ``inf``
+        when they are not finite or their squares overflow).
+    R_prev : ndarray of shape (n,)
+        Where :attr:`keeps_previous`: the scaled residuals on all training points one step
+        before the end of the last :meth:`advance` of at least one step (what an
+        :meth:`advance` one step shorter leaves in :attr:`R`, bitwise).
     counts : int64 ndarray of shape (5,)
         ``"mala"``: moves proposed and accepted since the last :meth:`reset_counts`, in the
         order of ``solvers._mala.COUNTS`` (Langevin moves, accepted ones, jumps, accepted
@@ -289,11 +297,19 @@ class Stepper:
         self.fbuf = np.empty((2 * d + 2, n))
         self.f = np.empty(n)
         self.R = np.empty(n)
+        self.R_prev = np.empty(n)
+        self.sum_sq = 0.0
         self.counts = np.zeros(len(_mala.COUNTS), dtype=np.int64)
         self.f_sum = np.zeros(n)
         if integrator == "mala":
             self.XT = np.ascontiguousarray(self.X.T)
             self.sub = np.empty(_mala.JUMP_SUBSET, dtype=np.int64)
+
+    @property
+    def keeps_previous(self) -> bool:
+        """Whether :meth:`advance` records :attr:`R_prev` (full batch ``"em"`` and ``"lm"``):
+        then one call gives the residuals of both parities at an observation."""
+        return self.spec.parallel and self.batch_size == 0
 
     def reset_counts(self) -> None:
         """Zero :attr:`counts` and :attr:`f_sum`."""
@@ -320,8 +336,9 @@ class Stepper:
         Returns
         -------
         int
-            0, or 1 when NaN/Inf appeared in the residuals or the particles (``theta`` then
-            holds the particles where the kernel stopped).
+            0, or 1 when NaN/Inf appeared in the residuals or the particles, or the sum of
+            their squares overflowed (``theta`` then holds the particles where the kernel
+            stopped).
         """
         if theta.shape != (self.n_particles, self.d + 2) or theta.dtype != np.float64 \
                 or not theta.flags.c_contiguous:
@@ -329,6 +346,7 @@ class Stepper:
                              f"{(self.n_particles, self.d + 2)}")
         if step0 < 0 or nsteps < 0 or step0 + nsteps > _rng.MAX_STEP:
             raise ValueError(f"steps must lie in [0, 2**31), got {step0} + {nsteps}")
+        kernels.launch_threads()
         kernels.to_columns(theta, self.T)
         if not self.spec.parallel:
             if nsteps > 0 and not float(tau) > 0.0:
@@ -339,15 +357,15 @@ class Stepper:
                                     self.eta, float(tau), self.seed, int(step0), int(nsteps),
                                     self.kind, self.params, bool(data_term), self.jumps,
                                     self.dims)
-            finite = kernels.to_rows(self.T, theta)
-            return int(code) if code else (0 if finite else 1)
+            self.sum_sq = kernels.to_rows(self.T, theta)
+            return int(code) if code else (0 if math.isfinite(self.sum_sq) else 1)
         code = kernels.run_steps(self.T, self.X, self.y, self.batch_size, self.partial,
-                                 self.scratch, self.ibuf, self.fbuf, self.f, self.R, self.lam,
-                                 self.eta, float(tau), self.seed, int(step0), int(nsteps),
-                                 self.kind, self.params, bool(data_term), self.spec.noise,
-                                 self.dims)
-        finite = kernels.to_rows(self.T, theta)
-        return int(code) if code else (0 if finite else 1)
+                                 self.scratch, self.ibuf, self.fbuf, self.f, self.R,
+                                 self.R_prev, self.lam, self.eta, float(tau), self.seed,
+                                 int(step0), int(nsteps), self.kind, self.params,
+                                 bool(data_term), self.spec.noise, self.dims)
+        self.sum_sq = kernels.to_rows(self.T, theta)
+        return int(code) if code else (0 if math.isfinite(self.sum_sq) else 1)
 
     def prepare(self, theta, step0=0, *, ahead=True) -> bool:
         """Compile the kernels of this stepper (or load them from numba's cache) by a zero-step

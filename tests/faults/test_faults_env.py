@@ -66,15 +66,15 @@ def test_a_damaged_numba_cache_is_recompiled_with_a_note(tiny_run_file, tmp_path
     from solvers import _kernels
     cfg, _ = tiny_run_file
     _kernels.to_columns(np.zeros((2, 4)), np.zeros((4, 2)))     # the cache exists
-    src = Path(_kernels.to_columns._cache.cache_path)
-    locator = _kernels.to_columns._cache._impl.locator
+    src = Path(_kernels._to_columns_one._cache.cache_path)
+    locator = _kernels._to_columns_one._cache._impl.locator
     cache = tmp_path / "cache"
     folder = cache / locator.get_suitable_cache_subpath(_kernels.__file__)
     shutil.copytree(src, folder, ignore=lambda d, names: [n for n in names
                                                           if not n.startswith("_kernels.")])
     _kernels.to_rows(np.zeros((4, 2)), np.zeros((2, 4)))
-    index = folder / _kernels.to_columns._cache._cache_file._index_name
-    data = sorted(folder.glob(_kernels.to_rows._cache._cache_file._index_name[:-3] + "*.nbc"))
+    index = folder / _kernels._to_columns_one._cache._cache_file._index_name
+    data = sorted(folder.glob(_kernels._to_rows_one._cache._cache_file._index_name[:-3] + "*.nbc"))
     assert index.exists() and data
     index.write_bytes(b"garbage\n")
     for p in data:

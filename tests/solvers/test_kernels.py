@@ -214,6 +214,24 @@ def test_ornstein_uhlenbeck_transient_leimkuhler_matthews(lam, eta, tau, t):
         assert np.all(np.abs(var - em) > 5 * se)
 
 
+@pytest.mark.parametrize("integrator", ["em", "lm"])
+@pytest.mark.parametrize("N", [300, 1300])
+def test_previous_residuals_and_sum_of_squares(integrator, N):
+    """One full-batch call of k steps leaves in ``R_prev`` bitwise what a call of k - 1 steps
+    leaves in ``R``; ``sum_sq`` is the particles' sum of squares (one block and several)."""
+    X, y, theta = problem(N=N, seed=5)
+    st = Stepper(X, y, N, lam=0.1, eta=0.05, seed=8, integrator=integrator)
+    assert st.keeps_previous
+    short = theta.copy()
+    st.advance(short, 0.05, 0, 6)
+    R_short = st.R.copy()
+    full = theta.copy()
+    st.advance(full, 0.05, 0, 7)
+    assert np.array_equal(st.R_prev, R_short)
+    assert st.sum_sq == pytest.approx(float(np.sum(full * full)), rel=1e-13)
+    assert not Stepper(X, y, N, lam=0.1, eta=0.05, batch_size=3).keeps_previous
+
+
 @pytest.mark.parametrize("where", [(5, 1), (600, 0), (42, 3)])
 def test_non_finite_particles_are_reported(where):
     X, y, theta = problem()
