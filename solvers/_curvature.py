@@ -74,3 +74,36 @@ def residual_curvature(T, X, e, R, S, P):
             bh += B[c, i] * H[c, i]
         total += 2.0 * alpha[i] * a[i] * bh
     return total
+
+
+@nb.njit(cache=True)
+def small_data_mode(T, X, R, kind, p):
+    """``(κ, q)`` for a small system in one call: ``κ`` the top eigenvalue of the Gauss–Newton
+    kernel ``K`` (formed by loops, ``O(N n² d)``; the eigenpair by LAPACK's symmetric solver)
+    and ``q`` = :func:`residual_curvature` on its eigenvector; ``q = 0`` when ``κ <= 0``.
+    What ``solvers.stability.data_mode`` computes with BLAS products for larger systems, to
+    round-off; one compiled call costs a few µs where those products and their Python
+    calls cost some 40 µs (an observation every few steps of a small system)."""
+    N = T.shape[1]
+    n, d = X.shape
+    S = np.empty((n, N))
+    P = np.empty((n, N))
+    Q = np.empty((n, N))
+    gauss_newton_factors(T, X, kind, p, S, P, Q)
+    K = np.empty((n, n))
+    for j in range(n):
+        for k in range(j + 1):
+            xx = 1.0
+            for c in range(d):
+                xx += X[j, c] * X[k, c]
+            acc = 0.0
+            for i in range(N):
+                acc += S[j, i] * S[k, i] + Q[j, i] * Q[k, i] * xx
+            K[j, k] = acc / N
+            K[k, j] = acc / N
+    vals, vecs = np.linalg.eigh(K)
+    kappa = vals[n - 1]
+    if not kappa > 0.0:
+        return kappa, 0.0
+    e = np.ascontiguousarray(vecs[:, n - 1])
+    return kappa, residual_curvature(T, X, e, R, S, P)

@@ -21,6 +21,7 @@ states every step.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -66,8 +67,23 @@ DENSE_MAX = 4096
 #: Bytes of the factors ``S, P, Q`` (3 n N doubles) kept between the Lanczos products; above,
 #: they are recomputed in blocks of rows for each product (slower, memory O(N · rows)).
 FACTOR_BUDGET = 1 << 30
+#: Systems with ``N n² <=`` this form ``K`` by loops in one compiled call
+#: (``solvers._curvature.small_data_mode``), where the Python calls of the BLAS path would cost
+#: more than the arithmetic; the two agree to round-off.
+SMALL_MAX = 1 << 16
 #: Rows of ``X`` per block of the factors.
 BLOCK_ROWS = 4096
+
+
+@functools.lru_cache(maxsize=16)
+def _activation(activation, sharpness, cap):
+    """The kernels' code and constants of an activation, computed once (not to be
+    modified)."""
+    from solvers import _activations
+    from solvers.limits import ACT_CODES
+    kind = ACT_CODES[activation]
+    p = _activations.activation_params(kind, sharpness, cap)
+    return kind, p
 
 
 def data_mode(theta, X, R, lam, activation="relu", sharpness=10.0, cap=3.0, *,
@@ -104,17 +120,16 @@ def data_mode(theta, X, R, lam, activation="relu", sharpness=10.0, cap=3.0, *,
     -----
     ``n ≤ dense_max``: cost ``O(N n (d + n) + n³)``, memory ``O(n (n + N))``: the factors of
     ``K`` (numba, ``solvers._curvature``) and their products (BLAS), one symmetric
-    eigendecomposition of size ``n``, one more pass over the particles for the correction.
+    eigendecomposition of size ``n``, one more pass over the particles for the correction;
+    for ``N n² <=`` :data:`SMALL_MAX` all of it in one compiled call, ``K`` formed by loops.
     ``n > dense_max``: ``K`` is never formed; ARPACK's Lanczos iteration
     (``scipy.sparse.linalg.eigsh``, fixed start vector, so deterministic) multiplies by
     ``K = (S Sᵀ + Σ_c D_c Q Qᵀ D_c)/N``, ``D_c = diag(x̃_{·c})``, at ``O(N n d)`` a product;
     memory ``O(n N)`` for the factors within ``factor_budget``, ``O(N · block_rows + n)`` beyond.
     The two paths agree to round-off (tests/solvers/test_stability.py).
     """
-    from solvers import _activations, _curvature
-    from solvers.limits import ACT_CODES
-    kind = ACT_CODES[activation]
-    p = _activations.activation_params(kind, sharpness, cap)
+    from solvers import _curvature
+    kind, p = _activation(activation, sharpness, cap)
     theta = np.ascontiguousarray(theta, dtype=np.float64)
     X = np.ascontiguousarray(X, dtype=np.float64)
     R = np.ascontiguousarray(R, dtype=np.float64)
@@ -125,6 +140,12 @@ def data_mode(theta, X, R, lam, activation="relu", sharpness=10.0, cap=3.0, *,
             T, X, R, lam, kind, p,
             FACTOR_BUDGET if factor_budget is None else factor_budget,
             BLOCK_ROWS if block_rows is None else block_rows)
+    if N * n * n <= SMALL_MAX:
+        kappa, q = _curvature.small_data_mode(T, X, R, kind, p)
+        if not kappa > 0:
+            return DataMode(max(kappa, 0.0), float(lam), float(lam))
+        corr = float(lam) + q / (N * kappa)
+        return DataMode(kappa, kappa / n + corr, corr)
     S, P, Q = np.empty((n, N)), np.empty((n, N)), np.empty((n, N))
     _curvature.gauss_newton_factors(T, X, kind, p, S, P, Q)
     K = (S @ S.T + (Q @ Q.T) * (X @ X.T + 1.0)) / N

@@ -115,3 +115,20 @@ def test_convex_and_gibbs_references_agree_with_particles(relaxed):
     assert cv.curvature == pytest.approx(dm.curvature, rel=2e-3)
     g = stability.gibbs_data_mode(gibbs(X4, Y4, LAM, 1e-5), X4, LAM, 1e-5)
     assert g.curvature == pytest.approx(cv.curvature, rel=5e-3)
+
+
+@pytest.mark.parametrize("act,sharp,cap", [("relu", 10.0, 3.0), ("softplus", 4.0, 3.0),
+                                           ("capped", 5.0, 0.8)])
+def test_small_system_loops_match_the_blas_path(relaxed, monkeypatch, act, sharp, cap):
+    """A small system's K formed by loops in one compiled call equals the factors' BLAS path
+    to round-off."""
+    rng = np.random.default_rng(7)
+    theta = relaxed + 0.1 * rng.standard_normal(relaxed.shape)
+    R = model.residuals(theta, X4, Y4)
+    assert len(theta) * len(X4) ** 2 <= stability.SMALL_MAX
+    small = stability.data_mode(theta, X4, R, LAM, act, sharp, cap)
+    monkeypatch.setattr(stability, "SMALL_MAX", -1)
+    blas = stability.data_mode(theta, X4, R, LAM, act, sharp, cap)
+    assert small.lambda_max_K == pytest.approx(blas.lambda_max_K, rel=1e-12)
+    assert small.curvature == pytest.approx(blas.curvature, rel=1e-12)
+    assert small.correction == pytest.approx(blas.correction, rel=1e-10, abs=1e-15)
