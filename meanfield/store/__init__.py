@@ -20,7 +20,7 @@ Readers trust only the first ``n_frames`` / ``n_observations`` rows, so a killed
 readable file holding every committed row. The writer allocates every row of the run (and the
 disk space for it) when it creates the file, so appends never change the file's structure.
 Observations are buffered in memory and written as blocks (:data:`FLUSH_ROWS`,
-:data:`FLUSH_SECONDS`, and with every frame, checkpoint and the end of the run), each block
+:data:`FLUSH_BYTES`, :data:`FLUSH_SECONDS`, and with every frame, checkpoint and the end of the run), each block
 committed by one counter update.
 
 The writer works in HDF5's single-writer/multiple-reader (SWMR) mode, so a run in progress can
@@ -58,10 +58,10 @@ from meanfield.store.reader import (
     no_frames_yet,
     open_run,
 )
-from meanfield.store.writer import FLUSH_ROWS, FLUSH_SECONDS, RunWriter
+from meanfield.store.writer import FLUSH_BYTES, FLUSH_ROWS, FLUSH_SECONDS, RunWriter
 
 __all__ = [
-    "CREATOR", "FLUSH_ROWS", "FLUSH_SECONDS", "FRAME_ELEMENTS", "LATER_OBSERVABLES",
+    "CREATOR", "FLUSH_BYTES", "FLUSH_ROWS", "FLUSH_SECONDS", "FRAME_ELEMENTS", "LATER_OBSERVABLES",
     "OBSERVABLES", "PER_POINT", "PLACE", "READ_ERRORS", "RESUME_HINT", "Run", "RunWriter",
     "SCHEMA_VERSION", "check_schema", "estimate_size", "no_frames_yet", "open_run", "provenance",
     "writer_alive"

@@ -51,6 +51,20 @@ def test_rows_wait_until_a_block_is_full(tmp_path):
     np.testing.assert_array_equal(run.observables["tau"]["step"], np.arange(1, 7))
 
 
+def test_large_rows_commit_in_smaller_blocks(tmp_path, monkeypatch):
+    """Rows whose arrays reach ``FLUSH_BYTES`` together are committed before ``flush_rows``
+    wait: a row of 3 points holds 2 x 3 x 8 = 48 bytes of residuals (counted with 128 bytes
+    of the rest: 176), so a cap of 3 x 176 bytes commits every 3 rows."""
+    from meanfield.store import writer as writer_module
+    monkeypatch.setattr(writer_module, "FLUSH_BYTES", 3 * 176)
+    with _writer(tmp_path, flush_rows=100, flush_seconds=1e9) as w:
+        seen = []
+        for k in range(1, 8):
+            w.append_observations([_obs(k)])
+            seen.append(_seen(w.path)[0])
+    assert seen == [0, 0, 3, 3, 3, 6, 6]
+
+
 def test_a_frame_commits_the_observations_before_it(tmp_path):
     with _writer(tmp_path, flush_rows=100, flush_seconds=1e9) as w:
         w.append_observations([_obs(1), _obs(2)])
