@@ -18,12 +18,18 @@ minute on a quiet machine; on a loaded one two numba threads wait for each other
 observation), ``--quick`` for shorter runs. Measured (two shared cores, one thread, main
 against buffered writes): one particle 48.6 s / 0.65 s (writer 43.2 s) against 1.99 s /
 0.28 s (writer 0.29 s); plane8 3 x 10 000 steps 17.9 s with the writer at 41 % against
-10.5 s at 2.6 % (of which 0.04 s creating the file).
+10.5 s at 2.6 % (of which 0.04 s creating the file). Then, after one kernel call per observation,
+the compiled small data mode and blocks of 4096 rows: 0.25 s / 0.08 s in process (84 µs per
+observation), 2.17 s / 1.75 s from the shell (ratio 1.24); plane8 with the writer at 0.6 %.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -96,12 +102,39 @@ def one_run(tables, folder, name):
     return wall, clock
 
 
+def _toml(tables) -> str:
+    """A config's tables as TOML text (flat tables of numbers, strings and lists)."""
+    lines = []
+    for table, keys in tables.items():
+        lines.append(f"[{table}]")
+        lines += [f"{key} = {json.dumps(value)}" for key, value in keys.items()]
+    return "\n".join(lines) + "\n"
+
+
+def cli_runs(tables_by_every, folder, threads, repeats):
+    """Median wall seconds of ``meanfield run CONFIG -o OUT --quiet`` in a fresh process, per
+    ``observe_every`` (the runs alternate, so a change of the machine's load hits both)."""
+    walls = {every: [] for every in tables_by_every}
+    for r in range(repeats):
+        for every, tables in tables_by_every.items():
+            cfg = Path(folder) / f"cli{every}.toml"
+            cfg.write_text(_toml(tables))
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "meanfield", "run", str(cfg), "-o",
+                            str(Path(folder) / f"cli{every}_{r}.h5"), "--quiet",
+                            "--threads", str(threads)], check=True, capture_output=True)
+            walls[every].append(time.perf_counter() - t0)
+    return {every: statistics.median(w) for every, w in walls.items()}
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=20000)
     p.add_argument("--plane-steps", type=int, default=40000)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--repeats", type=int, default=3,
+                   help="runs of `meanfield run` from the shell per observe_every (0: none)")
     a = p.parse_args(argv)
     if a.quick:
         a.steps, a.plane_steps = 5000, 5000
@@ -119,6 +152,15 @@ def main(argv=None):
             print(f"one particle, {a.steps} steps, observe_every={every:5d}: {wall:7.2f} s "
                   f"(writer {w.seconds:6.2f} s)")
         print(f"  ratio observe_every 10 / 1000: {walls[10] / walls[1000]:.2f} (target <= 2)")
+        print(f"  per observation: {(walls[10] - walls[1000]) / (a.steps / 10) * 1e6:.0f} us "
+              f"(all of the solver's and the writer's work at an observation)")
+        if a.repeats:
+            cli = cli_runs({every: {**GAUSS, "dynamics": {**GAUSS["dynamics"],
+                                                          "steps_per_tau": a.steps},
+                                    "output": {**GAUSS["output"], "observe_every": every}}
+                            for every in (10, 1000)}, tmp, a.threads, a.repeats)
+            print(f"meanfield run from the shell (median of {a.repeats}): observe_every=10 "
+                  f"{cli[10]:.2f} s, =1000 {cli[1000]:.2f} s, ratio {cli[10] / cli[1000]:.2f}")
         t = {**PLANE8, "dynamics": {**PLANE8["dynamics"], "steps_per_tau": a.plane_steps}}
         wall, w = one_run(t, tmp, "plane8.h5")
         print(f"plane8, N=4000, 3 x {a.plane_steps} steps, observe_every=100: {wall:7.2f} s, "
