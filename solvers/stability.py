@@ -142,19 +142,25 @@ def data_mode(theta, X, R, lam, activation="relu", sharpness=10.0, cap=3.0, *,
             BLOCK_ROWS if block_rows is None else block_rows)
     if N * n * n <= SMALL_MAX:
         kappa, q = _curvature.small_data_mode(T, X, R, kind, p)
-        if not kappa > 0:
-            return DataMode(max(kappa, 0.0), float(lam), float(lam))
-        corr = float(lam) + q / (N * kappa)
-        return DataMode(kappa, kappa / n + corr, corr)
+        return _mode(float(kappa), float(q), N, n, lam)
     S, P, Q = np.empty((n, N)), np.empty((n, N)), np.empty((n, N))
     _curvature.gauss_newton_factors(T, X, kind, p, S, P, Q)
     K = (S @ S.T + (Q @ Q.T) * (X @ X.T + 1.0)) / N
     vals, vecs = np.linalg.eigh(K)
     kappa, e = float(vals[-1]), np.ascontiguousarray(vecs[:, -1])
     if not kappa > 0:
+        return _mode(kappa, 0.0, N, n, lam)
+    return _mode(kappa, _curvature.residual_curvature(T, X, e, R, S, P), N, n, lam)
+
+
+def _mode(kappa, q, N, n, lam) -> DataMode:
+    """The data mode from ``κ`` (top eigenvalue of ``K``) and ``q`` (the residual term
+    ``Σ_i 2 α_i a_i (β_i·h_i)`` on its eigenvector): ``v = (α_i, a_i β_i)`` has ``|v|² = N κ``
+    (see the module docstring), so the correction is ``λ + q/(N κ)``; ``κ <= 0`` gives
+    curvature and correction ``λ``."""
+    if not kappa > 0:
         return DataMode(max(kappa, 0.0), float(lam), float(lam))
-    # v = (α_i, a_i β_i) has |v|² = N κ (see the module docstring)
-    corr = float(lam) + _curvature.residual_curvature(T, X, e, R, S, P) / (N * kappa)
+    corr = float(lam) + q / (N * kappa)
     return DataMode(kappa, kappa / n + corr, corr)
 
 
@@ -210,7 +216,7 @@ def _data_mode_lanczos(T, X, R, lam, kind, p, budget, rows) -> DataMode:
         vals, vecs = exc.eigenvalues, exc.eigenvectors
     kappa, e = float(vals[-1]), np.ascontiguousarray(vecs[:, -1])
     if not kappa > 0:
-        return DataMode(max(kappa, 0.0), float(lam), float(lam))
+        return _mode(kappa, 0.0, N, n, lam)
     # the correction: Σ_i 2 α_i a_i (β_i·h_i) (see solvers._curvature.residual_curvature)
     alpha = np.zeros(N)
     B = np.zeros((N, d + 1))
@@ -220,8 +226,7 @@ def _data_mode_lanczos(T, X, R, lam, kind, p, budget, rows) -> DataMode:
         B += P.T @ (e[lo:hi, None] * Xl[lo:hi])
         H += P.T @ (R[lo:hi, None] * Xl[lo:hi])
     total = float(np.sum(2.0 * alpha * T[0] * np.einsum("ic,ic->i", B, H)))
-    corr = float(lam) + total / (N * kappa)
-    return DataMode(kappa, kappa / n + corr, corr)
+    return _mode(kappa, total, N, n, lam)
 
 
 def _kernel_of_directions(V, X, w_value, w_slope) -> np.ndarray:

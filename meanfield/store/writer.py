@@ -267,7 +267,7 @@ class RunWriter:
         self._pending.extend(rows)
         if self._pending and self._row_limit is None:
             first = self._pending[0]
-            chains = [first] if not isinstance(first, (list, tuple)) else list(first)
+            chains = [first] if self.n_chains == 1 else list(first)
             row_bytes = sum(16 * np.size(o.residuals) + 128 for o in chains)
             self._row_limit = max(1, min(self.flush_rows, FLUSH_BYTES // row_bytes))
         if self._pending and (len(self._pending) >= self._row_limit
