@@ -108,9 +108,9 @@ def plot_directions(rep, run, *, axes=None, tau=None, stage=None, convex=None):
         floor = cc.get("floor")
     halo = snap.get("thresholds", {}).get("halo_mass_fraction")
     J = len(snap["rays"])
-    title = (f"τ = {snap['tau']:.0e}: J = {J} ray{'' if J == 1 else 's'}"
-             + (f", thermal halo {100 * halo:.0f} % of the mass" if halo is not None else "")
-             + (" (not stationary)" if snap.get("stationary") is False else ""))
+    title = (f"τ = {snap['tau']:.0e}: J = {J} ray{'' if J == 1 else 's'}"      # two lines:
+             + (" (not stationary)" if snap.get("stationary") is False else "")  # one column
+             + (f"\nthermal halo {100 * halo:.0f} % of the mass" if halo is not None else ""))
     with _rc():
         if d == 1:
             return _directions_1d(snap, V, mass, sign, convex, axes, title, floor)
@@ -145,7 +145,11 @@ def _directions_1d(snap, V, mass, sign, convex, axes, title, floor=None):
         t = math.atan2(q["direction"][1], q["direction"][0])
         ax.plot([t, t], [0, rmax], color=SIGN_COLOURS[q["sign"]], lw=0.9,
                 label="ray found (r0 heaviest)" if i == 0 else "_")
-        ax.text(t, rmax * 1.1, f"r{i}", fontsize=7, ha="center", va="center")
+        # outside the disc, beside the line: at 1.1 rmax it sat under an exact square
+        off = 11 * np.array([math.cos(t), math.sin(t)]) + 8 * np.array([-math.sin(t),
+                                                                         math.cos(t)])
+        ax.annotate(f"r{i}", (t, rmax), xytext=tuple(off), textcoords="offset points",
+                    fontsize=7, ha="center", va="center", color=SIGN_COLOURS[q["sign"]])
     if convex is not None and len(convex[0]):
         ts = [math.atan2(v[1], v[0]) for v in convex[0]]
         ax.plot(ts, [rmax * 0.95] * len(ts), **dict(EXACT, ms=8), label=_exact_label(floor))

@@ -72,8 +72,15 @@ def plot_trajectory(rep, run, *, axes=None):
                         alpha=1.0 if len(chains) == 1 else 0.8,
                         label=f"chain {k}" if len(chains) > 1 and ax is axes[0] else "_")
             ax.set_ylabel(label)
+            off_scale = (_settled_limits(ax, v, np.asarray(obs[name]["step"]), bounds, logy)
+                         if name != "stationarity" else None)
             if logy and np.any(v > 0):
                 _log_axis(ax)
+            if off_scale is not None:
+                ax.text(0.99, 0.95, off_scale, transform=ax.transAxes, ha="right", va="top",
+                        fontsize=7, color="0.3", gid="off-scale", bbox={
+                            "boxstyle": "square,pad=0.1", "fc": "white", "ec": "none",
+                            "alpha": 0.85})
             for s, (lo, hi) in enumerate(bounds):
                 if s % 2:
                     ax.axvspan(lo * eta, hi * eta, color="0.92", lw=0)
@@ -100,6 +107,43 @@ def plot_trajectory(rep, run, *, axes=None):
         if not run.complete:
             fig.suptitle(f"run in progress: {len(t)} observations so far", fontsize=7)
     return fig
+
+
+#: The share of each stage, from its start, left out of the risk and mean |θ|² axes' range
+#: when it would flatten the rest: the relaxation from the stage's start.
+SETTLE = 0.05
+
+
+def _settled_limits(ax, v, steps, bounds, logy):
+    """Set the y range of ``ax`` to the values ``v`` (chains × observations, at ``steps``)
+    drawn after the first :data:`SETTLE` of each stage, widened by 5 % of their span (a
+    factor on a log axis), when the values before would otherwise stretch the axis to more
+    than twice that span (the default run's first observation is 0.17 against a risk of
+    0.113-0.122 after it). Returns the note that says so, with the values left off scale, or
+    ``None`` when the axis keeps every value."""
+    settled = np.zeros(len(steps), bool)
+    for lo, hi in bounds:
+        settled |= (steps > lo + SETTLE * (hi - lo)) & (steps <= hi)
+    w = v[:, settled]
+    w = w[np.isfinite(w)]
+    allv = v[np.isfinite(v)]
+    if not w.size or not allv.size:
+        return None
+    lo, hi = float(w.min()), float(w.max())
+    span = hi - lo
+    if span <= 0 or allv.max() - allv.min() <= 2 * span:
+        return None
+    if logy and lo > 0:
+        pad = (hi / lo) ** 0.05
+        ylo, yhi = lo / pad, hi * pad
+    else:
+        ylo, yhi = lo - 0.05 * span, hi + 0.05 * span
+    ax.set_ylim(ylo, yhi)
+    off = [x for x in (float(allv.min()), float(allv.max())) if not ylo <= x <= yhi]
+    if not off:
+        return None
+    return ("off scale at a stage's start: " + " and ".join(f"{x:.3g}" for x in off)
+            ).replace("-", "−")
 
 
 def _verdicts(rep, taus):
@@ -143,11 +187,12 @@ def reason_word(reason: str) -> str:
     return (reason.split() or ["?"])[0].rstrip(":,")
 
 
-def verdict_note(v: dict) -> str:
-    """The annotation of one stage's verdict (a report row's ``stationarity``), four short
-    lines (a stage is narrow at column width): ``stationary`` or ``no:`` and the reasons'
-    words, ``R̂``, and the bulk/tail ESS per chain (as the report's table gives them; ``–``
-    for a value not computed)."""
+def verdict_note(v: dict, width: int = 20) -> str:
+    """The annotation of one stage's verdict (a report row's ``stationarity``), short lines
+    (a stage is narrow at column width): ``stationary`` or ``no:`` and the reasons' words,
+    wrapped at ``width`` characters, then ``R̂`` and the bulk/tail ESS per chain (as the
+    report's table gives them; ``–`` for a value not computed)."""
+    import textwrap
     K = max(1, int(v.get("n_chains") or 1))
 
     def num(x, fmt, per=1):
@@ -156,36 +201,62 @@ def verdict_note(v: dict) -> str:
     if v.get("stationary"):
         head = "stationary"
     else:
-        head = "no: " + ", ".join(words) if words else "not stationary"
+        head = "\n".join(textwrap.wrap("no: " + ", ".join(words), max(width, 8))) \
+            if words else "not stationary"
     return (f"{head}\nR̂ {num(v.get('rhat'), '.3f')}\n"
             f"ESS/chain\n{num(v.get('ess_bulk'), '.0f', K)}/{num(v.get('ess_tail'), '.0f', K)}")
 
 
+#: Characters of a verdict note's line per unit of the time axis' width (7 pt text on the
+#: panel of a one-column figure: about 60 across the whole axis).
+NOTE_CHARS = 60
+
+
 def _annotate_verdicts(ax, verdicts, bounds, eta):
     """Each stage's :func:`verdict_note` at the top of the stationarity panel, centred on the
-    stage, red for a stage not stationary; the y axis
-    gains headroom above the data so that the notes do not cover it."""
+    stage, its lines as wide as the stage allows, on a white ground over the frame lines, red
+    for a stage not stationary; the y axis gains headroom above the data so that the notes
+    do not cover it, and its ticks stay within the data's range."""
+    from matplotlib.ticker import FixedLocator
     notes = [(v, lo, hi) for v, (lo, hi) in zip(verdicts, bounds) if v]
     if not notes:
         return
     lo_y, hi_y = ax.get_ylim()
+    ticks = [t for t in ax.get_yticks() if lo_y <= t <= hi_y]
     if ax.get_yscale() == "log" and lo_y > 0:
         ax.set_ylim(lo_y, hi_y * (hi_y / lo_y) ** 1.6)     # the data in the lower 40 %
     else:
         ax.set_ylim(lo_y, hi_y + 1.6 * (hi_y - lo_y))
+    if len(ticks) > 3:                   # the data sit in 40 % of the panel: every other one
+        ticks = ticks[::-2][::-1]
+    if ticks:
+        ax.yaxis.set_major_locator(FixedLocator(ticks))
+    total = max(bounds[-1][1] - bounds[0][0], 1)
     for v, lo, hi in notes:
-        ax.text((lo + hi) / 2 * eta, 0.96, verdict_note(v), transform=ax.get_xaxis_transform(),
-                ha="center", va="top", fontsize=7, linespacing=1.0,
-                color="0.1" if v.get("stationary") else "C3")
+        ax.text((lo + hi) / 2 * eta, 0.96, verdict_note(v, int(NOTE_CHARS * (hi - lo) / total)),
+                transform=ax.get_xaxis_transform(), ha="center", va="top", fontsize=7,
+                linespacing=1.0, color="0.1" if v.get("stationary") else "C3",
+                bbox={"boxstyle": "square,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.85})
 
 
 def _log_axis(ax):
-    """A log axis labelled in plain numbers at every tick, 1 to 9 times a power of ten (the
-    risk spans less than a decade: Matplotlib's default labelled none or used 1.6×10⁻¹)."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    """A log axis labelled in plain numbers: at every tick 1 to 9 times a power of ten (the
+    risk spans less than a decade: Matplotlib's default labelled none or used 1.6×10⁻¹), or,
+    on a range narrower than a factor 4 (a risk of 0.113-0.122 had no such tick, and the
+    fallback labelled three ticks "0.12"; 0.0006-0.002 had seven labels crowded at its
+    foot), at about four round values, with the digits that tell them apart."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
     ax.set_yscale("log")
     lo, hi = ax.get_ylim()
-    subs = np.arange(1.0, 10.0) if hi / lo < 10 else (1.0,)
-    ax.yaxis.set_major_locator(LogLocator(base=10, subs=subs, numticks=12))
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.2g}".replace("-", "−")))
+    if hi / lo < 4:
+        ax.yaxis.set_major_locator(MaxNLocator(nbins=4))
+        ticks = [t for t in ax.yaxis.get_major_locator().tick_values(lo, hi) if lo <= t <= hi]
+        step = min(np.diff(ticks)) if len(ticks) > 1 else hi - lo
+        digits = max(0, int(-np.floor(np.log10(step))))
+        ax.yaxis.set_major_formatter(FuncFormatter(
+            lambda v, _: f"{v:.{digits}f}".replace("-", "−")))
+    else:
+        subs = np.arange(1.0, 10.0) if hi / lo < 10 else (1.0,)
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=subs, numticks=12))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.2g}".replace("-", "−")))
     ax.yaxis.set_minor_formatter(NullFormatter())

@@ -120,7 +120,8 @@ def test_trajectory_marks_stages_and_frames(analysed):
     run, rep, _ = analysed
     fig = meanfield.plot_trajectory(rep, run)
     top = fig.axes[0]
-    assert [t.get_text() for t in top.texts] == ["τ = 1e-02", "τ = 1e-03", "τ = 1e-04"]
+    assert [t.get_text() for t in top.texts if t.get_gid() != "off-scale"] == [
+        "τ = 1e-02", "τ = 1e-03", "τ = 1e-04"]
     np.testing.assert_allclose(top.lines[0].get_xdata(), run.observables["risk"]["time"])
     frame_lines = [ln for ln in top.lines[1:]]
     assert len(frame_lines) == run.n_frames
@@ -188,12 +189,15 @@ def _legend_texts(fig):
 
 
 def _assert_readable(fig, width=None):
-    """Text at least 7 pt, the figure one column wide, and no plotted point under a legend."""
+    """Text at least 7 pt, the figure one column wide, every text inside it (a title wider
+    than the column was cut at both ends), and no plotted point under a legend."""
     r = _drawn(fig)
     small = [(t.get_text(), t.get_fontsize()) for t in _visible_texts(fig)
              if t.get_fontsize() < 7]
     assert not small, small
     assert fig.get_size_inches()[0] == pytest.approx(width or figures.WIDTH)
+    drawn, page = fig.get_tightbbox(r), fig.bbox_inches      # what is drawn, in inches
+    assert drawn.x0 >= page.x0 - 0.01 and drawn.x1 <= page.x1 + 0.01, (drawn, page)
     boxes = [leg.get_window_extent(r) for leg in _legends(fig)]
     for ax in fig.axes:
         for ln in ax.lines:
@@ -366,6 +370,21 @@ def test_one_d_figures_keep_the_key_off_the_data():
     # every particle has a > 0: no entry for the (undrawn) a < 0 mass
     assert sorted(_legend_texts(polar)) == sorted([
         "mass of a > 0", "ray found (r0 heaviest)", "exact τ → 0 ray (weight ≥ 1 % of Σ|c|)"])
+    # each ray's label lies clear of the exact squares (a ray found where the limit has one
+    # put its label under the square) and of the angle labels
+    r = _drawn(polar)
+    labels = [t for t in pax.texts if t.get_text() in ("r0", "r1")]
+    assert len(labels) == 2
+    squares = [ln for ln in pax.lines if ln.get_marker() == "s"]
+    half = squares[0].get_markersize() / 2 * polar.dpi / 72          # pixels
+    centres = pax.transData.transform(np.c_[squares[0].get_xdata(), squares[0].get_ydata()])
+    angles = [t.get_window_extent(r) for t in pax.get_xticklabels() if t.get_text()]
+    for t in labels:
+        bb = t.get_window_extent(r)
+        for cx, cy in centres:
+            assert bb.x1 < cx - half or bb.x0 > cx + half or bb.y1 < cy - half \
+                or bb.y0 > cy + half, t.get_text()
+        assert not any(bb.overlaps(a) for a in angles), t.get_text()
 
 
 def test_trajectory_log_risk_and_the_verdicts_threshold(analysed):
@@ -521,6 +540,68 @@ def test_trajectory_says_why_each_stage_is_or_is_not_stationary(analysed):
     v = np.asarray(run.observables["stationarity"]["value"], float)
     top = ax.transData.transform((0, np.nanmax(v)))[1]
     assert all(t.get_window_extent(r).y0 > top for t in ax.texts)
+
+
+def test_trajectory_notes_of_long_verdicts_wrap_within_their_stages(analysed):
+    """A stage not stationary for four reasons (the default run's coldest: R̂, ESS, drift,
+    budget) gave a note wider than its stage, over its neighbour's: the reasons wrap at the
+    stage's width, and no two notes overlap."""
+    run, rep, _ = analysed
+    reasons = ["R-hat 1.032 >= 1.01 at f(x_4)", "too few effective samples (bulk ESS 53.62)",
+               "drift: late and early windows differ by 4.09 standard errors (> 3.74)",
+               "budget spent: max_steps_per_tau = 320000 steps run"]
+    v = {"stationary": False, "rhat": 1.032, "ess_bulk": 54.0, "ess_tail": 529.0,
+         "mcse": 1e-4, "z_crit": 3.74, "reasons": reasons}
+    rows = [dict(r, stationarity=v, stationary=False) for r in rep["ladder"]]
+    fig = meanfield.plot_trajectory(dict(rep, ladder=rows), run)
+    _assert_readable(fig)
+    r = _drawn(fig)
+    ax = fig.axes[2]
+    boxes = sorted((t.get_window_extent(r) for t in ax.texts), key=lambda b: b.x0)
+    assert len(boxes) == 3
+    assert all(p.x1 <= q.x0 for p, q in zip(boxes, boxes[1:]))           # side by side
+    panel = ax.get_window_extent(r)
+    assert panel.x0 <= boxes[0].x0 and boxes[-1].x1 <= panel.x1
+    from meanfield.figures.trajectory import verdict_note
+    assert verdict_note(v, 20) == "no: R̂, ESS, drift,\nbudget\nR̂ 1.032\nESS/chain\n54/529"
+    assert verdict_note(v, 40).startswith("no: R̂, ESS, drift, budget\n")
+    # the stationarity axis labels only the data's decades, not the notes' headroom
+    lo = min(t.get_window_extent(r).y0 for t in ax.texts)
+    ticks = [t for t in ax.get_yticklabels() if t.get_text()
+             and ax.get_ylim()[0] <= t.get_position()[1] <= ax.get_ylim()[1]]
+    assert ticks and all(t.get_window_extent(r).y1 <= lo for t in ticks)
+
+
+def test_trajectory_axis_keeps_the_settled_range_and_says_what_is_off_scale():
+    """The default run's first observation (risk 0.167) stretched the risk axis over 0.11-0.17
+    while every stage after its start stayed within 0.113-0.122: the axis shows the settled
+    range, labelled in distinct numbers, and a note gives the value left off scale."""
+    from matplotlib.figure import Figure
+
+    from meanfield.figures import trajectory as tr
+    steps = np.arange(100, 30001, 100)
+    rng = np.random.default_rng(0)
+    v = 0.115 + 0.003 * rng.standard_normal((1, steps.size))
+    v[0, :3] = [0.167, 0.14, 0.13]                      # the relaxation from the start
+    bounds = [(0, 10000), (10000, 20000), (20000, 30000)]
+    ax = Figure().add_subplot()
+    ax.plot(steps, v[0])
+    note = tr._settled_limits(ax, v, steps, bounds, True)
+    tr._log_axis(ax)
+    settled = v[0, 5:]
+    lo, hi = ax.get_ylim()
+    assert lo < settled.min() and settled.max() < hi < 0.13
+    assert note == "off scale at a stage's start: 0.167"
+    ticks = [t for t in ax.get_yticks() if lo <= t <= hi]
+    labels = ax.yaxis.get_major_formatter().format_ticks(ticks)
+    assert len(labels) >= 2 and len(set(labels)) == len(labels), labels
+    # no transient: the axis is left to Matplotlib, and no note
+    calm = Figure().add_subplot()
+    calm.plot(steps, settled.repeat(2)[:steps.size])
+    before = calm.get_ylim()
+    assert tr._settled_limits(calm, settled.repeat(2)[None, :steps.size], steps, bounds,
+                              True) is None
+    assert calm.get_ylim() == before
 
 
 def test_predictor_box_of_data_on_a_line_is_not_flat():
