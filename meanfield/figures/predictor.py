@@ -158,7 +158,9 @@ def _predictor_2d(snaps, run, X, y, axes):
     if axes is None:
         ncol = 1 if m == 1 else 2
         nrow = -(-(m + 1) // ncol) if m > 1 else 1     # one more slot for the key
-        fig = _figure((WIDTH, 1.62 * nrow + 0.1))
+        # one temperature: a panel with the colour bar beside it and the key below (1.72 in
+        # tall squeezed the panel into a third of the width, its bar's label cut)
+        fig = _figure((WIDTH, 1.62 * nrow + 0.1 if m > 1 else 3.6))
         gs = fig.add_gridspec(nrow, ncol)
         axes = [fig.add_subplot(gs[i // ncol, i % ncol]) for i in range(m)]
         if m > 1:

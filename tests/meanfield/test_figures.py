@@ -604,6 +604,21 @@ def test_trajectory_axis_keeps_the_settled_range_and_says_what_is_off_scale():
     assert calm.get_ylim() == before
 
 
+def test_predictor_of_one_temperature_fills_the_column(analysed):
+    """A run of one temperature (or an interrupted one with one stage analysed) drew its one
+    panel a third of the column wide in a figure 1.7 in tall, its colour bar's label cut."""
+    run, rep, _ = analysed
+    last = rep["snapshots"][-1]
+    one = dict(rep, snapshots=[s for s in rep["snapshots"] if s["stage"] == last["stage"]])
+    fig = meanfield.plot_predictor(one, run)
+    _assert_readable(fig)
+    r = _drawn(fig)
+    panel = next(ax for ax in fig.axes if ax.get_title().startswith("τ = "))
+    assert panel.get_window_extent(r).width >= 0.5 * fig.get_window_extent(r).width
+    drawn, page = fig.get_tightbbox(r), fig.bbox_inches
+    assert drawn.y0 >= page.y0 - 0.01 and drawn.y1 <= page.y1 + 0.01       # nothing cut
+
+
 def test_predictor_box_of_data_on_a_line_is_not_flat():
     """The symmetric two-point sets lie on the x₁ axis: the plotted box gets half the x₁ range
     (widened by the pad) in x₂, centred on the data; data spread on both axes keep their own
