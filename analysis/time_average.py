@@ -174,5 +174,10 @@ def _window(run: RunLike, name: str, stage: int, window: float) -> np.ndarray:
     lo, hi = run.schedule.last_part(stage, window)
     sel = (steps > lo) & (steps <= hi)
     if not np.any(sel):
-        raise ValueError(f"no observations in stage {stage} (tau={run.taus[stage]:g})")
+        done = int(np.max(steps)) if len(steps) else 0
+        raise ValueError(
+            f"no observations in the last {window:.0%} of stage {stage} (tau="
+            f"{run.taus[stage]:g}, steps {lo + 1}-{hi})"
+            + (f": the run file ends at step {done}, before them (interrupted or still "
+               "running; analyze it when the stage is done)" if done < hi else ""))
     return np.asarray(obs[name]["value"])[sel]

@@ -269,6 +269,9 @@ def _columns(path: Path, names, target, features):
         raise DataError(src, "data.target", f"no column {target!r}; columns: {listed}")
     if features is None:
         features = [c for c in names if c != target]
+        if not features:
+            raise DataError(src, "header", f"has only the target column {target!r}; the "
+                                           "inputs need at least one more column")
     for c in features:
         if c not in names:
             raise DataError(src, "data.features", f"no column {c!r}; columns: {listed}")

@@ -202,7 +202,7 @@ def markdown(rep, figs=()) -> str:
                  "pool them; `J`, `K` are chain 0's with every chain's in `report.json` "
                  "(`J_chains`, `K_chains`), shown here when they disagree; the risk and halo "
                  "columns, the rays and kinks tables, the sensitivity, Theorem 6 and the "
-                 "figures but `trajectory.png` are chain 0's")
+                 "figures but the trajectory figure (every chain) are chain 0's")
     L += ["", "## Low-temperature limit", "",
           f"| τ | step | stationary | R̂ (worst observable) | {_ess_header(rep['ladder'])} | rays J | hyperplanes K | "
           "matched to τ → 0 | risk | "

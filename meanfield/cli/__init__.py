@@ -200,8 +200,20 @@ def main(argv=None) -> int:
             sys.stdout = out
 
 
+def _second_interrupt_hint(args) -> str:
+    """What a ``run`` stopped by a second interrupt (Python's ``KeyboardInterrupt`` while the
+    first one's checkpoint was written) leaves: its last checkpoint, and how to continue."""
+    func = getattr(args, "func", None)
+    if getattr(func, "__module__", "") != "meanfield.cli.run":
+        return ""
+    from meanfield.store import RESUME_HINT
+    return (" again, before that interrupt's checkpoint was written; the last one written "
+            f"before it, if any, is kept: {RESUME_HINT}")
+
+
 def _main(argv) -> int:
     stdout = sys.stdout._stream if isinstance(sys.stdout, _Stdout) else sys.stdout
+    args = None
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
@@ -222,7 +234,7 @@ def _main(argv) -> int:
         sys.stderr.write(f"meanfield: terminated by {exc}\n")
         return 130
     except KeyboardInterrupt:
-        sys.stderr.write("meanfield: interrupted\n")
+        sys.stderr.write(f"meanfield: interrupted{_second_interrupt_hint(args)}\n")
         return 130
     except DivergenceError as exc:
         sys.stderr.write(f"meanfield: error: {exc}\n")

@@ -363,6 +363,10 @@ def main(args) -> int:
         return _extrapolate(args, "n")
     if is_study_dir(args.run):
         return _study(args)
+    if Path(args.run).is_dir():
+        raise InputError(args.run, "", "is a directory, expected a run file (.h5) or a study "
+                                       "directory of 'meanfield sweep' (this one has no "
+                                       "manifest.json)")
     _not_a_config(args.run)
     if not 0 <= args.min_mass < 1:
         raise InputError("--min-mass", "", f"must be in [0, 1), got {args.min_mass}")

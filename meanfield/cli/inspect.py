@@ -261,7 +261,7 @@ def main(args) -> int:
     """Run ``meanfield inspect`` with the parsed ``args``; returns the exit code."""
     from meanfield.cli.analyze import _not_a_config
     from meanfield.errors import InputError
-    from meanfield.store import no_frames_yet, open_run
+    from meanfield.store import RESUME_HINT, no_frames_yet, open_run, writer_alive
     _not_a_config(args.run, then="inspect")
     _not_a_checkpoint(args.run)
     if args.follow:
@@ -296,10 +296,14 @@ def main(args) -> int:
         risk = obs["risk"]["value"][sel]
         r = f"  risk={risk[0]:.4e}" if risk.size else ""
         print(f"  step={int(s):>9d}  time={t:10.2f}  tau={u:.2e}{r}")
+    # a .part that no process holds was interrupted or killed: not "running"
+    stopped = not run.complete and str(run.path).endswith(".part") and not writer_alive(run.path)
     print("stages")
     for st in doc["stages"]:
         v = st["stationarity"]
-        verdict = ("running (no verdict yet)" if st["running"] else
+        verdict = ("stopped here, no process is writing the file (no verdict)"
+                   if st["running"] and stopped else
+                   "running (no verdict yet)" if st["running"] else
                    "no observations" if v is None else
                    "stationary" + _convergence_text(v) if st["stationary"]
                    else "NOT stationary: " + "; ".join(v["reasons"]))
@@ -307,4 +311,7 @@ def main(args) -> int:
             f"  {k}={v[k]:.3g}" for k in ("acceptance", "jump_acceptance", "cell_exchange")
             if v.get(k) is not None)
         print(f"  tau={st['tau']:.2e}  steps={st['steps']:>9d}{moves}  {verdict}")
+    if stopped:
+        print(f"stopped: no process is writing {run.path} (interrupted or killed); "
+              f"{RESUME_HINT} (its output: {str(run.path)[:-len('.part')]})")
     return 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import numbers
 import os
+import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +44,13 @@ def _h5_reason(exc) -> str:
                     "'meanfield run'")
         return ("file locking failed; on a network file system set "
                 "HDF5_USE_FILE_LOCKING=FALSE (docs/format.md)")
+    if "file signature not found" in msg:
+        return "no HDF5 signature, so not an HDF5 file at all"
+    if "truncated file" in msg:
+        m = re.search(r"eof = (\d+).*stored_eof = (\d+)", msg)
+        return ("truncated: " + (f"{int(m[1])} of the {int(m[2])} bytes HDF5 recorded" if m
+                                 else "shorter than HDF5 recorded")
+                + "; an unfinished copy, or a disk that was full?")
     if isinstance(exc, RuntimeError) and len(msg) < 200:
         return msg.strip()           # e.g. "Unable to ... (bad local heap signature)"
     msg = msg.split("(")[0].strip().strip("'\"")

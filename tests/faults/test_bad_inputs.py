@@ -603,12 +603,13 @@ def inspect_empty_file(tmp):
 @case
 def inspect_text_file(tmp):
     (tmp / "notes.h5").write_text("these are not the frames you are looking for\n")
-    return ["inspect", tmp / "notes.h5"], ["notes.h5", "not a readable HDF5 file"]
+    return ["inspect", tmp / "notes.h5"], ["notes.h5", "not a readable HDF5 file (no HDF5 "
+                                           "signature, so not an HDF5 file at all)"]
 
 
 @case
 def inspect_truncated(tmp):
-    return _inspect_case(tmp, _truncated), ["run.h5", "not a readable HDF5 file"]
+    return _inspect_case(tmp, _truncated), ["run.h5", "not a readable HDF5 file (truncated: "]
 
 
 @case
@@ -680,9 +681,17 @@ def analyze_missing(tmp):
 
 
 @case
+def analyze_a_folder_that_is_no_study(tmp):
+    (tmp / "runs").mkdir()
+    return (["analyze", tmp / "runs", "-o", tmp / "rep"],
+            ["runs", "is a directory, expected a run file (.h5) or a study directory of "
+                     "'meanfield sweep' (this one has no manifest.json)"])
+
+
+@case
 def analyze_truncated(tmp):
     return (_inspect_case(tmp, _truncated, command="analyze") + ["-o", tmp / "rep"],
-            ["run.h5", "not a readable HDF5 file"])
+            ["run.h5", "not a readable HDF5 file (truncated: ", "bytes HDF5 recorded"])
 
 
 @case

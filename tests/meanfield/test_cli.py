@@ -138,11 +138,29 @@ def test_inspect_marks_the_stage_still_running(tmp_path, capsys, monkeypatch, k,
     assert now["stationary"] is None and now["stationarity"] is None
     for s in st[:running]:                      # finished stages keep their verdict
         assert s["steps"] == 300 and isinstance(s["stationary"], bool) and s["stationarity"]
-    assert main(["inspect", part]) == 0
+    # while a process holds the writer lock, the stage is running
+    import os
+
+    from meanfield.store.locks import _take_writer_lock
+    fd = _take_writer_lock(part)
+    try:
+        assert main(["inspect", part]) == 0
+    finally:
+        os.close(fd)
     lines = capsys.readouterr().out.split("stages\n")[1].splitlines()
     assert "running (no verdict yet)" in lines[running]
     assert not any("stationary" in ln for ln in lines[running:])
     assert sum("running" in ln for ln in lines) == 1
+    assert not any(ln.startswith("stopped") for ln in lines)
+    # with no writer (interrupted, as here, or killed) it is not "running": it stopped, and
+    # the last line says how to continue it
+    assert main(["inspect", part]) == 0
+    lines = capsys.readouterr().out.split("stages\n")[1].splitlines()
+    assert lines[running].endswith("stopped here, no process is writing the file (no verdict)")
+    assert not any("running" in ln for ln in lines)
+    assert lines[-1] == (f"stopped: no process is writing {part} (interrupted or killed); to "
+                         "continue it, run the same 'meanfield run' command again with "
+                         f"--resume (its output: {out})")
     # the finished run: every stage judged, none running
     monkeypatch.undo()
     assert main(["inspect", str(run_to_end(tmp_path)), "--json"]) == 0
@@ -182,3 +200,26 @@ def test_inspect_gives_a_stationary_stage_its_rhat_and_ess_per_chain():
     assert _convergence_text(v) == (f" (R-hat {v['rhat']:.3f}, bulk/tail ESS per chain "
                                     f"{v['ess_bulk'] / 2:.0f}/{v['ess_tail'] / 2:.0f})")
     assert _convergence_text({"rhat": None, "ess_bulk": None, "ess_tail": None}) == ""
+
+
+def test_a_second_interrupt_of_a_run_says_how_to_continue(tmp_path, capsys, monkeypatch):
+    """A second Ctrl-C, while the first one's checkpoint is written, reaches the command line
+    as KeyboardInterrupt: a run says what is kept and how to continue, other commands only
+    that they were interrupted."""
+    from meanfield import runner
+
+    def second_interrupt(*a, **kw):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(runner, "run", second_interrupt)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(tiny_toml())
+    assert main(["run", str(cfg), "-o", str(tmp_path / "r.h5"), "--quiet"]) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["meanfield: interrupted again, before that interrupt's checkpoint was "
+                   "written; the last one written before it, if any, is kept: to continue "
+                   "it, run the same 'meanfield run' command again with --resume"]
+    import meanfield.store as store
+    monkeypatch.setattr(store, "open_run", second_interrupt)     # interrupted while reading
+    (tmp_path / "x.h5").write_bytes(b"")
+    assert main(["inspect", str(tmp_path / "x.h5")]) == 130
+    assert capsys.readouterr().err.strip() == "meanfield: interrupted"
