@@ -95,10 +95,12 @@ def main(argv=None) -> int:
     refs = rep["references"]
     for g in refs.get("gibbs", []):
         if "skipped" not in g:
-            # the distance, its combined error, the O(eta) allowance of the step, z, verdict
+            # the distance, its combined error, the O(eta) allowance of the step, z with and
+            # without the allowance, verdict (a bound: "consistent" may rest on it alone)
             print(f" tau={g['tau']:.0e}: max |f_particles - f_Gibbs| = {g['max_abs_diff']:.2e}"
                   f" (error {g['combined_error']:.1e}, step-bias allowance "
-                  f"{g['step_bias_allowance']:.1e}, z = {g['z']:.2f}: {g['verdict']})")
+                  f"{g['step_bias_allowance']:.1e}, z = {g['z']:.2f}, "
+                  f"{g['z_without_allowance']:.2g} without the allowance: {g['verdict']})")
     c = refs.get("convex")
     if c and "skipped" not in c:
         print(f" tau={c['tau']:.0e}: max |f_particles - f_convex| = {c['max_abs_diff']:.2e}")
