@@ -174,10 +174,11 @@ def _window(run: RunLike, name: str, stage: int, window: float) -> np.ndarray:
     lo, hi = run.schedule.last_part(stage, window)
     sel = (steps > lo) & (steps <= hi)
     if not np.any(sel):
-        done = int(np.max(steps)) if len(steps) else 0
+        where = (f"the run file ends at step {int(np.max(steps))}, before them"
+                 if len(steps) else "the run file has no observations yet")
         raise ValueError(
-            f"no observations in the last {window:.0%} of stage {stage} (tau="
+            f"no observations in the last {100 * window:g}% of stage {stage} (tau="
             f"{run.taus[stage]:g}, steps {lo + 1}-{hi})"
-            + (f": the run file ends at step {done}, before them (interrupted or still "
-               "running; analyze it when the stage is done)" if done < hi else ""))
+            + (f": {where} (interrupted or still running; analyze it when the stage is done)"
+               if not len(steps) or np.max(steps) < hi else ""))
     return np.asarray(obs[name]["value"])[sel]

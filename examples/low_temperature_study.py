@@ -100,7 +100,8 @@ def main(argv=None) -> int:
             print(f" tau={g['tau']:.0e}: max |f_particles - f_Gibbs| = {g['max_abs_diff']:.2e}"
                   f" (error {g['combined_error']:.1e}, step-bias allowance "
                   f"{g['step_bias_allowance']:.1e}, z = {g['z']:.2f}, "
-                  f"{g['z_without_allowance']:.2g} without the allowance: {g['verdict']})")
+                  f"{g.get('z_without_allowance', g['z']):.2g} without the allowance: "
+                  f"{g['verdict']})")
     c = refs.get("convex")
     if c and "skipped" not in c:
         print(f" tau={c['tau']:.0e}: max |f_particles - f_convex| = {c['max_abs_diff']:.2e}")

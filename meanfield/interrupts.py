@@ -34,6 +34,12 @@ class Terminated(KeyboardInterrupt):
         super().__init__(signal.Signals(signum).name)
 
 
+class AbortedRun(KeyboardInterrupt):
+    """A second SIGINT/SIGTERM/SIGHUP during ``meanfield run``, while the first one's request
+    to stop at the next observation boundary (with a checkpoint) was pending: the run stops at
+    once, its last checkpoint written before kept."""
+
+
 def note(signum: int) -> None:
     """Record that termination signal ``signum`` arrived."""
     global _pending

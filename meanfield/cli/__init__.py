@@ -26,7 +26,7 @@ import warnings
 from meanfield import interrupts
 from meanfield._version import __version__
 from meanfield.errors import DivergenceError, InputError, Interrupted
-from meanfield.interrupts import Terminated
+from meanfield.interrupts import AbortedRun, Terminated
 
 #: Modules (under ``meanfield.cli``) that each register one command, in ``--help`` order.
 COMMANDS = ["run", "inspect", "analyze", "dichotomies", "reference", "sweep", "highdim"]
@@ -200,20 +200,8 @@ def main(argv=None) -> int:
             sys.stdout = out
 
 
-def _second_interrupt_hint(args) -> str:
-    """What a ``run`` stopped by a second interrupt (Python's ``KeyboardInterrupt`` while the
-    first one's checkpoint was written) leaves: its last checkpoint, and how to continue."""
-    func = getattr(args, "func", None)
-    if getattr(func, "__module__", "") != "meanfield.cli.run":
-        return ""
-    from meanfield.store import RESUME_HINT
-    return (" again, before that interrupt's checkpoint was written; the last one written "
-            f"before it, if any, is kept: {RESUME_HINT}")
-
-
 def _main(argv) -> int:
     stdout = sys.stdout._stream if isinstance(sys.stdout, _Stdout) else sys.stdout
-    args = None
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
@@ -233,8 +221,14 @@ def _main(argv) -> int:
     except Terminated as exc:
         sys.stderr.write(f"meanfield: terminated by {exc}\n")
         return 130
+    except AbortedRun:
+        from meanfield.store import RESUME_HINT
+        sys.stderr.write("meanfield: interrupted again, before that interrupt's checkpoint was "
+                         "written; the last one written before it, if any, is kept: "
+                         f"{RESUME_HINT}\n")
+        return 130
     except KeyboardInterrupt:
-        sys.stderr.write(f"meanfield: interrupted{_second_interrupt_hint(args)}\n")
+        sys.stderr.write("meanfield: interrupted\n")
         return 130
     except DivergenceError as exc:
         sys.stderr.write(f"meanfield: error: {exc}\n")

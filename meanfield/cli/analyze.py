@@ -364,9 +364,12 @@ def main(args) -> int:
     if is_study_dir(args.run):
         return _study(args)
     if Path(args.run).is_dir():
+        from meanfield.sweep import manifest
+        if manifest.manifest_path(args.run).is_file():
+            manifest.read(args.run)         # a manifest it cannot read: its own reason
         raise InputError(args.run, "", "is a directory, expected a run file (.h5) or a study "
                                        "directory of 'meanfield sweep' (this one has no "
-                                       "manifest.json)")
+                                       f"{manifest.MANIFEST})")
     _not_a_config(args.run)
     if not 0 <= args.min_mass < 1:
         raise InputError("--min-mass", "", f"must be in [0, 1), got {args.min_mass}")

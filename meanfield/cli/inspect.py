@@ -21,7 +21,7 @@ def register(sub):
     p.add_argument("--json", action="store_true",
                    help='print {"schema_version", "n_particles", "d", "n", "complete", '
                         '"frames": [{"step", "time", "tau", "stage"}], "stages": [{"stage", '
-                        '"tau", "steps", "running", "stationary", "stationarity"}], '
+                        '"tau", "steps", "running", "stopped", "stationary", "stationarity"}], '
                         '"config"} (a stage still running has no verdict: null)')
     p.add_argument("--follow", action="store_true",
                    help="print the progress of a run in progress (read live, committed rows "
@@ -33,18 +33,40 @@ def register(sub):
     p.set_defaults(func=main)
 
 
+def stopped_line(part) -> str:
+    """The line that says no process writes the run file ``part`` (``RUN.h5.part``) and how
+    to continue the run."""
+    from meanfield.store import RESUME_HINT
+    part = Path(part)
+    return (f"stopped: no process is writing {part} (interrupted or killed); {RESUME_HINT} "
+            f"(its output: {part.with_name(part.name[:-len('.part')])})")
+
+
+def is_stopped(run) -> bool:
+    """Whether ``run`` is an unfinished ``RUN.h5.part`` that no process writes (interrupted or
+    killed), checked twice: a writer that finishes between the two looks has renamed it."""
+    import os
+
+    from meanfield.store import writer_alive
+    path = str(run.path)
+    return (not run.complete and path.endswith(".part")
+            and not writer_alive(path) and os.path.exists(path) and not writer_alive(path))
+
+
 def stages(run) -> list:
-    """Per ladder stage: ``stage``, ``tau``, ``steps`` (run so far), ``running``,
+    """Per ladder stage: ``stage``, ``tau``, ``steps`` (run so far), ``running``, ``stopped``,
     ``stationary`` and ``stationarity`` (docs/theory.md §2.5); the last two are null for a
-    stage without observations and for the stage still running (:func:`running_stage`),
-    whose verdict would judge a stage cut short."""
+    stage without observations and for the stage an unfinished run is in
+    (:func:`running_stage`), whose verdict would judge a stage cut short. That stage is
+    ``running`` while a process writes the file, else ``stopped`` (:func:`is_stopped`)."""
     from analysis.stationarity import run_verdicts
     out = []
     now = running_stage(run)
+    stopped = now is not None and is_stopped(run)
     for s, (tau, v) in enumerate(zip(run.taus, run_verdicts(run))):
         judged = v.reasons != ["stage not reached"] and s != now
         out.append({"stage": s, "tau": float(tau), "steps": run.steps_run(s),
-                    "running": s == now,
+                    "running": s == now and not stopped, "stopped": s == now and stopped,
                     "stationary": bool(v.stationary) if judged else None,
                     "stationarity": v.to_dict() if judged else None})
     return out
@@ -185,7 +207,7 @@ def follow(path, interval=10.0, out=None, poll=None, wait=None) -> int:
         ``--resume``).
     """
     from meanfield.errors import RunFileError
-    from meanfield.store import RESUME_HINT, open_run, writer_alive
+    from meanfield.store import open_run, writer_alive
     out = sys.stdout if out is None else out      # looked up now: the CLI guards its stdout
     shown = str(path)                   # every message names the path as the user typed it
     path = Path(path)
@@ -223,8 +245,7 @@ def follow(path, interval=10.0, out=None, poll=None, wait=None) -> int:
             stopped += 1                # twice in a row: not a writer between open and lock
             if stopped >= 2:
                 print(line, file=out, flush=True)
-                print(f"stopped: no process is writing {part} (interrupted or killed); "
-                      f"{RESUME_HINT} (its output: {final})", file=out, flush=True)
+                print(stopped_line(part), file=out, flush=True)
                 return 1
         else:
             stopped = 0
@@ -261,7 +282,7 @@ def main(args) -> int:
     """Run ``meanfield inspect`` with the parsed ``args``; returns the exit code."""
     from meanfield.cli.analyze import _not_a_config
     from meanfield.errors import InputError
-    from meanfield.store import RESUME_HINT, no_frames_yet, open_run, writer_alive
+    from meanfield.store import no_frames_yet, open_run
     _not_a_config(args.run, then="inspect")
     _not_a_checkpoint(args.run)
     if args.follow:
@@ -296,13 +317,11 @@ def main(args) -> int:
         risk = obs["risk"]["value"][sel]
         r = f"  risk={risk[0]:.4e}" if risk.size else ""
         print(f"  step={int(s):>9d}  time={t:10.2f}  tau={u:.2e}{r}")
-    # a .part that no process holds was interrupted or killed: not "running"
-    stopped = not run.complete and str(run.path).endswith(".part") and not writer_alive(run.path)
     print("stages")
     for st in doc["stages"]:
         v = st["stationarity"]
         verdict = ("stopped here, no process is writing the file (no verdict)"
-                   if st["running"] and stopped else
+                   if st["stopped"] else
                    "running (no verdict yet)" if st["running"] else
                    "no observations" if v is None else
                    "stationary" + _convergence_text(v) if st["stationary"]
@@ -311,7 +330,6 @@ def main(args) -> int:
             f"  {k}={v[k]:.3g}" for k in ("acceptance", "jump_acceptance", "cell_exchange")
             if v.get(k) is not None)
         print(f"  tau={st['tau']:.2e}  steps={st['steps']:>9d}{moves}  {verdict}")
-    if stopped:
-        print(f"stopped: no process is writing {run.path} (interrupted or killed); "
-              f"{RESUME_HINT} (its output: {str(run.path)[:-len('.part')]})")
+    if any(st["stopped"] for st in doc["stages"]):
+        print(stopped_line(run.path))
     return 0

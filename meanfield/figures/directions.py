@@ -149,7 +149,8 @@ def _directions_1d(snap, V, mass, sign, convex, axes, title, floor=None):
         off = 11 * np.array([math.cos(t), math.sin(t)]) + 8 * np.array([-math.sin(t),
                                                                          math.cos(t)])
         ax.annotate(f"r{i}", (t, rmax), xytext=tuple(off), textcoords="offset points",
-                    fontsize=7, ha="center", va="center", color=SIGN_COLOURS[q["sign"]])
+                    fontsize=7, ha="center", va="center", color=SIGN_COLOURS[q["sign"]],
+                    annotation_clip=False)
     if convex is not None and len(convex[0]):
         ts = [math.atan2(v[1], v[0]) for v in convex[0]]
         ax.plot(ts, [rmax * 0.95] * len(ts), **dict(EXACT, ms=8), label=_exact_label(floor))

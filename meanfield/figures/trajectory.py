@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from analysis.time_average import chains_of
@@ -74,13 +76,11 @@ def plot_trajectory(rep, run, *, axes=None):
             ax.set_ylabel(label)
             off_scale = (_settled_limits(ax, v, np.asarray(obs[name]["step"]), bounds, logy)
                          if name != "stationarity" else None)
-            if logy and np.any(v > 0):
-                _log_axis(ax)
+            if logy and np.any(v > 0) and name != "stationarity":   # that one: after its
+                _log_axis(ax)                                       # thresholds, below
             if off_scale is not None:
-                ax.text(0.99, 0.95, off_scale, transform=ax.transAxes, ha="right", va="top",
-                        fontsize=7, color="0.3", gid="off-scale", bbox={
-                            "boxstyle": "square,pad=0.1", "fc": "white", "ec": "none",
-                            "alpha": 0.85})
+                ax.text(0.99, 0.96, off_scale, transform=ax.transAxes, ha="right", va="top",
+                        fontsize=7, color="0.3", gid="off-scale", bbox=NOTE_GROUND)
             for s, (lo, hi) in enumerate(bounds):
                 if s % 2:
                     ax.axvspan(lo * eta, hi * eta, color="0.92", lw=0)
@@ -92,6 +92,10 @@ def plot_trajectory(rep, run, *, axes=None):
         for k, (t0, t1, level) in enumerate(thr):
             axes[2].plot([t0, t1], [level, level], color="C3", lw=1.0, ls="--",
                          label="verdict's threshold z·2·MCSE" if k == 0 else "_")
+        drift = np.stack([np.asarray(c.observables["stationarity"]["value"], float)
+                          for c in chains])
+        if np.any(drift > 0):
+            _log_axis(axes[2])          # its range includes the thresholds' lines
         handles = (axes[0].get_legend_handles_labels()[0]
                    + axes[2].get_legend_handles_labels()[0])
         if handles:             # under the panels: inside, it covered a stage's threshold
@@ -116,34 +120,37 @@ SETTLE = 0.05
 
 def _settled_limits(ax, v, steps, bounds, logy):
     """Set the y range of ``ax`` to the values ``v`` (chains × observations, at ``steps``)
-    drawn after the first :data:`SETTLE` of each stage, widened by 5 % of their span (a
-    factor on a log axis), when the values before would otherwise stretch the axis to more
-    than twice that span (the default run's first observation is 0.17 against a risk of
+    drawn after the first :data:`SETTLE` of each stage (on a log axis: the positive ones, spans
+    in log units), widened by 5 % of their span below and 30 % above (room for the note),
+    when the values before would otherwise stretch the axis to more than twice that span (the default run's first observation is 0.17 against a risk of
     0.113-0.122 after it). Returns the note that says so, with the values left off scale, or
     ``None`` when the axis keeps every value."""
     settled = np.zeros(len(steps), bool)
     for lo, hi in bounds:
         settled |= (steps > lo + SETTLE * (hi - lo)) & (steps <= hi)
-    w = v[:, settled]
-    w = w[np.isfinite(w)]
-    allv = v[np.isfinite(v)]
-    if not w.size or not allv.size:
+    ok = np.isfinite(v) & (v > 0 if logy else True)
+    w, allv = v[:, settled][ok[:, settled]], v[ok]
+    if not w.size:
         return None
+    if logy:                                   # spans compared as the axis shows them
+        w, allv = np.log(w), np.log(allv)
     lo, hi = float(w.min()), float(w.max())
     span = hi - lo
     if span <= 0 or allv.max() - allv.min() <= 2 * span:
         return None
-    if logy and lo > 0:
-        pad = (hi / lo) ** 0.05
-        ylo, yhi = lo / pad, hi * pad
-    else:
-        ylo, yhi = lo - 0.05 * span, hi + 0.05 * span
+    ylo, yhi = lo - 0.05 * span, hi + 0.3 * span       # the top: room for the note
+    if logy:
+        ylo, yhi = math.exp(ylo), math.exp(yhi)
     ax.set_ylim(ylo, yhi)
-    off = [x for x in (float(allv.min()), float(allv.max())) if not ylo <= x <= yhi]
+    off = [x for x in (float(v[ok].min()), float(v[ok].max())) if not ylo <= x <= yhi]
     if not off:
         return None
     return ("off scale at a stage's start: " + " and ".join(f"{x:.3g}" for x in off)
             ).replace("-", "−")
+
+
+#: The ground of the notes written over a panel: white, over the frame lines and the grid.
+NOTE_GROUND = {"boxstyle": "square,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.85}
 
 
 def _verdicts(rep, taus):
@@ -173,7 +180,7 @@ def _thresholds(verdicts, bounds, eta):
 #: One word for each kind of reason a verdict gives (the start of its sentence,
 #: ``analysis.stationarity`` and ``analysis.convergence``), in the order tried.
 REASON_WORDS = (("R-hat", "R̂"), ("too few effective samples", "ESS"),
-                ("too few observations", "few obs."), ("drift", "drift"),
+                ("too few observations", "few\u00a0obs."), ("drift", "drift"),
                 ("parity", "parity"), ("unstable step", "unstable"),
                 ("ray weights", "rays"), ("budget spent", "budget"))
 
@@ -201,7 +208,8 @@ def verdict_note(v: dict, width: int = 20) -> str:
     if v.get("stationary"):
         head = "stationary"
     else:
-        head = "\n".join(textwrap.wrap("no: " + ", ".join(words), max(width, 8))) \
+        head = "\n".join(textwrap.wrap("no: " + ", ".join(words), max(width, 8),
+                                       break_long_words=False, break_on_hyphens=False)) \
             if words else "not stationary"
     return (f"{head}\nR̂ {num(v.get('rhat'), '.3f')}\n"
             f"ESS/chain\n{num(v.get('ess_bulk'), '.0f', K)}/{num(v.get('ess_tail'), '.0f', K)}")
@@ -236,7 +244,7 @@ def _annotate_verdicts(ax, verdicts, bounds, eta):
         ax.text((lo + hi) / 2 * eta, 0.96, verdict_note(v, int(NOTE_CHARS * (hi - lo) / total)),
                 transform=ax.get_xaxis_transform(), ha="center", va="top", fontsize=7,
                 linespacing=1.0, color="0.1" if v.get("stationary") else "C3",
-                bbox={"boxstyle": "square,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.85})
+                bbox=NOTE_GROUND)
 
 
 def _log_axis(ax):
@@ -249,10 +257,13 @@ def _log_axis(ax):
     ax.set_yscale("log")
     lo, hi = ax.get_ylim()
     if hi / lo < 4:
-        ax.yaxis.set_major_locator(MaxNLocator(nbins=4))
-        ticks = [t for t in ax.yaxis.get_major_locator().tick_values(lo, hi) if lo <= t <= hi]
-        step = min(np.diff(ticks)) if len(ticks) > 1 else hi - lo
-        digits = max(0, int(-np.floor(np.log10(step))))
+        loc = MaxNLocator(nbins=4, steps=[1, 2, 5, 10])
+        ax.yaxis.set_major_locator(loc)
+        ticks = [t for t in loc.tick_values(lo, hi) if lo <= t <= hi]
+        # the fewest digits at which every tick prints as its own value
+        digits = next((k for k in range(12) if all(
+            math.isclose(float(f"{t:.{k}f}"), t, rel_tol=1e-9, abs_tol=1e-15)
+            for t in ticks)), 12)
         ax.yaxis.set_major_formatter(FuncFormatter(
             lambda v, _: f"{v:.{digits}f}".replace("-", "−")))
     else:

@@ -9,7 +9,8 @@ import threading
 
 class _StopRequest:
     """SIGINT/SIGTERM/SIGHUP handlers (main thread only) that ask the solver to stop at the next
-    observation boundary; a second signal aborts at once (``KeyboardInterrupt``). A signal the
+    observation boundary; a second signal aborts at once
+    (:class:`meanfield.interrupts.AbortedRun`, a ``KeyboardInterrupt``). A signal the
     process ignores (SIGHUP under ``nohup``) stays ignored."""
 
     def __init__(self, log):
@@ -22,7 +23,8 @@ class _StopRequest:
 
     def _handler(self, signum, frame):
         if self.requested:
-            raise KeyboardInterrupt
+            from meanfield.interrupts import AbortedRun
+            raise AbortedRun(signal.Signals(signum).name)
         self.requested = True
         self._log(f"{signal.Signals(signum).name}: writing a checkpoint at the next observation "
                   "boundary (signal again to abort)")

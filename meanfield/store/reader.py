@@ -45,7 +45,7 @@ def _h5_reason(exc) -> str:
         return ("file locking failed; on a network file system set "
                 "HDF5_USE_FILE_LOCKING=FALSE (docs/format.md)")
     if "file signature not found" in msg:
-        return "no HDF5 signature, so not an HDF5 file at all"
+        return "no HDF5 signature: empty, cut before its header, or not HDF5 at all"
     if "truncated file" in msg:
         m = re.search(r"eof = (\d+).*stored_eof = (\d+)", msg)
         return ("truncated: " + (f"{int(m[1])} of the {int(m[2])} bytes HDF5 recorded" if m

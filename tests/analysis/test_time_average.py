@@ -61,3 +61,8 @@ def test_a_stage_not_reached_yet_says_where_the_run_file_ends():
                                                  "value": np.array([0.1, 0.1])}})
     with pytest.raises(ValueError, match=r"steps 501-1000\)$"):
         time_average_observable(full, "risk", 0)
+    empty = SimpleNamespace(schedule=sch, taus=sch.taus, observables={
+        "risk": {"step": np.array([], int), "value": np.array([])}})
+    with pytest.raises(ValueError, match=r"last 25% of stage 0 .*: the run file has no "
+                                         r"observations yet"):
+        time_average_observable(empty, "risk", 0, window=0.25)

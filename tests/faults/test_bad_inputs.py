@@ -597,14 +597,16 @@ def inspect_missing(tmp):
 @case
 def inspect_empty_file(tmp):
     (tmp / "empty.h5").write_bytes(b"")
-    return ["inspect", tmp / "empty.h5"], ["empty.h5", "not a readable HDF5 file"]
+    return ["inspect", tmp / "empty.h5"], ["empty.h5", "not a readable HDF5 file (no HDF5 "
+                                           "signature: empty"]
 
 
 @case
 def inspect_text_file(tmp):
     (tmp / "notes.h5").write_text("these are not the frames you are looking for\n")
     return ["inspect", tmp / "notes.h5"], ["notes.h5", "not a readable HDF5 file (no HDF5 "
-                                           "signature, so not an HDF5 file at all)"]
+                                           "signature: empty, cut before its header, or not "
+                                           "HDF5 at all)"]
 
 
 @case
@@ -686,6 +688,14 @@ def analyze_a_folder_that_is_no_study(tmp):
     return (["analyze", tmp / "runs", "-o", tmp / "rep"],
             ["runs", "is a directory, expected a run file (.h5) or a study directory of "
                      "'meanfield sweep' (this one has no manifest.json)"])
+
+
+@case
+def analyze_a_study_with_a_broken_manifest(tmp):
+    (tmp / "study").mkdir()
+    (tmp / "study" / "manifest.json").write_text("{not json")
+    return (["analyze", tmp / "study", "-o", tmp / "rep"],
+            ["manifest.json", "unreadable manifest"])
 
 
 @case

@@ -130,9 +130,10 @@ def test_inspect_marks_the_stage_still_running(tmp_path, capsys, monkeypatch, k,
         runner.run(config.loads(tiny_toml()), out, progress=False, threads=1)
     part = str(out) + ".part"
     capsys.readouterr()
-    assert main(["inspect", part, "--json"]) == 0
+    assert main(["inspect", part, "--json"]) == 0       # no writer: stopped, not running
     st = json.loads(capsys.readouterr().out)["stages"]
-    assert [s["running"] for s in st] == [s == running for s in range(2)]
+    assert [s["stopped"] for s in st] == [s == running for s in range(2)]
+    assert not any(s["running"] for s in st)
     now = st[running]
     assert 0 < now["steps"] < 300
     assert now["stationary"] is None and now["stationarity"] is None
@@ -143,10 +144,15 @@ def test_inspect_marks_the_stage_still_running(tmp_path, capsys, monkeypatch, k,
 
     from meanfield.store.locks import _take_writer_lock
     fd = _take_writer_lock(part)
+    assert fd is not None, "record locks unsupported here"
     try:
+        assert main(["inspect", part, "--json"]) == 0
+        held = json.loads(capsys.readouterr().out)["stages"]
         assert main(["inspect", part]) == 0
     finally:
         os.close(fd)
+    assert [s["running"] for s in held] == [s == running for s in range(2)]
+    assert not any(s["stopped"] for s in held)
     lines = capsys.readouterr().out.split("stages\n")[1].splitlines()
     assert "running (no verdict yet)" in lines[running]
     assert not any("stationary" in ln for ln in lines[running:])
@@ -165,7 +171,7 @@ def test_inspect_marks_the_stage_still_running(tmp_path, capsys, monkeypatch, k,
     monkeypatch.undo()
     assert main(["inspect", str(run_to_end(tmp_path)), "--json"]) == 0
     done = json.loads(capsys.readouterr().out)["stages"]
-    assert [s["running"] for s in done] == [False, False]
+    assert [s["running"] for s in done] == [s["stopped"] for s in done] == [False, False]
     assert all(isinstance(s["stationary"], bool) for s in done)
 
 
@@ -203,14 +209,20 @@ def test_inspect_gives_a_stationary_stage_its_rhat_and_ess_per_chain():
 
 
 def test_a_second_interrupt_of_a_run_says_how_to_continue(tmp_path, capsys, monkeypatch):
-    """A second Ctrl-C, while the first one's checkpoint is written, reaches the command line
-    as KeyboardInterrupt: a run says what is kept and how to continue, other commands only
-    that they were interrupted."""
-    from meanfield import runner
+    """A second signal while the first one's checkpoint is pending aborts the run
+    (``AbortedRun``, raised by the run's own handler): the command line says what is kept and
+    how to continue. A first Ctrl-C outside that window (while loading, say) is only
+    'interrupted': there may be nothing to resume."""
+    import signal
 
-    def second_interrupt(*a, **kw):
-        raise KeyboardInterrupt
-    monkeypatch.setattr(runner, "run", second_interrupt)
+    from meanfield import runner
+    from meanfield.runner.signals import _StopRequest
+
+    def twice(*a, **kw):                  # the run's handler, sent two signals
+        stop = _StopRequest(lambda msg: None)
+        stop._handler(signal.SIGINT, None)
+        stop._handler(signal.SIGINT, None)
+    monkeypatch.setattr(runner, "run", twice)
     cfg = tmp_path / "c.toml"
     cfg.write_text(tiny_toml())
     assert main(["run", str(cfg), "-o", str(tmp_path / "r.h5"), "--quiet"]) == 130
@@ -218,8 +230,9 @@ def test_a_second_interrupt_of_a_run_says_how_to_continue(tmp_path, capsys, monk
     assert err == ["meanfield: interrupted again, before that interrupt's checkpoint was "
                    "written; the last one written before it, if any, is kept: to continue "
                    "it, run the same 'meanfield run' command again with --resume"]
-    import meanfield.store as store
-    monkeypatch.setattr(store, "open_run", second_interrupt)     # interrupted while reading
-    (tmp_path / "x.h5").write_bytes(b"")
-    assert main(["inspect", str(tmp_path / "x.h5")]) == 130
+
+    def first(*a, **kw):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(runner, "run", first)
+    assert main(["run", str(cfg), "-o", str(tmp_path / "r.h5"), "--quiet"]) == 130
     assert capsys.readouterr().err.strip() == "meanfield: interrupted"

@@ -530,7 +530,7 @@ def test_trajectory_says_why_each_stage_is_or_is_not_stationary(analysed):
     texts = [t.get_text() for t in fig.axes[2].texts]
     assert texts == ["no: drift, R̂, ESS\nR̂ 1.051\nESS/chain\n40/55",
                      "stationary\nR̂ 1.002\nESS/chain\n225/212",      # 4 chains: per chain
-                     "no: few obs.\nR̂ –\nESS/chain\n–/–"]
+                     "no: few\u00a0obs.\nR̂ –\nESS/chain\n–/–"]      # one word
     assert [verdict_note(v) for v in made] == texts
     colours = [t.get_color() for t in fig.axes[2].texts]
     assert colours[0] == colours[2] != colours[1]               # not stationary: in red
@@ -590,11 +590,15 @@ def test_trajectory_axis_keeps_the_settled_range_and_says_what_is_off_scale():
     tr._log_axis(ax)
     settled = v[0, 5:]
     lo, hi = ax.get_ylim()
-    assert lo < settled.min() and settled.max() < hi < 0.13
+    assert lo < settled.min() and settled.max() < hi < 0.14       # 0.14 and 0.167 off scale
+    span = np.log(settled.max() / settled.min())                  # room above for the note
+    assert np.log(hi / settled.max()) > 0.2 * span
     assert note == "off scale at a stage's start: 0.167"
     ticks = [t for t in ax.get_yticks() if lo <= t <= hi]
     labels = ax.yaxis.get_major_formatter().format_ticks(ticks)
     assert len(labels) >= 2 and len(set(labels)) == len(labels), labels
+    for tick, label in zip(ticks, labels):                # each label is its tick's value
+        assert float(label.replace("−", "-")) == pytest.approx(tick, rel=1e-9)
     # no transient: the axis is left to Matplotlib, and no note
     calm = Figure().add_subplot()
     calm.plot(steps, settled.repeat(2)[:steps.size])
