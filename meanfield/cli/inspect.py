@@ -161,8 +161,16 @@ def _progress_line(run) -> str:
         risk += f" (chain 0; {run.n_chains} chains: {min(rs):.4e} to {max(rs):.4e})"
     return (f"step {step}/{total} ({100 * step / total:.0f}%)  tau={tau:.2e} "
             f"(temperature {stage}/{len(taus)})  {risk}  "
-            f"residual drift={float(obs['stationarity']['value'][k]):.3g}  "
+            f"residual drift={_drift_text(float(obs['stationarity']['value'][k]))}  "
             f"frames={run.n_frames}")
+
+
+def _drift_text(x: float) -> str:
+    """The residual drift of a progress line; ``–`` while the stage has fewer than 4
+    observations (the statistic is NaN then, ``solvers.langevin``; the first line of a run
+    read ``residual drift=nan``)."""
+    import math
+    return f"{x:.3g}" if math.isfinite(x) else "–"
 
 
 #: Seconds ``--follow`` waits for a run file that does not exist yet (the run not started).

@@ -189,6 +189,18 @@ def test_follow_names_the_residual_drift_and_the_command_to_continue(tmp_path):
                        "continue it, run the same 'meanfield run' command again with --resume "
                        f"(its output: {tmp_path / 'r.h5'})")
     assert "CONFIG" not in stopped
+    # the first observations of a stage: no drift yet (NaN), printed as a dash, not "nan"
+    early = tmp_path / "e.h5.part"
+    with RunWriter(early, cfg, ds, capacity=(1, 10)) as w:
+        R = np.array([1.0, 0.0, -1.0]) * 0.01
+        assert np.isnan(stationarity([R]))
+        w.append_observations([Observation(
+            step=10, time=0.5, stage=0, step_in_stage=10, tau=0.1, risk=0.5, regulariser=0.1,
+            mean_sq_norm=1.0, stationarity=stationarity([R]), residuals=R,
+            residuals_previous=R, eta_lambda_max=0.01)])
+    buf = io.StringIO()
+    assert follow(early, interval=0.0, out=buf, poll=0.0) == 1
+    assert "  residual drift=–  " in buf.getvalue().splitlines()[-2]
 
 
 def test_follow_counts_the_plan_of_auto_stages_as_the_run_does(tmp_path):

@@ -204,7 +204,9 @@ def test_the_command_line_renders_the_flag_and_the_tau0_counts_once(run_file, tm
     rows = [ln for ln in out if ln.startswith("tau=") and " step=" in ln]
     assert len(rows) == 2
     assert "rays J=  2 hyperplanes K=  2" in rows[0] and "NOT STATIONARY" not in rows[0]
-    assert "rays J=2 (not stationary) hyperplanes K=2 (not stationary)" in rows[1]
+    # the integers in one column, whether the row is stationary or not
+    assert "rays J=  2 (not stationary) hyperplanes K=  2 (not stationary)" in rows[1]
+    assert rows[0].index("rays J=") == rows[1].index("rays J=")
     assert "NOT STATIONARY: " in rows[1] and "drift: " in rows[1]
     assert not any("convex" in ln for ln in rows)
     limit = [ln for ln in out if ln.startswith("tau -> 0")]
