@@ -343,6 +343,9 @@ def _extrapolate(args, kind: str) -> int:
 
 def main(args) -> int:
     """Run ``meanfield analyze`` with the parsed ``args``; returns the exit code."""
+    # first: the analysis stack and its compiled libraries load here, so one that cannot
+    # (too little address space, tests/faults/test_faults_env.py) fails before any work
+    from analysis.run_analysis import count_text
     from meanfield.report import FIGURES, analyze_run
     from meanfield.sweep.summary import is_study_dir
     if getattr(args, "no_cache", False):
@@ -405,7 +408,8 @@ def main(args) -> int:
             st = "" if r.get("stationary") is not False else \
                 f"  NOT STATIONARY: {'; '.join(r['stationarity']['reasons'])}"
             print(f"tau={r['tau']:.2e} step={r['step']:>8d} risk={r['risk']:.4e} "
-                  f"rays J={_count_column(r, 'J')} hyperplanes K={_count_column(r, 'K')}"
+                  f"rays J={_pad(r['J'], count_text(r, 'J'))} "
+                  f"hyperplanes K={_pad(r['K'], count_text(r, 'K'))}"
                   f"{ref}{w2}{st}")
         cc = rep.get("convex_counts")
         if cc:      # the tau -> 0 limit, once
@@ -472,9 +476,8 @@ def _abs_or_dash(G) -> str:
     return "—" if G is None else f"{abs(G):.3f}"
 
 
-def _count_column(row: dict, key: str) -> str:
-    """:func:`analysis.run_analysis.count_text` with its integer right-aligned in three
-    columns, as the stationary rows print it (``J=  2``; a row not stationary printed
-    ``J=1 (not stationary)``, out of line with them)."""
-    from analysis.run_analysis import count_text
-    return " " * max(0, 3 - len(str(row[key]))) + count_text(row, key)
+def _pad(count: int, text: str) -> str:
+    """``text`` (:func:`analysis.run_analysis.count_text` of a ladder row) with the integer
+    ``count`` it starts with right-aligned in three columns, as the stationary rows print it
+    (``J=  2``; a row not stationary printed ``J=1 (not stationary)``, out of line)."""
+    return " " * max(0, 3 - len(str(count))) + text
