@@ -44,13 +44,13 @@ def stopped_line(part) -> str:
 
 def is_stopped(run) -> bool:
     """Whether ``run`` is an unfinished ``RUN.h5.part`` that no process writes (interrupted or
-    killed), checked twice: a writer that finishes between the two looks has renamed it."""
+    killed); a writer that finished after the file was opened has renamed it away."""
     import os
 
     from meanfield.store import writer_alive
     path = str(run.path)
     return (not run.complete and path.endswith(".part")
-            and not writer_alive(path) and os.path.exists(path) and not writer_alive(path))
+            and not writer_alive(path) and os.path.exists(path))
 
 
 def stages(run) -> list:

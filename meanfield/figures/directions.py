@@ -146,9 +146,9 @@ def _directions_1d(snap, V, mass, sign, convex, axes, title, floor=None):
         ax.plot([t, t], [0, rmax], color=SIGN_COLOURS[q["sign"]], lw=0.9,
                 label="ray found (r0 heaviest)" if i == 0 else "_")
         # outside the disc, beside the line: at 1.1 rmax it sat under an exact square
-        off = 11 * np.array([math.cos(t), math.sin(t)]) + 8 * np.array([-math.sin(t),
-                                                                         math.cos(t)])
-        ax.annotate(f"r{i}", (t, rmax), xytext=tuple(off), textcoords="offset points",
+        ct, st = math.cos(t), math.sin(t)        # 11 pt outward, 8 pt along the circle
+        ax.annotate(f"r{i}", (t, rmax), xytext=(11 * ct - 8 * st, 11 * st + 8 * ct),
+                    textcoords="offset points",
                     fontsize=7, ha="center", va="center", color=SIGN_COLOURS[q["sign"]],
                     annotation_clip=False)
     if convex is not None and len(convex[0]):

@@ -67,8 +67,10 @@ def plot_trajectory(rep, run, *, axes=None):
         series = [("risk", "risk [y²]", True), ("mean_sq_norm", "mean |θ|² [θ²]", False),
                   ("stationarity", "drift of f̄ [y]", True)]
         chains = chains_of(run)
+        values = {}
         for ax, (name, label, logy) in zip(axes, series):
-            v = np.stack([np.asarray(c.observables[name]["value"], float) for c in chains])
+            v = values[name] = np.stack([np.asarray(c.observables[name]["value"], float)
+                                         for c in chains])
             for k in range(len(chains)):
                 ax.plot(t, v[k], lw=0.8 if len(chains) == 1 else 0.6, color=f"C{k % 10}",
                         alpha=1.0 if len(chains) == 1 else 0.8,
@@ -92,9 +94,7 @@ def plot_trajectory(rep, run, *, axes=None):
         for k, (t0, t1, level) in enumerate(thr):
             axes[2].plot([t0, t1], [level, level], color="C3", lw=1.0, ls="--",
                          label="verdict's threshold z·2·MCSE" if k == 0 else "_")
-        drift = np.stack([np.asarray(c.observables["stationarity"]["value"], float)
-                          for c in chains])
-        if np.any(drift > 0):
+        if np.any(values["stationarity"] > 0):
             _log_axis(axes[2])          # its range includes the thresholds' lines
         handles = (axes[0].get_legend_handles_labels()[0]
                    + axes[2].get_legend_handles_labels()[0])
@@ -122,9 +122,10 @@ def _settled_limits(ax, v, steps, bounds, logy):
     """Set the y range of ``ax`` to the values ``v`` (chains × observations, at ``steps``)
     drawn after the first :data:`SETTLE` of each stage (on a log axis: the positive ones, spans
     in log units), widened by 5 % of their span below and 30 % above (room for the note),
-    when the values before would otherwise stretch the axis to more than twice that span (the default run's first observation is 0.17 against a risk of
-    0.113-0.122 after it). Returns the note that says so, with the values left off scale, or
-    ``None`` when the axis keeps every value."""
+    when the values before would otherwise stretch the axis to more than twice that span
+    (the default run's first observation is 0.17 against a risk of 0.113-0.122 after it).
+    Returns the note that says so, with the values left off scale, or ``None`` when the axis
+    keeps every value."""
     settled = np.zeros(len(steps), bool)
     for lo, hi in bounds:
         settled |= (steps > lo + SETTLE * (hi - lo)) & (steps <= hi)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import signal
 import threading
 
+from meanfield.interrupts import AbortedRun
+
 
 class _StopRequest:
     """SIGINT/SIGTERM/SIGHUP handlers (main thread only) that ask the solver to stop at the next
@@ -23,7 +25,6 @@ class _StopRequest:
 
     def _handler(self, signum, frame):
         if self.requested:
-            from meanfield.interrupts import AbortedRun
             raise AbortedRun(signal.Signals(signum).name)
         self.requested = True
         self._log(f"{signal.Signals(signum).name}: writing a checkpoint at the next observation "
