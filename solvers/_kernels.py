@@ -479,24 +479,6 @@ def fused_step(T, XcT, Rc, nc, XnT, nn, partial, scratch, lam, eta, sd, k, step,
 
 
 @nb.njit(parallel=True, cache=True)
-def _launch(out):
-    for i in nb.prange(out.shape[0]):
-        out[i] = i
-
-
-_LAUNCHED = []
-
-
-def launch_threads() -> None:
-    """Start numba's threading layer by one tiny parallel region (once per process). A kernel
-    loaded from the cache that calls a parallel one (``"mala"``'s pass calls :func:`forward`)
-    crashed when no parallel region had run in the process before it."""
-    if not _LAUNCHED:
-        _launch(np.empty(1))
-        _LAUNCHED.append(True)
-
-
-@nb.njit(parallel=True, cache=True)
 def _to_columns_blocks(theta, T):
     N, D = theta.shape
     for blk in nb.prange((N + BLOCK - 1) // BLOCK):

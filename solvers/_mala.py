@@ -28,9 +28,12 @@ composition over the scan.
 ``ΔU`` is incremental: with ``e_j = f_j − y_j`` and ``Δf_j = (a' σ(z'_j) − a σ(z_j))/N``,
 ``ΔU = (N/(2n)) Σ_j Δf_j (2 e_j + Δf_j) + (λ/2)(|θ'|² − |θ|²)``, ``O(n d)`` per move; an
 accepted move adds ``Δf`` to ``e``. At the start of every pass ``f`` is recomputed from the
-particles with the block kernel of ``solvers._kernels`` (``forward``, bitwise independent of the
-thread count), so a pass is a function of the particles and the step index alone and a run cut
-into calls anywhere is bitwise the run done in one piece.
+particles with the block sums of ``solvers._kernels.forward`` (the same blocks in the same
+order, so the same bits), so a pass is a function of the particles and the step index alone and
+a run cut into calls anywhere is bitwise the run done in one piece. That sum runs on the
+calling thread: it is ``O(N n d)``, a few per cent of a pass, and a parallel region per pass
+made a pass up to 8 times slower when the other cores were busy (measured: plane8, N = 4000,
+2 threads beside one busy process, 8.1 against 1.0 ms).
 
 Random numbers come from the counter-based stream of ``solvers._rng``, with keys derived from
 the seed beyond the two used there (SplitMix64 outputs 3..5):
@@ -59,7 +62,6 @@ from solvers._kernels import (
     _forward_block_rt,
     _ndim,
     _scaled_residuals,
-    forward,
 )
 from solvers._rng import _below, _hash, _mix, _normal, _position, _seed_keys, _uniform
 
@@ -67,11 +69,6 @@ from solvers._rng import _below, _hash, _mix, _normal, _position, _seed_keys, _u
 JUMP_SUBSET = 16
 #: Mixture terms this far (in log) below the largest are left out of the proposal density.
 MIXTURE_CUT = 60.0
-
-#: Below this many blocks of particles the predictor of a pass is summed on one thread (the
-#: same block sums in the same order as the parallel ``forward``, so the same bits); launching
-#: a parallel region costs more than it saves there.
-SERIAL_BLOCKS = 4
 
 #: Entries of the move counters (``counts``), in order.
 COUNTS = ("moves", "moves_accepted", "jumps", "jumps_accepted", "jumps_changed_cell")
@@ -328,8 +325,8 @@ def _log_mixture(x, T, sub, K, D, inv2s2, buf):
 
 @nb.njit(inline="always")
 def _forward_serial(T, XT, n, partial, scratch, kind, p, dims):
-    """``solvers._kernels.forward`` on one thread (block by block); ``dims = ()``: ``d`` at
-    run time, as there."""
+    """``solvers._kernels.forward`` on the calling thread (block by block, the same bits);
+    ``dims = ()``: ``d`` at run time, as there."""
     N = T.shape[1]
     d = _ndim(T, dims)
     zoff = np.uint64((2 * d + 4) * BLOCK)
@@ -418,10 +415,7 @@ def mala_steps(T, X, y, XT, partial, scratch, sub, f, R, counts, f_sum, lam, eta
     can_jump = jumps > 0.0 and N >= 2
     for st in range(nsteps + 1):
         # the predictor of the particles as they are, in the fixed block order
-        if partial.shape[0] < SERIAL_BLOCKS:
-            _forward_serial(T, XT, n, partial, scratch, kind, p, dims)
-        else:
-            forward(T, XT, n, partial, scratch, kind, p, dims)
+        _forward_serial(T, XT, n, partial, scratch, kind, p, dims)
         for j in range(n):
             acc = 0.0
             for blk in range(partial.shape[0]):

@@ -346,7 +346,6 @@ class Stepper:
                              f"{(self.n_particles, self.d + 2)}")
         if step0 < 0 or nsteps < 0 or step0 + nsteps > _rng.MAX_STEP:
             raise ValueError(f"steps must lie in [0, 2**31), got {step0} + {nsteps}")
-        kernels.launch_threads()
         kernels.to_columns(theta, self.T)
         if not self.spec.parallel:
             if nsteps > 0 and not float(tau) > 0.0:
