@@ -21,9 +21,9 @@ points in the plane with random labels (``gauss10_d2``).
 
 Run files are kept in ``--workdir`` (default ``ray_counts_runs``) and reused: a second call
 only analyses. The configs are written next to them
-(``<set>-N<N>-s<seed>[-x<span scale>][-<integrator>][-c<chains>].toml``: the stage length, an
-overridden integrator and the chain count are part of the name, so cells of other settings
-are never mixed).
+(``<set>-N<N>-s<seed>[-x<span scale>][-<integrator>][-c<chains>][-eta<eta>].toml``: the stage
+length, an overridden integrator, the chain count and an overridden step are part of the name,
+so cells of other settings are never mixed).
 """
 
 from __future__ import annotations
@@ -119,10 +119,12 @@ def dump_toml(doc: dict) -> str:
 
 
 def cell_config(name: str, N: int, seed: int, span_scale: float = 1.0,
-                integrator: str | None = None, chains: int = 1) -> dict:
+                integrator: str | None = None, chains: int = 1,
+                eta: float | None = None) -> dict:
     """The config of one cell: the shipped one with the shortened ladder (stage length
     ``span_scale`` times the default span of mean-field time), and ``integrator`` (default
-    the config's) and ``chains`` independent chains when given."""
+    the config's), ``chains`` independent chains and the step ``eta`` when given (the
+    stage keeps its span of mean-field time: ``span/eta`` steps)."""
     base, over, taus, span = SETS[name]
     span *= span_scale
     if isinstance(base, dict):
@@ -138,6 +140,8 @@ def cell_config(name: str, N: int, seed: int, span_scale: float = 1.0,
         dyn["integrator"] = integrator
     if chains != 1:
         dyn["chains"] = int(chains)
+    if eta is not None:
+        dyn["eta"] = float(eta)
     steps = round(span / float(dyn["eta"]))
     dyn.update({"taus": list(taus), "steps_per_tau": steps, "seed": int(seed)})
     dyn.pop("max_steps_per_tau", None)        # a shipped "auto" ladder's cap: not for fixed stages
@@ -148,25 +152,26 @@ def cell_config(name: str, N: int, seed: int, span_scale: float = 1.0,
 
 
 def cell_stem(name: str, N: int, seed: int, span_scale: float = 1.0,
-              integrator: str | None = None, chains: int = 1) -> str:
+              integrator: str | None = None, chains: int = 1, eta: float | None = None) -> str:
     """File name (no suffix) of a cell's config and run file: every setting that changes the
     run is in it."""
     return (f"{name}-N{N}-s{seed}" + ("" if span_scale == 1 else f"-x{span_scale:g}")
             + ("" if integrator is None else f"-{integrator}")
-            + ("" if chains == 1 else f"-c{chains}"))
+            + ("" if chains == 1 else f"-c{chains}")
+            + ("" if eta is None else f"-eta{eta:g}"))
 
 
 def ensure_run(workdir: Path, name: str, N: int, seed: int, threads: int,
                span_scale: float = 1.0, integrator: str | None = None,
-               chains: int = 1) -> Path:
+               chains: int = 1, eta: float | None = None) -> Path:
     """Run the cell unless its run file exists; returns the run file. The wall time of the
     run is kept next to it (``<stem>.wall_s``)."""
-    stem = cell_stem(name, N, seed, span_scale, integrator, chains)
+    stem = cell_stem(name, N, seed, span_scale, integrator, chains, eta)
     out = workdir / f"{stem}.h5"
     if out.exists():
         return out
     cfg = workdir / f"{stem}.toml"
-    cfg.write_text(dump_toml(cell_config(name, N, seed, span_scale, integrator, chains)))
+    cfg.write_text(dump_toml(cell_config(name, N, seed, span_scale, integrator, chains, eta)))
     t0 = time.time()
     subprocess.run([sys.executable, "-m", "meanfield", "run", str(cfg), "-o", str(out),
                     "--threads", str(threads), "--quiet", "--overwrite"], check=True,
@@ -434,17 +439,20 @@ def main(argv=None) -> int:
                     help="override the configs' integrator (default: each config's own)")
     ap.add_argument("--chains", type=int, default=1,
                     help="independent chains per cell (dynamics.chains; default 1)")
+    ap.add_argument("--eta", type=float, default=None,
+                    help="override the configs' step (default: each config's own; the "
+                         "exact sampler is not bound by Euler's stability limit)")
     ap.add_argument("--runs-only", action="store_true", help="make the run files, no table")
     ap.add_argument("--json", help="write the rows to this file")
     ap.add_argument("--sensitivity", action="store_true",
                     help="also J and K over a range of each threshold, per cell")
     args = ap.parse_args(argv)
-    workdir = Path(args.workdir)
+    workdir = Path(args.workdir).resolve()     # the runs start in the checkout
     workdir.mkdir(parents=True, exist_ok=True)
     # cheapest cells first: by N, then seed, then set
     cells = [(name, N, seed) for N in sorted(args.N) for seed in args.seeds for name in args.sets]
     runs = {c: ensure_run(workdir, *c, args.threads, args.span_scale, args.integrator,
-                          args.chains) for c in cells}
+                          args.chains, args.eta) for c in cells}
     if args.runs_only:
         return 0
     rows = [{**analyse_cell(path, *cell, with_sensitivity=args.sensitivity),

@@ -97,7 +97,22 @@ def test_ray_counts_every_set_gives_a_valid_fixed_stage_config(tmp_path):
     assert (dyn.integrator, dyn.chains) == ("mala", 2)
     assert rc.cell_stem("D7", 300, 1, 1.0, "mala", 2) == "D7-N300-s1-mala-c2"
     assert rc.cell_stem("D7", 300, 1) == "D7-N300-s1"        # old run files keep their names
+    # an overridden step keeps the stage's span of mean-field time, and names the file
+    path.write_text(rc.dump_toml(rc.cell_config("D7", 300, 1, 2.0, "mala", 1, eta=0.5)))
+    dyn = config.load(path).dynamics
+    assert dyn.eta == 0.5 and dyn.steps_per_tau == round(2 * rc.SETS["D7"][3] / 0.5)
+    assert rc.cell_stem("D7", 300, 1, 2.0, "mala", 1, 0.5) == "D7-N300-s1-x2-mala-eta0.5"
 
+
+
+def test_ray_counts_runs_a_cell_into_a_relative_workdir(tmp_path, monkeypatch):
+    """A ``--workdir`` relative to the caller's folder: the runs start in the checkout, and
+    were refused with "no such file" when the path was passed on as given."""
+    from benchmarks import ray_counts as rc
+    monkeypatch.chdir(tmp_path)
+    assert rc.main(["--sets", "two_point_even", "--N", "20", "--seeds", "0",
+                    "--span-scale", "0.01", "--runs-only", "--workdir", "rel"]) == 0
+    assert (tmp_path / "rel" / "two_point_even-N20-s0-x0.01.h5").is_file()
 
 @pytest.mark.parametrize("name", ["zero_d1", "zero_d2"])
 def test_ray_counts_zero_ray_sets_sit_well_above_the_threshold(name):
