@@ -77,4 +77,33 @@ def add_problem_arguments(ap):
     ap.add_argument("--problem", default="plane8", choices=sorted(PROBLEMS))
     ap.add_argument("--tau", type=float, default=1e-3)
     ap.add_argument("--etas", type=float, nargs="+", default=[0.1, 0.05, 0.025])
-    ap.add_argument("--integrators", nargs="+", default=["em", "lm"])
+    ap.add_argument("--integrators", nargs="+", default=["em", "lm"],
+                    help="integrators, each run at every --etas; NAME@ETA runs NAME at ETA "
+                         "only (e.g. mala@0.5 em@0.1: the exact sampler is not bound by "
+                         "Euler's stability limit)")
+
+
+def integrator_etas(integrators, etas):
+    """The ``(integrator, η)`` pairs to run: ``NAME@ETA`` is NAME at that η only, a plain name
+    is run at every η of ``etas``.
+
+    Raises
+    ------
+    SystemExit
+        When an ``@`` is not followed by a positive number (one line naming the entry).
+    """
+    pairs = []
+    for entry in integrators:
+        name, at, eta = entry.partition("@")
+        if not at:
+            pairs += [(name, e) for e in etas]
+            continue
+        try:
+            value = float(eta)
+        except ValueError:
+            value = float("nan")
+        if not value > 0:
+            raise SystemExit(f"--integrators {entry}: the step after '@' must be a positive "
+                             f"number, not {eta!r}")
+        pairs.append((name, value))
+    return pairs

@@ -33,7 +33,14 @@ import numpy as np
 # after site-packages: an installed solvers is imported (and its numba cache used) as by the CLI
 sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.accuracy import add_problem_arguments, advance, load, sample_predictor, time_average  # noqa: E402
+from benchmarks.accuracy import (  # noqa: E402
+    add_problem_arguments,
+    advance,
+    integrator_etas,
+    load,
+    sample_predictor,
+    time_average,
+)
 from benchmarks.common import set_threads  # noqa: E402
 
 
@@ -147,8 +154,9 @@ def main(argv=None):
     print(f"{args.problem}: n={len(y)} d={X.shape[1]} lam={lam} tau={args.tau:g}; "
           f"max|G| = {ref.max_abs_G:.6f}; equil {args.equil:g}, burn {args.burn:g}, "
           f"average {args.time:g} time units; threads {args.threads}; load {load_avg:.2f}")
-    configs = [(i, e, args.N) for i in args.integrators for e in args.etas]
-    configs += [(i, args.N_eta, n) for i in args.integrators for n in args.Ns]
+    configs = [(i, e, args.N) for i, e in integrator_etas(args.integrators, args.etas)]
+    configs += [(i, e, n) for i, e in integrator_etas(args.integrators, [args.N_eta])
+                for n in args.Ns]
     starts = {}
     rows = []
     print("\n| integrator | eta | N | max\\|f̄ − f_Gibbs\\| | max MCSE | wall s |")

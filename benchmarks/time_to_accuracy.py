@@ -64,7 +64,12 @@ import numpy as np
 # after site-packages: an installed solvers is imported (and its numba cache used) as by the CLI
 sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.accuracy import add_problem_arguments, load, time_average  # noqa: E402
+from benchmarks.accuracy import (  # noqa: E402
+    add_problem_arguments,
+    integrator_etas,
+    load,
+    time_average,
+)
 from benchmarks.common import set_threads  # noqa: E402
 
 EPS = (3e-3, 1e-3, 3e-4)
@@ -264,8 +269,8 @@ def main(argv=None):
     print(f"{args.problem}: n={len(y)} d={X.shape[1]} lam={lam} tau={args.tau:g}; budget "
           f"{args.budget:g} s per run, {args.threads} thread(s); load average at start "
           f"{os.getloadavg()[0]:.2f}")
-    configs = [(w, e, N, s) for w in args.integrators for e in args.etas for N in args.Ns
-               for s in args.starts]
+    configs = [(w, e, N, s) for w, e in integrator_etas(args.integrators, args.etas)
+               for N in args.Ns for s in args.starts]
     if not args.no_peer:
         peer_Ns = args.peer_Ns or [min(args.Ns)]
         configs += [("numpy", e, N, s) for e in args.etas for N in peer_Ns

@@ -48,6 +48,17 @@ def test_accuracy_benchmarks_load_every_shipped_problem():
         assert lam == cfg.dynamics.lam, name
 
 
+def test_accuracy_benchmarks_run_an_integrator_at_its_own_step():
+    """``NAME@ETA`` runs one integrator at its own step beside the others at every --etas (the
+    exact sampler's step is far above Euler's limit); a bad step is one line naming the entry."""
+    from benchmarks.accuracy import integrator_etas
+    assert integrator_etas(["mala@0.5", "em", "mala+n@2"], [0.1, 0.05]) == [
+        ("mala", 0.5), ("em", 0.1), ("em", 0.05), ("mala+n", 2.0)]
+    for bad in ("mala@", "mala@x", "mala@-0.1", "mala@0"):
+        with pytest.raises(SystemExit, match=f"--integrators {bad}: the step"):
+            integrator_etas([bad], [0.1])
+
+
 #: The generated sets of benchmarks/ray_counts.py and the convex counts its docstring states.
 GENERATED_SETS = {"zero_d1": (0, 0), "zero_d2": (0, 0), "nine_1d": (4, 4), "six_1d": (4, 3),
                   "gauss8_d3": (4, 4), "gauss10_d2": (3, 3)}
