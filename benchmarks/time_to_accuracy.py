@@ -3,8 +3,10 @@
     python benchmarks/time_to_accuracy.py --problem plane8 --threads 1
     python benchmarks/time_to_accuracy.py --problem d12 --budget 120
     python benchmarks/time_to_accuracy.py --quick                       # smoke run
+    python benchmarks/time_to_accuracy.py --integrators mala@0.5 em@0.1 --Ns 4000 --starts convex
 
-For every configuration (integrator, η, N, start) one run is made at temperature ``--tau``,
+For every configuration (integrator, η, N, start; ``NAME@ETA`` runs an integrator at its own
+step only, every other one runs at each of ``--etas``) one run is made at temperature ``--tau``,
 recording the predictor on the training points every ``--sample-dt`` time units. Whenever the
 record has grown by 10 % the time average over its second half (the first half is burn-in) is
 compared with the reference (the Gibbs measure of THEORY §5, exact for d ≤ 2): the accuracy ε
