@@ -9,6 +9,7 @@ The MCSE of the time average of a stationary series ``x_1..x_M`` is
 
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
@@ -83,18 +84,23 @@ def add_problem_arguments(ap):
                          "Euler's stability limit)")
 
 
-def integrator_etas(integrators, etas):
+def integrator_etas(integrators, etas, known=None):
     """The ``(integrator, η)`` pairs to run: ``NAME@ETA`` is NAME at that η only, a plain name
-    is run at every η of ``etas``.
+    is run at every η of ``etas``; ``known``: the names the benchmark runs (checked before
+    anything runs).
 
     Raises
     ------
     SystemExit
-        When an ``@`` is not followed by a positive number (one line naming the entry).
+        When an ``@`` is not followed by a finite positive number, or a name is not in
+        ``known`` (one line naming the entry).
     """
     pairs = []
     for entry in integrators:
         name, at, eta = entry.partition("@")
+        if known is not None and name not in known:
+            raise SystemExit(f"--integrators {entry}: unknown integrator {name!r}; one of "
+                             f"{', '.join(known)}")
         if not at:
             pairs += [(name, e) for e in etas]
             continue
@@ -102,8 +108,8 @@ def integrator_etas(integrators, etas):
             value = float(eta)
         except ValueError:
             value = float("nan")
-        if not value > 0:
-            raise SystemExit(f"--integrators {entry}: the step after '@' must be a positive "
-                             f"number, not {eta!r}")
+        if not (math.isfinite(value) and value > 0):
+            raise SystemExit(f"--integrators {entry}: the step after '@' must be a finite "
+                             f"positive number, not {eta!r}")
         pairs.append((name, value))
     return pairs

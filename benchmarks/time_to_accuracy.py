@@ -159,6 +159,12 @@ class NPair:
         return row.mean, row.mcse
 
 
+#: The names ``--integrators`` takes (each also as ``NAME+n``, and as ``NAME@ETA``): the
+#: integrators of ``solvers.stepper.Stepper`` and the two of this benchmark.
+INTEGRATORS = tuple(w + pair for pair in ("", "+n")
+                    for w in ("em", "lm", "mala", "em-richardson", "mala-nojump"))
+
+
 def make_impl(who, X, y, theta, lam, eta, seed, theta_small=None, n_ratio=2.0):
     """The stepper of a configuration; a ``+n`` integrator needs ``theta_small``, the start of
     its ``N/n_ratio`` system."""
@@ -261,6 +267,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.quick:
         args.etas, args.Ns, args.budget = args.etas[:1], args.Ns[:1], 5.0
+    runs = integrator_etas(args.integrators, args.etas, INTEGRATORS)
     set_threads(args.threads)
     X, y, lam = load(args.problem)
     from solvers.gibbs import gibbs
@@ -271,8 +278,7 @@ def main(argv=None):
     print(f"{args.problem}: n={len(y)} d={X.shape[1]} lam={lam} tau={args.tau:g}; budget "
           f"{args.budget:g} s per run, {args.threads} thread(s); load average at start "
           f"{os.getloadavg()[0]:.2f}")
-    configs = [(w, e, N, s) for w, e in integrator_etas(args.integrators, args.etas)
-               for N in args.Ns for s in args.starts]
+    configs = [(w, e, N, s) for w, e in runs for N in args.Ns for s in args.starts]
     if not args.no_peer:
         peer_Ns = args.peer_Ns or [min(args.Ns)]
         configs += [("numpy", e, N, s) for e in args.etas for N in peer_Ns

@@ -54,9 +54,31 @@ def test_accuracy_benchmarks_run_an_integrator_at_its_own_step():
     from benchmarks.accuracy import integrator_etas
     assert integrator_etas(["mala@0.5", "em", "mala+n@2"], [0.1, 0.05]) == [
         ("mala", 0.5), ("em", 0.1), ("em", 0.05), ("mala+n", 2.0)]
-    for bad in ("mala@", "mala@x", "mala@-0.1", "mala@0"):
+    for bad in ("mala@", "mala@x", "mala@-0.1", "mala@0", "mala@inf", "em@0.1@0.2"):
         with pytest.raises(SystemExit, match=f"--integrators {bad}: the step"):
             integrator_etas([bad], [0.1])
+    with pytest.raises(SystemExit, match="--integrators nosuch@0.1: unknown integrator "
+                                         "'nosuch'; one of em, mala"):
+        integrator_etas(["em", "nosuch@0.1"], [0.1], ("em", "mala"))
+
+
+def test_step_bias_fit_leaves_out_an_integrator_run_at_one_step():
+    """An integrator at one step only (``mala@0.2``) gets no ``η^p`` term, which one step
+    cannot separate from the rest; Euler's three steps still give its exponent."""
+    import numpy as np
+
+    from benchmarks.step_and_particle_bias import fit
+    def e(eta, N):
+        return np.array([0.02 * eta + 1.0 / N, -0.01 * eta + 2.0 / N])
+
+    se = np.full(2, 1e-6)
+    rows = [("em", eta, 4000, e(eta, 4000), se) for eta in (0.1, 0.05, 0.025)]
+    rows += [("em", 0.05, N, e(0.05, N), se) for N in (1000, 16000)]
+    rows += [("mala", 0.2, N, np.array([1.0 / N, 2.0 / N]), se) for N in (4000, 1000)]
+    res = fit(rows)
+    assert set(res["p"]) == {"em"} and res["p"]["em"] == pytest.approx(1.0)
+    np.testing.assert_allclose(res["A"]["em"], [0.02, -0.01], atol=1e-6)
+    np.testing.assert_allclose(res["B"], [1.0, 2.0], atol=1e-4)
 
 
 #: The generated sets of benchmarks/ray_counts.py and the convex counts its docstring states.
