@@ -263,7 +263,8 @@ def main(argv=None):
                          "N/r particles (2)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--quick", action="store_true", help="one small configuration each, 5 s")
+    ap.add_argument("--quick", action="store_true", help="one small configuration each (the first of --etas and --Ns), "
+                         "5 s a run: overrides --budget")
     args = ap.parse_args(argv)
     if args.quick:
         args.etas, args.Ns, args.budget = args.etas[:1], args.Ns[:1], 5.0
@@ -329,7 +330,9 @@ def main(argv=None):
         b_all = best(e, lambda c: c[0] != "numpy")
         b_em = best(e, lambda c: c[0] == "em")
         b_peer = best(e, lambda c: c[0] == "numpy")
-        line = f"eps={e:g}: best {fmt(b_all)}; best EM {fmt(b_em)}; NumPy peer {fmt(b_peer)}"
+        line = f"eps={e:g}: best {fmt(b_all)}; best EM {fmt(b_em)}"
+        if not args.no_peer:
+            line += f"; NumPy peer {fmt(b_peer)}"
         if b_all and b_em:
             line += f"; EM/best = {b_em[0] / b_all[0]:.1f}x"
         if b_all and b_peer:

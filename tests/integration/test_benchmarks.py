@@ -62,6 +62,19 @@ def test_accuracy_benchmarks_run_an_integrator_at_its_own_step():
         integrator_etas(["em", "nosuch@0.1"], [0.1], ("em", "mala"))
 
 
+@pytest.mark.slow
+def test_time_to_accuracy_runs_each_integrator_at_its_own_step(capsys):
+    """``mala@0.3`` runs at 0.3 only beside Euler at each --etas, in one process; with
+    --no-peer the summary does not speak of a peer."""
+    from benchmarks.time_to_accuracy import main
+    results = main(["--quick", "--integrators", "mala@0.3", "em", "--etas", "0.1", "0.05",
+                    "--Ns", "60", "--starts", "convex", "--no-peer"])
+    assert [c[:2] for c, _ in results] == [("mala", 0.3), ("em", 0.1)]   # --quick: first eta
+    out = capsys.readouterr().out
+    assert "| mala | 0.3 | 60 | convex |" in out and "| em | 0.1 | 60 | convex |" in out
+    assert "peer" not in out.lower()
+
+
 def test_step_bias_fit_leaves_out_an_integrator_run_at_one_step():
     """An integrator at one step only (``mala@0.2``) gets no ``η^p`` term, which one step
     cannot separate from the rest; Euler's three steps still give its exponent."""
