@@ -67,11 +67,11 @@ def test_time_to_accuracy_runs_each_integrator_at_its_own_step(capsys):
     """``mala@0.3`` runs at 0.3 only beside Euler at each --etas, in one process; with
     --no-peer the summary does not speak of a peer."""
     from benchmarks.time_to_accuracy import main
-    results = main(["--quick", "--integrators", "mala@0.3", "em", "--etas", "0.1", "0.05",
-                    "--Ns", "60", "--starts", "convex", "--no-peer"])
-    assert [c[:2] for c, _ in results] == [("mala", 0.3), ("em", 0.1)]   # --quick: first eta
+    results = main(["--integrators", "mala@0.3", "em", "--etas", "0.1", "0.05", "--Ns", "60",
+                    "--starts", "convex", "--no-peer", "--budget", "0.5"])
+    assert [c[:2] for c, _ in results] == [("mala", 0.3), ("em", 0.1), ("em", 0.05)]
     out = capsys.readouterr().out
-    assert "| mala | 0.3 | 60 | convex |" in out and "| em | 0.1 | 60 | convex |" in out
+    assert "| mala | 0.3 | 60 | convex |" in out and "| em | 0.05 | 60 | convex |" in out
     assert "peer" not in out.lower()
 
 
