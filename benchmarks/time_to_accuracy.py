@@ -159,12 +159,6 @@ class NPair:
         return row.mean, row.mcse
 
 
-#: The names ``--integrators`` takes (each also as ``NAME+n``, and as ``NAME@ETA``): the
-#: integrators of ``solvers.stepper.Stepper`` and the two of this benchmark.
-INTEGRATORS = tuple(w + pair for pair in ("", "+n")
-                    for w in ("em", "lm", "mala", "em-richardson", "mala-nojump"))
-
-
 def make_impl(who, X, y, theta, lam, eta, seed, theta_small=None, n_ratio=2.0):
     """The stepper of a configuration; a ``+n`` integrator needs ``theta_small``, the start of
     its ``N/n_ratio`` system."""
@@ -263,12 +257,17 @@ def main(argv=None):
                          "N/r particles (2)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--quick", action="store_true", help="one small configuration each (the first of --etas and --Ns), "
-                         "5 s a run: overrides --budget")
+    ap.add_argument("--quick", action="store_true",
+                    help="one small configuration each (the first of --etas and --Ns), 5 s a "
+                         "run: overrides --budget")
     args = ap.parse_args(argv)
     if args.quick:
         args.etas, args.Ns, args.budget = args.etas[:1], args.Ns[:1], 5.0
-    runs = integrator_etas(args.integrators, args.etas, INTEGRATORS)
+    from solvers.integrators import INTEGRATORS  # the names Stepper takes (light import)
+    # each also as NAME+n (the 1/N pair) and as NAME@ETA, and the two of this benchmark
+    known = [w + pair for pair in ("", "+n")
+             for w in (*INTEGRATORS, "em-richardson", "mala-nojump")]
+    runs = integrator_etas(args.integrators, args.etas, known)
     set_threads(args.threads)
     X, y, lam = load(args.problem)
     from solvers.gibbs import gibbs
