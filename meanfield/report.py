@@ -428,7 +428,8 @@ def _moves_text(v) -> str:
     """``integrator = "mala"``: its acceptance rates (second half of the stage); else ''."""
     parts = [f"{label} {v[k]:.3g}" for k, label in
              (("acceptance", "acceptance"), ("jump_acceptance", "jump acceptance"),
-              ("cell_exchange", "cell exchange per unit time")) if v.get(k) is not None]
+              ("cell_exchange", "cell exchange per unit time"),
+              ("radial_acceptance", "radial acceptance")) if v.get(k) is not None]
     return (", " + ", ".join(parts)) if parts else ""
 
 

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 from meanfield.errors import ConfigError
 from solvers.integrators import INTEGRATORS
-from solvers.limits import ACTIVATIONS, DEFAULT_JUMPS, MAX_STEPS
+from solvers.limits import ACTIVATIONS, DEFAULT_JUMPS, DEFAULT_RADIAL, MAX_STEPS
 
 #: Initialisations: i.i.d. Gaussian, or the convex τ → 0 solution's rays (THEORY §2.2).
 INITS = ("random", "convex")
@@ -399,6 +399,11 @@ class DynamicsConfig(_Table):
         ``"mala"`` only: share of the moves that are jumps near another particle, in
         ``[0, 1]`` (0: none; default :data:`DEFAULT_JUMPS`). ``None`` for the other
         integrators (the key is then refused, and left out of the config's hash).
+    radial : float or None
+        ``"mala"`` only: probability that each particle's move is followed by a radial move
+        (``|θ_i|`` resampled along its direction, docs/theory.md §2.6), in ``[0, 1]`` (0:
+        none; default :data:`DEFAULT_RADIAL`). ``None`` for the other integrators, as
+        ``jumps``.
     chains : int
         Independent particle systems of the run, ``1 <= chains <=`` :data:`MAX_CHAINS`
         (same data, ladder and integrator; seeds and initial particles from ``seed`` and the
@@ -416,6 +421,7 @@ class DynamicsConfig(_Table):
     batch_size: int = 0
     seed: int = 0
     jumps: float | None = None
+    radial: float | None = None
     chains: int = 1
 
     @staticmethod
@@ -478,9 +484,15 @@ class DynamicsConfig(_Table):
             _num(dyn, "jumps", src, "dynamics", nonneg=True, maximum=1.0,
                  why="a share of the moves")
             dyn["jumps"] = float(dyn["jumps"])
+            if dyn["radial"] is None:
+                dyn["radial"] = DEFAULT_RADIAL
+            _num(dyn, "radial", src, "dynamics", nonneg=True, maximum=1.0,
+                 why="the probability of a radial move after each move")
+            dyn["radial"] = float(dyn["radial"])
         else:
-            _check(dyn["jumps"] is None, src, "dynamics.jumps",
-                   "only with integrator = \"mala\"")
+            for key in ("jumps", "radial"):
+                _check(dyn[key] is None, src, f"dynamics.{key}",
+                       "only with integrator = \"mala\"")
         _check(spec.exact or dyn["eta"] * dyn["lam"] < 2.0, src, "dynamics.eta",
                f"eta*lam = {dyn['eta'] * dyn['lam']:g} >= 2 makes the weight-decay step unstable")
         return dyn

@@ -21,6 +21,15 @@ the other particles held fixed. The move is
   ``q_S(x) = (1/K) Σ_k N(x; θ_{o_k}, s² I)`` depends on the other particles only, and the move
   is accepted with probability ``min(1, exp(−ΔU/τ) q_S(θ) / q_S(θ'))``.
 
+After its move, with probability ``radial``, the particle gets a *radial move*: ``t = |θ|²``
+is resampled along its direction ``ω = θ/|θ|`` (activation pattern and sign of ``a`` kept),
+from a proposal fitted to the conditional law of ``t`` given ``ω`` and the other particles,
+``∝ t^m exp(−U(√t ω)/τ)``, ``m = (d+2)/2 − 1`` (:func:`_radial_move`), and accepted with the
+exact ratio of an independence sampler on that conditional. The radial direction is the soft
+one at low ``τ``: along a ray ``U`` changes with ``t`` at the rate ``c(ω) → 0`` (THEORY §11,
+docs/theory.md §2.6), so Langevin moves relax it only over ``~1/c`` units of time, a radial
+move in one.
+
 Each move leaves ``π_N`` invariant (detailed balance of that Gibbs component), so do the
 mixture over move types and subsets, whose draws do not look at the state, and the
 composition over the scan.
@@ -36,7 +45,7 @@ made a pass up to 8 times slower when the other cores were busy (measured: plane
 2 threads beside one busy process, 8.1 against 1.0 ms).
 
 Random numbers come from the counter-based stream of ``solvers._rng``, with keys derived from
-the seed beyond the two used there (SplitMix64 outputs 3..5):
+the seed beyond the two used there (SplitMix64 outputs 3..6):
 
 * proposal normals of the Langevin move: the Euler–Maruyama noise itself, key ``k1``, position
   ``step·M + i (d+2) + c`` (a proposal that is always accepted is the Euler–Maruyama step, in the
@@ -44,7 +53,10 @@ the seed beyond the two used there (SplitMix64 outputs 3..5):
 * uniforms, key ``k3``: position ``step·M + 3i`` chooses the move type, ``3i + 1`` accepts,
   ``3i + 2`` picks the jump centre among the subset;
 * jump normals, key ``k4``, position ``step·M + i (d+2) + c``;
-* subset members, key ``k5``, draw ``i K + k``.
+* subset members, key ``k5``, draw ``i K + k``;
+* the radial move, key ``k6``: position ``step·M + 4i`` decides whether it is made,
+  ``4i + 1`` chooses the mixture component, ``4i + 2`` accepts, and the hash of ``4i + 3``
+  starts the chain of the Gamma draw (:func:`_gamma`).
 """
 
 from __future__ import annotations
@@ -71,20 +83,22 @@ JUMP_SUBSET = 16
 MIXTURE_CUT = 60.0
 
 #: Entries of the move counters (``counts``), in order.
-COUNTS = ("moves", "moves_accepted", "jumps", "jumps_accepted", "jumps_changed_cell")
+COUNTS = ("moves", "moves_accepted", "jumps", "jumps_accepted", "jumps_changed_cell",
+          "radial_moves", "radial_accepted")
 
 _GOLD = np.uint64(0x9E3779B97F4A7C15)
 
 
 @nb.njit(inline="always")
 def _keys(seed):
-    """The keys ``k1`` (noise, as in ``solvers._kernels``), ``k3``, ``k4``, ``k5``."""
+    """The keys ``k1`` (noise, as in ``solvers._kernels``), ``k3``, ``k4``, ``k5``, ``k6``."""
     k1, _ = _seed_keys(seed)
     s = np.uint64(seed)
     k3 = _mix(s + np.uint64(3) * _GOLD)
     k4 = _mix(s + np.uint64(4) * _GOLD)
     k5 = _mix(s + np.uint64(5) * _GOLD)
-    return k1, k3, k4, k5
+    k6 = _mix(s + np.uint64(6) * _GOLD)
+    return k1, k3, k4, k5, k6
 
 
 @nb.njit(inline="always")
@@ -324,6 +338,133 @@ def _log_mixture(x, T, sub, K, D, inv2s2, buf):
 
 
 @nb.njit(inline="always")
+def _gamma(h, shape):
+    """Gamma(``shape``, 1) variate, ``shape >= 1`` (Marsaglia & Tsang, ACM TOMS 26(3), 2000),
+    from the hash chain ``_mix(h + t γ)``, ``t = 1, 2, …`` (a pure function of ``h``)."""
+    dd = shape - 1.0 / 3.0
+    c = 1.0 / math.sqrt(9.0 * dd)
+    t = np.uint64(1)
+    while True:
+        x = _normal(h, t)
+        t += np.uint64(1)
+        v = 1.0 + c * x
+        if v <= 0.0:
+            continue
+        v = v * v * v
+        u = _uniform(_mix(h + t * _GOLD))
+        t += np.uint64(1)
+        if math.log(u) < 0.5 * x * x + dd - dd * v + dd * math.log(v):
+            return dd * v
+
+
+@nb.njit(inline="always")
+def _log_gamma_pdf(x, k, s):
+    """``log`` of the Gamma(shape ``k``, scale ``s``) density at ``x > 0``."""
+    return (k - 1.0) * math.log(x) - x / s - math.lgamma(k) - k * math.log(s)
+
+
+@nb.njit(inline="always")
+def _log_radial_q(x, k1, s1, k2, s2, w1):
+    """``log`` of the radial proposal density at ``x``: the mixture of Gamma(``k1``, ``s1``)
+    (weight ``w1``) and Gamma(``k2``, ``s2``)."""
+    l1 = math.log(w1) + _log_gamma_pdf(x, k1, s1)
+    l2 = math.log1p(-w1) + _log_gamma_pdf(x, k2, s2) if w1 < 1.0 else -math.inf
+    hi = l1 if l1 > l2 else l2
+    return hi + math.log(math.exp(l1 - hi) + math.exp(l2 - hi))
+
+
+@nb.njit(inline="always")
+def _radial_move(th, XT, n, d, D, N, kind, p, inv_N, lam, tau, m, e, z, s, zp, sp, df, tb, ep,
+                 hp, thp, data_term, dims, h_mix, h_acc, h_gamma):
+    """One Metropolis–Hastings move of ``t = |θ|²`` along the particle's direction
+    ``ω = θ/|θ|`` (the other particles fixed): True when accepted, with the proposal in
+    ``thp`` and the change of the predictor ``df``; ``z``, ``s`` are the particle's
+    pre-activations and activations, ``e`` the errors with it.
+
+    Along ``ω`` the conditional law of ``t`` is ``∝ t^m exp(−U(√t ω)/τ)``, ``m = D/2 − 1``
+    (the Jacobian of polar coordinates); for ReLU ``U(√t ω) = const + A t + B t²`` with
+    ``A = ⟨e_{−i}, φ(ω)⟩/n + λ/2``, ``B = |φ(ω)|²/(2nN)``, ``φ_j(ω) = ω_a σ(ω_u·x̃_j)`` and
+    ``e_{−i}`` the errors without the particle: functions of ``ω`` and the other particles only.
+    The proposal is a mixture of two Gammas fitted to that law at its mode ``t*``: shape
+    ``m + 1`` (the law's behaviour at 0; the density ratio is bounded, so the move is
+    uniformly ergodic along ``ω``) and shape ``m + 1 + κ``, ``κ = 2Bt*²/τ`` (its curvature at
+    ``t*``), weights ``1/(1 + κ)`` and ``κ/(1 + κ)``. It depends on ``ω`` and the other
+    particles only, so the ratio of an independence sampler on the conditional is exact; for
+    other activations ``A, B`` are those of ``σ(ω_u·x̃)`` and ``ΔU`` is computed in full."""
+    tt = 0.0
+    for c in range(D):
+        tt += th[c] * th[c]
+    if not tt > 0.0:
+        return False
+    A = 0.5 * lam
+    B = 0.0
+    inv_rt = 1.0 / math.sqrt(tt)
+    a = th[0]
+    if data_term:
+        P1 = 0.0
+        P2 = 0.0
+        if kind == ACT_RELU:
+            # φ(ω) = a s / t by homogeneity
+            P0 = 0.0
+            for j in range(n):
+                q = a * s[j]
+                P0 += e[j] * q
+                P2 += q * q
+            inv_t = 1.0 / tt
+            P1 = (P0 - P2 * inv_N) * inv_t
+            P2 = P2 * inv_t * inv_t
+        else:
+            aw = a * inv_rt
+            ai = a * inv_N
+            for j in range(n):
+                sw, _ = _act(z[j] * inv_rt, kind, p)
+                fw = aw * sw
+                P1 += (e[j] - ai * s[j]) * fw
+                P2 += fw * fw
+        A += P1 / n
+        B = P2 / (2.0 * n * N)
+    disc = math.sqrt(A * A + 8.0 * B * m * tau)
+    if A >= 0.0:
+        tstar = 2.0 * m * tau / (A + disc)
+    else:
+        tstar = (disc - A) / (4.0 * B)
+    if not (tstar > 0.0 and tstar < math.inf):
+        return False
+    kap = 2.0 * B * tstar * tstar / tau
+    k1 = m + 1.0
+    s1 = tstar / m
+    k2 = k1 + kap
+    s2 = tstar / (m + kap)
+    w1 = 1.0 / (1.0 + kap)
+    if _uniform(h_mix) < w1:
+        tn = _gamma(h_gamma, k1) * s1
+    else:
+        tn = _gamma(h_gamma, k2) * s2
+    if not tn > 0.0:
+        return False
+    rho2 = tn / tt
+    rho = math.sqrt(rho2)
+    for c in range(D):
+        thp[c] = rho * th[c]
+    if kind == ACT_RELU:
+        du = (tn - tt) * A + (tn * tn - tt * tt) * B
+        if data_term:
+            g = (rho2 - 1.0) * a * inv_N
+            for j in range(n):
+                df[j] = g * s[j]
+    else:
+        du = 0.0
+        if data_term:
+            _move_terms(th, thp, XT, n, d, kind, p, inv_N, e, s, zp, sp, df, tb, ep, hp,
+                        False, dims)
+            du = _dot(df, tb, n) * (N / (2.0 * n))
+        du += 0.5 * lam * (tn - tt)
+    log_a = (-du / tau + m * math.log(rho2)
+             + _log_radial_q(tt, k1, s1, k2, s2, w1) - _log_radial_q(tn, k1, s1, k2, s2, w1))
+    return log_a >= 0.0 or math.log(_uniform(h_acc)) < log_a
+
+
+@nb.njit(inline="always")
 def _forward_serial(T, XT, n, partial, scratch, kind, p, dims):
     """``solvers._kernels.forward`` on the calling thread (block by block, the same bits);
     ``dims = ()``: ``d`` at run time, as there."""
@@ -341,7 +482,7 @@ def _forward_serial(T, XT, n, partial, scratch, kind, p, dims):
 
 @nb.njit(cache=True, nogil=True)     # chains step in parallel threads (solvers.langevin)
 def mala_steps(T, X, y, XT, partial, scratch, sub, f, R, counts, f_sum, lam, eta, tau,
-               seed, step0, nsteps, kind, p, data_term, jumps, dims):
+               seed, step0, nsteps, kind, p, data_term, jumps, radial, dims):
     """Advance ``nsteps`` Metropolis-adjusted passes from global step ``step0``.
 
     Parameters
@@ -357,7 +498,7 @@ def mala_steps(T, X, y, XT, partial, scratch, sub, f, R, counts, f_sum, lam, eta
         Work space.
     f, R : ndarray (n,)
         Out: predictor and scaled residuals ``(f − y)/n`` after the last pass.
-    counts : int64 ndarray (5,)
+    counts : int64 ndarray (7,)
         Move counters, incremented (:data:`COUNTS`).
     f_sum : ndarray (n,)
         The predictor after each pass is added to it.
@@ -370,6 +511,8 @@ def mala_steps(T, X, y, XT, partial, scratch, sub, f, R, counts, f_sum, lam, eta
         False drops the data term of ``U`` (pure Gaussian target; for tests).
     jumps : float
         Share of jump moves in ``[0, 1]``.
+    radial : float
+        Probability of a radial move after each particle's move, in ``[0, 1]``.
     dims : tuple
         ``()`` (``d = T.shape[0] - 2`` at run time: one compile for every input dimension) or
         a d-tuple (specialised: the loops over the points fused and unrolled over the
@@ -385,7 +528,7 @@ def mala_steps(T, X, y, XT, partial, scratch, sub, f, R, counts, f_sum, lam, eta
     n = X.shape[0]
     d = _ndim(T, dims)
     D = d + 2
-    k1, k3, k4, k5 = _keys(seed)
+    k1, k3, k4, k5, k6 = _keys(seed)
     sd = math.sqrt(2.0 * eta * tau)
     inv4 = 1.0 / (4.0 * eta * tau) if tau > 0.0 else 0.0
     s_jump = math.sqrt(tau / lam)
@@ -413,6 +556,8 @@ def mala_steps(T, X, y, XT, partial, scratch, sub, f, R, counts, f_sum, lam, eta
     g = np.empty(D)
     gp = np.empty(D)
     can_jump = jumps > 0.0 and N >= 2
+    do_radial = radial > 0.0
+    m_rad = 0.5 * D - 1.0
     for st in range(nsteps + 1):
         # the predictor of the particles as they are, in the fixed block order
         _forward_serial(T, XT, n, partial, scratch, kind, p, dims)
@@ -504,4 +649,25 @@ def mala_steps(T, X, y, XT, partial, scratch, sub, f, R, counts, f_sum, lam, eta
                                 break
                 else:
                     counts[1] += 1
+            if do_radial and (radial >= 1.0 or                # drawn only when it matters
+                              _uniform(_hash(k6, _position(step, 4 * i))) < radial):
+                if ok:
+                    for c in range(D):
+                        th[c] = thp[c]
+                    if data_term:
+                        for j in range(n):
+                            z[j] = zp[j]
+                            s[j] = sp[j]
+                counts[5] += 1
+                if _radial_move(th, XT, n, d, D, N, kind, p, inv_N, lam, tau, m_rad, e, z, s,
+                                zp, sp, df, tb, ep, hp, thp, data_term, dims,
+                                _hash(k6, _position(step, 4 * i + 1)),
+                                _hash(k6, _position(step, 4 * i + 2)),
+                                _hash(k6, _position(step, 4 * i + 3))):
+                    counts[6] += 1
+                    for c in range(D):
+                        T[c, i] = thp[c]
+                    if data_term:
+                        for j in range(n):
+                            e[j] += df[j]
     return 0 if _scaled_residuals(f, y, R) else 1

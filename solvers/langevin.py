@@ -155,16 +155,17 @@ def move_rates(counts, n_particles: int, nsteps: int, eta: float) -> dict:
     Returns
     -------
     dict
-        ``acceptance`` and ``jump_acceptance`` (shares of the Langevin and jump moves
-        accepted, ``nan`` without such moves) and ``cell_exchange`` (accepted jumps that
-        changed the particle's activation pattern per particle and unit of time
-        ``nsteps · η``; ``nan`` without jump moves).
+        ``acceptance``, ``jump_acceptance`` and ``radial_acceptance`` (shares of the
+        Langevin, jump and radial moves accepted, ``nan`` without such moves) and
+        ``cell_exchange`` (accepted jumps that changed the particle's activation pattern per
+        particle and unit of time ``nsteps · η``; ``nan`` without jump moves).
     """
-    moves, acc, jumps, jacc, jcell = (int(c) for c in counts)
+    moves, acc, jumps, jacc, jcell, radial, racc = (int(c) for c in counts)
     return {"acceptance": acc / moves if moves else math.nan,
             "jump_acceptance": jacc / jumps if jumps else math.nan,
             "cell_exchange": (jcell / (n_particles * nsteps * eta) if jumps and nsteps
-                              else math.nan)}
+                              else math.nan),
+            "radial_acceptance": racc / radial if radial else math.nan}
 
 
 def chain_seed(seed: int, chain: int) -> int:

@@ -20,3 +20,6 @@ MAX_DRAWS = 2**32
 
 #: Default share of jump moves of ``integrator = "mala"`` (:mod:`solvers._mala`).
 DEFAULT_JUMPS = 0.1
+#: Default probability of a radial move after each move of ``integrator = "mala"``
+#: (:mod:`solvers._mala`, docs/theory.md §2.6).
+DEFAULT_RADIAL = 1.0

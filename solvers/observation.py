@@ -55,6 +55,9 @@ class Observation:
         since the previous observation, ``(jumps accepted that changed the particle's
         activation pattern) / (N · steps · η)`` (``nan`` for the other integrators, or
         without jumps).
+    radial_acceptance : float
+        ``"mala"``: share of the radial moves accepted since the previous observation
+        (``nan`` for the other integrators, or without radial moves).
     """
 
     step: int
@@ -72,6 +75,7 @@ class Observation:
     acceptance: float = float("nan")
     jump_acceptance: float = float("nan")
     cell_exchange: float = float("nan")
+    radial_acceptance: float = float("nan")
 
     @classmethod
     def columns(cls) -> tuple[str, ...]:

@@ -41,9 +41,9 @@ import numpy as np
 from solvers import _activations, _mala, _rng
 from solvers import _kernels as kernels
 from solvers.integrators import INTEGRATORS, integrator_named
-from solvers.limits import ACT_CODES, DEFAULT_JUMPS, MAX_DRAWS
+from solvers.limits import ACT_CODES, DEFAULT_JUMPS, DEFAULT_RADIAL, MAX_DRAWS
 
-__all__ = ["ACT_CODES", "DEFAULT_JUMPS", "INTEGRATORS", "SPECIALISED_DIMS", "Stepper",
+__all__ = ["ACT_CODES", "DEFAULT_JUMPS", "DEFAULT_RADIAL", "INTEGRATORS", "SPECIALISED_DIMS", "Stepper",
            "compile_ahead", "compile_variant", "kernel_dims", "kernel_variants"]
 
 #: Input dimensions ``d`` with kernels specialised per ``d`` (measured 1.3-1.8x faster per step
@@ -223,7 +223,13 @@ class Stepper:
         ``jumps``) a jump near another particle, each accepted with the exact ratio of
         ``π_N ∝ exp(−U/τ)`` (``solvers._mala``). Full batch only.
     jumps : float
-        ``"mala"`` only: the share of jump moves, in ``[0, 1]`` (0: Langevin moves only).
+        ``"mala"`` only: the share of jump moves, in ``[0, 1]`` (0: Langevin moves only;
+        default :data:`solvers.limits.DEFAULT_JUMPS`).
+    radial : float
+        ``"mala"`` only: the probability that a particle's move is followed by a radial move,
+        a Metropolis–Hastings move of ``|θ_i|`` along the particle's direction from a
+        proposal fitted to its conditional law (``solvers._mala``), in ``[0, 1]`` (0: none;
+        default :data:`solvers.limits.DEFAULT_RADIAL`).
 
     Attributes
     ----------
@@ -241,7 +247,8 @@ class Stepper:
     counts : int64 ndarray of shape (5,)
         ``"mala"``: moves proposed and accepted since the last :meth:`reset_counts`, in the
         order of ``solvers._mala.COUNTS`` (Langevin moves, accepted ones, jumps, accepted
-        jumps, accepted jumps that changed the particle's activation pattern). Zero otherwise.
+        jumps, accepted jumps that changed the particle's activation pattern, radial moves,
+        accepted ones). Zero otherwise.
     f_sum : ndarray of shape (n,)
         ``"mala"``: the sum of the predictor after every pass since the last
         :meth:`reset_counts` (``f_sum / counts.sum() * N`` is its time average at pass
@@ -256,7 +263,7 @@ class Stepper:
     """
 
     def __init__(self, X, y, n_particles, *, lam, eta, activation="relu", sharpness=10.0,
-                 cap=3.0, batch_size=0, seed=0, integrator="em", jumps=None):
+                 cap=3.0, batch_size=0, seed=0, integrator="em", jumps=None, radial=None):
         self.X = np.ascontiguousarray(X, dtype=np.float64)
         self.y = np.ascontiguousarray(y, dtype=np.float64)
         if self.X.ndim != 2 or self.y.shape != (self.X.shape[0],):
@@ -265,6 +272,8 @@ class Stepper:
         N = int(n_particles)
         if N < 1 or N * (d + 2) >= MAX_DRAWS:
             raise ValueError(f"need 1 <= N and N (d+2) < 2**32, got N={N}, d={d}")
+        if integrator == "mala" and 4 * N >= MAX_DRAWS:    # the radial move's draw positions
+            raise ValueError(f"integrator 'mala' needs 4 N < 2**32, got N={N}")
         if activation not in ACT_CODES:
             raise ValueError(f"unknown activation {activation!r}; one of {', '.join(ACT_CODES)}")
         B = int(batch_size)
@@ -277,6 +286,9 @@ class Stepper:
         jumps = DEFAULT_JUMPS if jumps is None else float(jumps)
         if not 0.0 <= jumps <= 1.0:
             raise ValueError(f"jumps must be in [0, 1], got {jumps}")
+        radial = DEFAULT_RADIAL if radial is None else float(radial)
+        if not 0.0 <= radial <= 1.0:
+            raise ValueError(f"radial must be in [0, 1], got {radial}")
         if not 0 <= int(seed) < 2**63:
             raise ValueError(f"seed must be in [0, 2**63), got {seed}")
         self.n_particles, self.n, self.d = N, n, d
@@ -289,6 +301,7 @@ class Stepper:
         self.integrator = integrator
         self.spec = spec
         self.jumps = jumps if integrator == "mala" else 0.0
+        self.radial = radial if integrator == "mala" else 0.0
         self.dims = kernel_dims(d)   # selects a specialised kernel, or d at run time
         self.T = np.empty((d + 2, N))
         self.partial = np.empty(((N + kernels.BLOCK - 1) // kernels.BLOCK, n))
@@ -354,7 +367,7 @@ class Stepper:
                                     self.sub, self.f, self.R, self.counts, self.f_sum,
                                     self.lam,
                                     self.eta, float(tau), self.seed, int(step0), int(nsteps),
-                                    self.kind, self.params, bool(data_term), self.jumps,
+                                    self.kind, self.params, bool(data_term), self.jumps, self.radial,
                                     self.dims)
             self.sum_sq = kernels.to_rows(self.T, theta)
             return int(code) if code else (0 if math.isfinite(self.sum_sq) else 1)

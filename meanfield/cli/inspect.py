@@ -325,6 +325,7 @@ def main(args) -> int:
         risk = obs["risk"]["value"][sel]
         r = f"  risk={risk[0]:.4e}" if risk.size else ""
         print(f"  step={int(s):>9d}  time={t:10.2f}  tau={u:.2e}{r}")
+    from analysis.stationarity import MOVE_OBSERVABLES  # loaded by summary() already
     print("stages")
     for st in doc["stages"]:
         v = st["stationarity"]
@@ -335,8 +336,7 @@ def main(args) -> int:
                    "stationary" + _convergence_text(v) if st["stationary"]
                    else "NOT stationary: " + "; ".join(v["reasons"]))
         moves = "" if v is None else "".join(
-            f"  {k}={v[k]:.3g}" for k in ("acceptance", "jump_acceptance", "cell_exchange")
-            if v.get(k) is not None)
+            f"  {k}={v[k]:.3g}" for k in MOVE_OBSERVABLES if v.get(k) is not None)
         print(f"  tau={st['tau']:.2e}  steps={st['steps']:>9d}{moves}  {verdict}")
     if any(st["stopped"] for st in doc["stages"]):
         print(stopped_line(run.path))

@@ -1,5 +1,5 @@
-"""``integrator = "mala"`` through the run pipeline: the config schema (``dynamics.jumps``, its
-hash), the acceptance observables in the run file and ``meanfield inspect``, and a run stopped
+"""``integrator = "mala"`` through the run pipeline: the config schema (``dynamics.jumps``,
+``dynamics.radial``, their hash), the acceptance observables in the run file and ``meanfield inspect``, and a run stopped
 or killed and resumed being bitwise identical to an uninterrupted one."""
 
 from __future__ import annotations
@@ -34,6 +34,11 @@ def test_schema_defaults_and_hash(tmp_path):
     m0 = config.loads(tiny_toml({"dynamics.integrator": "mala", "dynamics.jumps": 0}),
                       "m0.toml", tmp_path)
     assert m0.dynamics.jumps == 0.0 and m0.physics_hash() != m.physics_hash()
+    assert em.dynamics.radial is None and "radial" not in em.as_dict()["dynamics"]
+    assert m.dynamics.radial == 1.0 and m.as_dict()["dynamics"]["radial"] == 1.0
+    r0 = config.loads(tiny_toml({"dynamics.integrator": "mala", "dynamics.radial": 0}),
+                      "r0.toml", tmp_path)
+    assert r0.dynamics.radial == 0.0 and r0.physics_hash() != m.physics_hash()
     # a Metropolis-adjusted step is exact beyond the weight-decay limit eta*lam < 2
     big = config.loads(tiny_toml({"dynamics.integrator": "mala", "dynamics.eta": 50.0}),
                        "big.toml", tmp_path)
@@ -60,17 +65,20 @@ def test_run_file_holds_acceptance_and_inspect_shows_it(mala_ref, tmp_path):
     run = open_run(ref)
     obs = run.observables
     M = len(obs["risk"]["step"])
-    for name in ("acceptance", "jump_acceptance", "cell_exchange"):
+    for name in ("acceptance", "jump_acceptance", "cell_exchange", "radial_acceptance"):
         v = np.asarray(obs[name]["value"])
         assert v.shape == (M,) and np.all(np.isfinite(v)), name
     assert np.all((obs["acceptance"]["value"] > 0.5) & (obs["acceptance"]["value"] <= 1))
     assert np.all((obs["jump_acceptance"]["value"] > 0) & (obs["jump_acceptance"]["value"] < 1))
+    assert np.all((obs["radial_acceptance"]["value"] > 0.3)
+                  & (obs["radial_acceptance"]["value"] <= 1))
     assert np.all(np.isnan(obs["eta_lambda_max"]["value"]))
     r = run_cli(["inspect", ref], tmp_path)
     assert r.returncode == 0, r.stderr
     dyn = next(line for line in r.stdout.splitlines() if line.strip().startswith("[dynamics]"))
     assert 'integrator = "mala"' in dyn and "jumps = 0.3" in dyn, dyn
     assert r.stdout.count(" acceptance=") == 2 and r.stdout.count("jump_acceptance=") == 2
+    assert r.stdout.count("radial_acceptance=") == 2
     from meanfield.report import analyze_run, markdown
     rep = analyze_run(ref, None, figures=False, w2=False, references=False,
                       sensitivity=False)
@@ -80,7 +88,9 @@ def test_run_file_holds_acceptance_and_inspect_shows_it(mala_ref, tmp_path):
         half = np.asarray(obs["acceptance"]["value"])[sel]
         assert v["acceptance"] == pytest.approx(half[len(half) // 2:].mean())
         assert 0 < v["jump_acceptance"] < 1 and v["cell_exchange"] >= 0
+        assert 0.3 < v["radial_acceptance"] <= 1
     assert markdown(rep).count("jump acceptance") == 2
+    assert markdown(rep).count("radial acceptance") == 2
 
 
 def test_em_run_file_has_nan_acceptance(tmp_path):

@@ -183,8 +183,9 @@ def test_jumps_equalise_two_mirror_modes():
     X, y = np.array([[1.0], [-1.0]]), np.array([1.0, -1.0])
     N, lam, tau, eta = 200, 0.1, 0.002, 0.05
     frac = {}
-    for name, integ, kw in (("jumps", "mala", {"jumps": 0.2}),
-                            ("no jumps", "mala", {"jumps": 0.0}), ("em", "em", {})):
+    for name, integ, kw in (("jumps", "mala", {"jumps": 0.2, "radial": 0.0}),
+                            ("no jumps", "mala", {"jumps": 0.0, "radial": 0.0}),
+                            ("em", "em", {})):
         th = _mirror_start(N, 10)
         st = Stepper(X, y, N, lam=lam, eta=eta, seed=1, integrator=integ, **kw)
         out = []
@@ -274,3 +275,61 @@ def test_specialised_and_run_time_d_passes_agree_bitwise(d):
     assert out[0][1][1] > 0 and out[0][1][3] > 0
     for a, b in zip(*out):
         assert np.array_equal(a, b)
+
+
+# the radial move (solvers._mala._radial_move) on its own: a step so small that the Langevin
+# moves leave the direction where it is (relative moves below 1e-8 a pass), so the chain of
+# t = |θ|² is the radial move's, whose law along ω is ∝ t^m exp(−U(√t ω)/τ), m = D/2 − 1
+XR = np.array([[-1.0], [0.5], [1.5]])
+YR = np.array([2.0, -1.0, 3.0])
+LAMR, TAUR = 0.1, 0.05
+
+
+def _radial_law_moments(omega, activation, sharpness=10.0):
+    """``E t`` and ``E t²`` of ``p(t) ∝ t^m exp(−U(√t ω)/τ)`` for one particle (N = 1) on
+    (XR, YR), by quadrature on a fine grid (independent of the kernel: NumPy's activation)."""
+    sigma = model.activation(activation, sharpness)[0]
+    omega = np.asarray(omega, float) / np.linalg.norm(omega)
+    m = 0.5 * len(omega) - 1.0
+    t = np.linspace(1e-9, 60.0, 600001)
+    th = np.sqrt(t)[:, None] * omega
+    z = th[:, 1:2] * XR[:, 0] + th[:, 2:3]
+    f = th[:, 0:1] * sigma(z)
+    U = 0.5 * np.mean((f - YR) ** 2, axis=1) + 0.5 * LAMR * t
+    lw = m * np.log(t) - U / TAUR
+    w = np.exp(lw - lw.max())
+    return (w * t).sum() / w.sum(), (w * t * t).sum() / w.sum()
+
+
+@pytest.mark.parametrize("activation,omega", [
+    ("relu", (1.0, 1.0, 0.5)),       # A < 0: the data pull, t* ≈ 2 set by the particle's own fit
+    ("relu", (-1.0, 1.0, 0.5)),      # A > 0: a thermal direction, t* ~ τ/A
+    ("softplus", (1.0, 1.0, 0.5)),   # not homogeneous: ΔU computed in full
+])
+def test_radial_move_samples_the_law_along_a_direction(activation, omega):
+    want = _radial_law_moments(omega, activation)
+    st = Stepper(XR, YR, 1, lam=LAMR, eta=1e-16, seed=11, integrator="mala", jumps=0.0,
+                 radial=1.0, activation=activation)
+    theta = np.asarray([omega], float) * 0.3
+    passes = 20000
+    t = np.empty(passes)
+    for k in range(passes):
+        assert st.advance(theta, TAUR, k, 1) == 0
+        t[k] = np.sum(theta ** 2)
+    dirn = theta[0] / np.linalg.norm(theta[0])
+    assert np.allclose(dirn, np.asarray(omega) / np.linalg.norm(omega), atol=1e-5)
+    assert st.counts[5] == passes
+    assert 0.5 < st.counts[6] / passes <= 1.0
+    m, se, _ = mean_and_mcse(np.column_stack([t, t * t])[1000:])
+    assert np.all(np.abs(m - want) < 4 * se), (m, want, se)
+
+
+def test_radial_move_without_data_term_is_the_exact_conditional():
+    """Data term off: the law of ``t`` along ``ω`` is Gamma(``D/2``, ``2τ/λ``), which the
+    proposal then is: every radial move is accepted."""
+    d, N = 2, 500
+    st = Stepper(np.zeros((1, d)), np.zeros(1), N, lam=1.0, eta=0.1, seed=2,
+                 integrator="mala", jumps=0.0, radial=1.0)
+    theta = initial_particles(N, d, 0.3, 1)
+    assert st.advance(theta, 0.01, 0, 50, data_term=False) == 0
+    assert st.counts[5] == 50 * N and st.counts[6] == st.counts[5]
