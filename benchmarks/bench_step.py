@@ -54,10 +54,11 @@ FLOOR_MS = (0.15, 0.2)   # 2.4 MFLOP + 4·10^4 normals per step at N=10^4, n=20,
 class Ours:
     name = "meanfield numba kernel"
 
-    def __init__(self, X, y, theta, seed=0, lam=LAM, eta=ETA, integrator="em", jumps=None):
+    def __init__(self, X, y, theta, seed=0, lam=LAM, eta=ETA, integrator="em", jumps=None,
+                 radial=None):
         from solvers.stepper import Stepper
         self.th = theta.copy()
-        kw = {"jumps": jumps} if integrator == "mala" else {}
+        kw = {"jumps": jumps, "radial": radial} if integrator == "mala" else {}
         self.st = Stepper(X, y, len(theta), lam=lam, eta=eta, seed=seed, integrator=integrator,
                           **kw)
         self.step = 0
@@ -311,12 +312,14 @@ def main(argv=None):
     # one Metropolis-adjusted pass over all particles (integrator = "mala"): sequential within
     # the system, so it is compared with the Euler step on the same threads
     mala = {}
-    for jumps in (0.1, 0.0):
-        impl = Ours(X, y, theta, integrator="mala", jumps=jumps)
+    for jumps, radial in ((0.1, 1.0), (0.1, 0.0), (0.0, 0.0)):
+        impl = Ours(X, y, theta, integrator="mala", jumps=jumps, radial=radial)
         best, med = time_per_step(lambda impl=impl: impl.run(args.steps), args.steps, budget_s=budget)
-        mala[jumps] = best
-        rows.append((f"mala pass (jumps={jumps:g}; acc. {impl.st.counts[1] / impl.st.counts[0]:.2f})",
-                     best, med))
+        mala[jumps, radial] = best
+        c = impl.st.counts
+        racc = f", radial acc. {c[6] / c[5]:.2f}" if c[5] else ""
+        rows.append((f"mala pass (jumps={jumps:g}, radial={radial:g}; acc. {c[1] / c[0]:.2f}"
+                     f"{racc})", best, med))
 
     cli = None
     if not args.no_cli:
@@ -336,8 +339,9 @@ def main(argv=None):
               f"(layout conversion, residuals, stationarity statistic, HDF5 append, progress) "
               f"spread over observe_every = 1000 steps, and the machine's load")
 
-    print(f"mala pass / Euler step: {mala[0.1] / ours:.2f} (jumps 0.1), {mala[0.0] / ours:.2f} "
-          f"(no jumps); target <= 3 at N=10^4, n=20, d=2")
+    print(f"mala pass / Euler step: {mala[0.1, 1.0] / ours:.2f} (the default: jumps 0.1, radial "
+          f"1), {mala[0.1, 0.0] / ours:.2f} (no radial moves), {mala[0.0, 0.0] / ours:.2f} "
+          f"(Langevin moves only); target <= 3 at N=10^4, n=20, d=2")
 
     if (N, n, d) == (10_000, 20, 2):
         lo, hi = FLOOR_MS

@@ -30,9 +30,11 @@ Integrators: ``em``, ``lm`` (``solvers.stepper.Stepper``) and ``em-richardson``:
 Euler–Maruyama chains from the same start at ``η`` and ``η/2`` (independent noise, equal
 simulated time, both counted in the wall time and the steps), whose averages are combined by
 Richardson extrapolation to ``η → 0`` (``analysis.ladders.extrapolate_ladders``, THEORY §2.3),
-as ``meanfield analyze FINE.h5 --extrapolate COARSE.h5`` does with two runs. ``mala`` and
-``mala-nojump``: the Metropolis-adjusted passes of ``integrator = "mala"`` (docs/theory.md
-§2.6; jump share 0.1 and 0), which have no step bias; one pass counts as one step.
+as ``meanfield analyze FINE.h5 --extrapolate COARSE.h5`` does with two runs. ``mala``,
+``mala-nojump`` and ``mala-noradial``: the Metropolis-adjusted passes of
+``integrator = "mala"`` (docs/theory.md §2.6; jump share 0.1 with radial moves, jump share 0
+with radial moves, jump share 0.1 without radial moves), which have no step bias; one pass
+counts as one step.
 
 Every integrator also has a ``+n`` variant (``mala+n``, ``mala-nojump+n``, ``em+n``,
 ``em-richardson+n``): a pair of independent systems of the same integrator at ``N`` and
@@ -75,6 +77,8 @@ from benchmarks.accuracy import (  # noqa: E402
 from benchmarks.common import set_threads  # noqa: E402
 
 EPS = (3e-3, 1e-3, 3e-4)
+#: The exact sampler's variants: name -> (jump share, radial-move probability).
+MALA_VARIANTS = {"mala": (0.1, 1.0), "mala-nojump": (0.0, 1.0), "mala-noradial": (0.1, 0.0)}
 
 
 def start_particles(kind, X, y, lam, tau, N, seed):
@@ -173,9 +177,10 @@ def make_impl(who, X, y, theta, lam, eta, seed, theta_small=None, n_ratio=2.0):
         return NumpyStep(X, y, theta, seed=seed, lam=lam, eta=eta)
     if who == "em-richardson":
         return RichardsonPair(X, y, theta, seed, lam, eta)
-    if who in ("mala", "mala-nojump"):
-        return Ours(X, y, theta, seed=seed, lam=lam, eta=eta, integrator="mala",
-                    jumps=0.1 if who == "mala" else 0.0)
+    if who in MALA_VARIANTS:
+        jumps, radial = MALA_VARIANTS[who]
+        return Ours(X, y, theta, seed=seed, lam=lam, eta=eta, integrator="mala", jumps=jumps,
+                    radial=radial)
     return Ours(X, y, theta, seed=seed, lam=lam, eta=eta, integrator=who)
 
 
@@ -266,7 +271,7 @@ def main(argv=None):
     from solvers.integrators import INTEGRATORS  # the names Stepper takes (light import)
     # each also as NAME+n (the 1/N pair) and as NAME@ETA, and the two of this benchmark
     known = [w + pair for pair in ("", "+n")
-             for w in (*INTEGRATORS, "em-richardson", "mala-nojump")]
+             for w in (*INTEGRATORS, "em-richardson", *MALA_VARIANTS)]
     runs = integrator_etas(args.integrators, args.etas, known)
     set_threads(args.threads)
     X, y, lam = load(args.problem)
@@ -349,7 +354,7 @@ def main(argv=None):
         print(line)
     # the families with and without the 1/N pair: MALA (either jump share), the Richardson
     # pair, Euler–Maruyama
-    fams = (("MALA", ("mala", "mala-nojump")), ("Richardson", ("em-richardson",)),
+    fams = (("MALA", tuple(MALA_VARIANTS)), ("Richardson", ("em-richardson",)),
             ("EM", ("em",)))
     for e in EPS:
         bs = {name: best(e, lambda c, ws=ws: c[0].removesuffix("+n") in ws)

@@ -86,7 +86,18 @@ def main(argv=None):
     ap.add_argument("--warm-eta", type=float, default=None,
                     help="step of the warm start with --warm-integrator mala (the config's eta; "
                          "the passes are exact at any step, their acceptance sets it)")
+    ap.add_argument("--warm-radial", type=float, default=None,
+                    help="probability of a radial move after each move with --warm-integrator "
+                         "mala (the default of dynamics.radial; 0: none, the sampler before "
+                         "radial moves)")
+    ap.add_argument("--warm-observe-every", type=int, default=None,
+                    help="steps between the recorded predictors of the warm start (the config's "
+                         "output.observe_every; a pass of --warm-integrator mala decorrelates "
+                         "far more than an Euler step, so its verdict can need far fewer steps "
+                         "between observations)")
     args = ap.parse_args(argv)
+    if args.warm_observe_every is not None and args.warm_observe_every < 1:
+        raise SystemExit(f"--warm-observe-every must be >= 1, got {args.warm_observe_every}")
     set_threads(args.threads)
     from meanfield import config, data
     from meanfield.runner import make_stepper
@@ -115,7 +126,8 @@ def main(argv=None):
             mod = cfg.model
             eta = dyn.eta if args.warm_eta is None else args.warm_eta
             st = Stepper(X, y, mod.n_particles, lam=lam, eta=eta, activation=mod.activation,
-                         sharpness=mod.sharpness, cap=mod.cap, seed=dyn.seed, integrator="mala")
+                         sharpness=mod.sharpness, cap=mod.cap, seed=dyn.seed, integrator="mala",
+                         radial=args.warm_radial)
         else:
             st = make_stepper(cfg, ds)
         st.prepare(np.zeros((cfg.n_particles, X.shape[1] + 2)), ahead=False)  # compile: untimed
@@ -135,8 +147,10 @@ def main(argv=None):
             step = 0
         ladder = step
         ladders[start] = ladder
-        n, mean, to_eps, reasons = steps_to_verdict(st, th, tau, step, every, args.max_steps, ref,
-                                           args.eps)
+        k = every if start == "hot" or args.warm_observe_every is None else \
+            args.warm_observe_every
+        n, mean, to_eps, reasons = steps_to_verdict(st, th, tau, step, k, args.max_steps, ref,
+                                                    args.eps)
         dist = "" if ref is None or mean is None else \
             f"; max|f̄ − f_Gibbs| = {np.max(np.abs(mean - ref)):.2e}; within {args.eps:g} " + \
             (f"after {ladder + to_eps} steps in all" if to_eps is not None else "never")
@@ -152,7 +166,8 @@ def main(argv=None):
         if st.integrator == "mala":
             c = st.counts
             print(f"  mala eta={st.eta:g}: Langevin acceptance {c[1] / max(c[0], 1):.3f}, "
-                  f"jump acceptance {c[3] / max(c[2], 1):.3f}")
+                  f"jump acceptance {c[3] / max(c[2], 1):.3f}, radial acceptance "
+                  f"{c[6] / max(c[5], 1):.3f} (radial={st.radial:g})")
     if out.get("hot") and out.get("warm"):
         print(f"warm / hot steps = {out['warm'] / out['hot']:.3f}, wall time "
               f"{walls['warm'] / walls['hot']:.3f} (target <= 0.1)")

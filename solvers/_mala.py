@@ -23,12 +23,12 @@ the other particles held fixed. The move is
 
 After its move, with probability ``radial``, the particle gets a *radial move*: ``t = |θ|²``
 is resampled along its direction ``ω = θ/|θ|`` (activation pattern and sign of ``a`` kept),
-from a proposal fitted to the conditional law of ``t`` given ``ω`` and the other particles,
-``∝ t^m exp(−U(√t ω)/τ)``, ``m = (d+2)/2 − 1`` (:func:`_radial_move`), and accepted with the
-exact ratio of an independence sampler on that conditional. The radial direction is the soft
-one at low ``τ``: along a ray ``U`` changes with ``t`` at the rate ``c(ω) → 0`` (THEORY §11,
-docs/theory.md §2.6), so Langevin moves relax it only over ``~1/c`` units of time, a radial
-move in one.
+from a Gamma proposal fitted to the conditional law of ``t`` given ``ω`` and the other
+particles, ``∝ t^m exp(−U(√t ω)/τ)``, ``m = (d+2)/2 − 1`` (:func:`_radial_law`,
+:func:`_radial_proposal`), and accepted with the exact ratio of an independence sampler on that
+conditional. The radial direction is the soft one at low ``τ``: along a ray ``U`` changes with
+``t`` at the rate ``c(ω) → 0`` (THEORY §11, docs/theory.md §2.6), so Langevin moves relax it
+only over ``~1/c`` units of time, a radial move in one.
 
 Each move leaves ``π_N`` invariant (detailed balance of that Gibbs component), so do the
 mixture over move types and subsets, whose draws do not look at the state, and the
@@ -36,7 +36,11 @@ composition over the scan.
 
 ``ΔU`` is incremental: with ``e_j = f_j − y_j`` and ``Δf_j = (a' σ(z'_j) − a σ(z_j))/N``,
 ``ΔU = (N/(2n)) Σ_j Δf_j (2 e_j + Δf_j) + (λ/2)(|θ'|² − |θ|²)``, ``O(n d)`` per move; an
-accepted move adds ``Δf`` to ``e``. At the start of every pass ``f`` is recomputed from the
+accepted move adds ``Δf`` to ``e``. A Langevin move is two loops over the points, one at the
+particle (its activations and the sums of its gradient, :func:`_current_terms`) and one at the
+proposal (``Δf``, ``ΔU`` and the sums of the reverse gradient, :func:`_proposal_terms`); a
+radial move of a ReLU particle needs no loop but the update of ``e`` (its law along ``ω`` comes
+from the sums of the first). Every sum runs in the order of the points. At the start of every pass ``f`` is recomputed from the
 particles with the block sums of ``solvers._kernels.forward`` (the same blocks in the same
 order, so the same bits), so a pass is a function of the particles and the step index alone and
 a run cut into calls anywhere is bitwise the run done in one piece. That sum runs on the
@@ -55,7 +59,7 @@ the seed beyond the two used there (SplitMix64 outputs 3..6):
 * jump normals, key ``k4``, position ``step·M + i (d+2) + c``;
 * subset members, key ``k5``, draw ``i K + k``;
 * the radial move, key ``k6``: position ``step·M + 4i`` decides whether it is made,
-  ``4i + 1`` chooses the mixture component, ``4i + 2`` accepts, and the hash of ``4i + 3``
+  ``4i + 1`` chooses between its two proposals, ``4i + 2`` accepts, and the hash of ``4i + 3``
   starts the chain of the Gamma draw (:func:`_gamma`).
 """
 
@@ -81,6 +85,8 @@ from solvers._rng import _below, _hash, _mix, _normal, _position, _seed_keys, _u
 JUMP_SUBSET = 16
 #: Mixture terms this far (in log) below the largest are left out of the proposal density.
 MIXTURE_CUT = 60.0
+#: Least probability of the wide radial proposal (:func:`_radial_proposal`).
+RADIAL_WIDE = 0.1
 
 #: Entries of the move counters (``counts``), in order.
 COUNTS = ("moves", "moves_accepted", "jumps", "jumps_accepted", "jumps_changed_cell",
@@ -103,215 +109,147 @@ def _keys(seed):
 
 @nb.njit(inline="always")
 def _act(z, kind, p):
+    """``(σ(z), σ'(z))``; ReLU inline (``σ'(0) = 0``)."""
     if kind == ACT_RELU:
-        return (0.0, 0.0) if z <= 0.0 else (z, 1.0)
+        return (z, 1.0) if z > 0.0 else (0.0, 0.0)
     return _act_pair(z, kind, p)
 
 
 @nb.njit(inline="always")
-def _dot(u, v, n):
-    """``Σ_{j<n} u_j v_j`` with four interleaved accumulators (``j mod 4``), added as
-    ``(s0 + s1) + (s2 + s3)`` and then the tail: a fixed order, and no single chain of ``n``
-    dependent additions."""
-    s0 = 0.0
-    s1 = 0.0
-    s2 = 0.0
-    s3 = 0.0
-    j = 0
-    while j + 4 <= n:
-        s0 = _fma(u[j], v[j], s0)
-        s1 = _fma(u[j + 1], v[j + 1], s1)
-        s2 = _fma(u[j + 2], v[j + 2], s2)
-        s3 = _fma(u[j + 3], v[j + 3], s3)
-        j += 4
-    acc = (s0 + s1) + (s2 + s3)
-    while j < n:
-        acc = _fma(u[j], v[j], acc)
-        j += 1
-    return acc
+def _first_weights(th, d):
+    """``(w_1, w_2, w_3, w_4)`` of the particle ``th`` (0 beyond ``d``): held in registers by
+    the loops over the points; coordinates beyond the fourth are read from ``th``."""
+    return (th[1], th[2] if d > 1 else 0.0, th[3] if d > 2 else 0.0,
+            th[4] if d > 3 else 0.0)
 
 
 @nb.njit(inline="always")
-def _dot2(u1, v1, u2, v2, n):
-    """``(:func:`_dot` (u1, v1), :func:`_dot` (u2, v2))`` in one loop over the points: the same
-    sums bit for bit, with eight independent accumulators instead of four."""
-    s0 = 0.0
-    s1 = 0.0
-    s2 = 0.0
-    s3 = 0.0
-    r0 = 0.0
-    r1 = 0.0
-    r2 = 0.0
-    r3 = 0.0
-    j = 0
-    while j + 4 <= n:
-        s0 = _fma(u1[j], v1[j], s0)
-        s1 = _fma(u1[j + 1], v1[j + 1], s1)
-        s2 = _fma(u1[j + 2], v1[j + 2], s2)
-        s3 = _fma(u1[j + 3], v1[j + 3], s3)
-        r0 = _fma(u2[j], v2[j], r0)
-        r1 = _fma(u2[j + 1], v2[j + 1], r1)
-        r2 = _fma(u2[j + 2], v2[j + 2], r2)
-        r3 = _fma(u2[j + 3], v2[j + 3], r3)
-        j += 4
-    acc = (s0 + s1) + (s2 + s3)
-    acc2 = (r0 + r1) + (r2 + r3)
-    while j < n:
-        acc = _fma(u1[j], v1[j], acc)
-        acc2 = _fma(u2[j], v2[j], acc2)
-        j += 1
-    return acc, acc2
+def _pre(th, XT, j, d, w0, w1, w2, w3):
+    """Pre-activation ``z_j = b + Σ_k w_k x_jk`` (FMAs in the order of the coordinates, as
+    ``solvers._kernels._z``)."""
+    z = _fma(w0, XT[0, j], th[d + 1])
+    if d > 1:
+        z = _fma(w1, XT[1, j], z)
+    if d > 2:
+        z = _fma(w2, XT[2, j], z)
+    if d > 3:
+        z = _fma(w3, XT[3, j], z)
+    for k in range(4, d):
+        z = _fma(th[1 + k], XT[k, j], z)
+    return z
 
 
 @nb.njit(inline="always")
-def _dot2_rows(u, A, r, n):
-    """``(:func:`_dot` (u, A[r]), :func:`_dot` (u, A[r + 1]))`` in one loop, as :func:`_dot2`
-    (no views of ``A`` made)."""
-    s0 = 0.0
-    s1 = 0.0
-    s2 = 0.0
-    s3 = 0.0
-    r0 = 0.0
-    r1 = 0.0
-    r2 = 0.0
-    r3 = 0.0
-    q = r + 1
-    j = 0
-    while j + 4 <= n:
-        s0 = _fma(u[j], A[r, j], s0)
-        s1 = _fma(u[j + 1], A[r, j + 1], s1)
-        s2 = _fma(u[j + 2], A[r, j + 2], s2)
-        s3 = _fma(u[j + 3], A[r, j + 3], s3)
-        r0 = _fma(u[j], A[q, j], r0)
-        r1 = _fma(u[j + 1], A[q, j + 1], r1)
-        r2 = _fma(u[j + 2], A[q, j + 2], r2)
-        r3 = _fma(u[j + 3], A[q, j + 3], r3)
-        j += 4
-    acc = (s0 + s1) + (s2 + s3)
-    acc2 = (r0 + r1) + (r2 + r3)
-    while j < n:
-        acc = _fma(u[j], A[r, j], acc)
-        acc2 = _fma(u[j], A[q, j], acc2)
-        j += 1
-    return acc, acc2
+def _current_terms(th, XT, n, d, kind, p, e, z, s, gw):
+    """One loop over the points for the particle ``th`` at the errors ``e``: its
+    pre-activations ``z`` and activations ``s``, the sums of its gradient ``gw_k = Σ_j h_j
+    x_jk`` (``h_j = e_j σ'(z_j)``), and ``(Σ_j e_j s_j, Σ_j h_j, Σ_j s_j²)``; every sum in the
+    order of the points."""
+    w0, w1, w2, w3 = _first_weights(th, d)
+    sa = 0.0
+    sb = 0.0
+    sq = 0.0
+    g0 = 0.0
+    g1 = 0.0
+    g2 = 0.0
+    g3 = 0.0
+    for k in range(4, d):
+        gw[k] = 0.0
+    for j in range(n):
+        zz = _pre(th, XT, j, d, w0, w1, w2, w3)
+        z[j] = zz
+        sj, dsj = _act(zz, kind, p)
+        s[j] = sj
+        ej = e[j]
+        hj = ej * dsj
+        sa = _fma(ej, sj, sa)
+        sb += hj
+        sq = _fma(sj, sj, sq)
+        g0 = _fma(hj, XT[0, j], g0)
+        if d > 1:
+            g1 = _fma(hj, XT[1, j], g1)
+        if d > 2:
+            g2 = _fma(hj, XT[2, j], g2)
+        if d > 3:
+            g3 = _fma(hj, XT[3, j], g3)
+        for k in range(4, d):
+            gw[k] = _fma(hj, XT[k, j], gw[k])
+    gw[0] = g0
+    if d > 1:
+        gw[1] = g1
+    if d > 2:
+        gw[2] = g2
+    if d > 3:
+        gw[3] = g3
+    return sa, sb, sq
 
 
 @nb.njit(inline="always")
-def _dot_row(u, A, r, n):
-    """:func:`_dot` of ``u`` with row ``r`` of ``A`` (no view made: the same sums, bit for bit)."""
-    s0 = 0.0
-    s1 = 0.0
-    s2 = 0.0
-    s3 = 0.0
-    j = 0
-    while j + 4 <= n:
-        s0 = _fma(u[j], A[r, j], s0)
-        s1 = _fma(u[j + 1], A[r, j + 1], s1)
-        s2 = _fma(u[j + 2], A[r, j + 2], s2)
-        s3 = _fma(u[j + 3], A[r, j + 3], s3)
-        j += 4
-    acc = (s0 + s1) + (s2 + s3)
-    while j < n:
-        acc = _fma(u[j], A[r, j], acc)
-        j += 1
-    return acc
-
-
-@nb.njit(inline="always")
-def _pre_activations(th, XT, n, d, z, dims):
-    """``z_j = b + w·x_j`` of particle ``th`` (FMAs in the order of ``solvers._kernels``).
-    With ``d`` fixed at compile time (``dims`` a d-tuple) one loop over the points, the
-    coordinates unrolled; with ``d`` at run time (``dims = ()``) coordinates outside, points
-    inside. Both vectorise over the points and give the same bits."""
-    b = th[d + 1]
-    if len(dims) == 0:
-        for j in range(n):
-            z[j] = b
-        for k in range(d):
-            w = th[1 + k]
-            for j in range(n):
-                z[j] = _fma(w, XT[k, j], z[j])
-    else:
-        for j in range(n):
-            zz = b
-            for k in range(d):
-                zz = _fma(th[1 + k], XT[k, j], zz)
-            z[j] = zz
-
-
-@nb.njit(inline="always")
-def _own_terms(th, XT, n, d, kind, p, e, z, s, h, dims):
-    """The terms of particle ``th`` at the current errors ``e``: ``z`` (see
-    :func:`_pre_activations`), ``s_j = σ(z_j)`` and the gradient weights ``h_j = e_j σ'(z_j)``
-    (the activation's branch outside the loop over the points, so that it vectorises)."""
-    _pre_activations(th, XT, n, d, z, dims)
-    if kind == ACT_RELU:
-        for j in range(n):
-            zz = z[j]
-            s[j] = zz if zz > 0.0 else 0.0
-            h[j] = e[j] * (1.0 if zz > 0.0 else 0.0)
-    else:
-        for j in range(n):
-            sj, dsj = _act_pair(z[j], kind, p)
-            s[j] = sj
-            h[j] = e[j] * dsj
-
-
-@nb.njit(inline="always")
-def _move_terms(th, thp, XT, n, d, kind, p, inv_N, e, s, zp, sp, df, t, ep, hp, grad, dims):
-    """The terms of the move ``th → thp``: ``zp`` and ``sp = σ(zp)`` as in :func:`_own_terms`,
-    the change of the predictor ``df_j = (a' sp_j − a s_j)/N``, ``t_j = 2 e_j + df_j`` (for
-    ``ΔU``) and, when ``grad``, the errors after the move ``ep = e + df`` and the weights
-    ``hp_j = ep_j σ'(zp_j)``."""
-    _pre_activations(thp, XT, n, d, zp, dims)
-    a = th[0]
+def _proposal_terms(thp, a, XT, n, d, kind, p, inv_N, e, s, zp, sp, ep, grad, gw):
+    """One loop over the points for the move of a particle (output weight ``a``,
+    activations ``s``) to ``thp``: its pre-activations ``zp`` and activations ``sp``, the errors
+    after the move ``ep = e + Δf`` (``Δf_j = (a' sp_j − a s_j)/N``), and
+    ``(Σ_j Δf_j (2 e_j + Δf_j), Σ_j ep_j sp_j, Σ_j hp_j, Σ_j sp_j²)`` (``hp_j = ep_j σ'(zp_j)``)
+    and, when ``grad``, ``gw_k = Σ_j hp_j x_jk``; every sum in the order of the points."""
+    w0, w1, w2, w3 = _first_weights(thp, d)
     ap = thp[0]
-    if kind == ACT_RELU:
-        for j in range(n):
-            zz = zp[j]
-            sj = zz if zz > 0.0 else 0.0
-            sp[j] = sj
-            dfj = (ap * sj - a * s[j]) * inv_N
-            df[j] = dfj
-            t[j] = 2.0 * e[j] + dfj
+    du = 0.0
+    pa = 0.0
+    pb = 0.0
+    sq = 0.0
+    g0 = 0.0
+    g1 = 0.0
+    g2 = 0.0
+    g3 = 0.0
+    if grad:
+        for k in range(4, d):
+            gw[k] = 0.0
+    for j in range(n):
+        zz = _pre(thp, XT, j, d, w0, w1, w2, w3)
+        zp[j] = zz
+        sj, dsj = _act(zz, kind, p)
+        sp[j] = sj
+        dfj = (ap * sj - a * s[j]) * inv_N
+        ej = e[j]
+        du = _fma(dfj, 2.0 * ej + dfj, du)
+        epj = ej + dfj
+        ep[j] = epj
+        pa = _fma(epj, sj, pa)
+        sq = _fma(sj, sj, sq)
         if grad:
-            for j in range(n):
-                epj = e[j] + df[j]
-                ep[j] = epj
-                hp[j] = epj * (1.0 if zp[j] > 0.0 else 0.0)
-    else:
-        for j in range(n):
-            sj, dsj = _act_pair(zp[j], kind, p)
-            sp[j] = sj
-            dfj = (ap * sj - a * s[j]) * inv_N
-            df[j] = dfj
-            t[j] = 2.0 * e[j] + dfj
-            if grad:
-                epj = e[j] + dfj
-                ep[j] = epj
-                hp[j] = epj * dsj
+            hj = epj * dsj
+            pb += hj
+            g0 = _fma(hj, XT[0, j], g0)
+            if d > 1:
+                g1 = _fma(hj, XT[1, j], g1)
+            if d > 2:
+                g2 = _fma(hj, XT[2, j], g2)
+            if d > 3:
+                g3 = _fma(hj, XT[3, j], g3)
+            for k in range(4, d):
+                gw[k] = _fma(hj, XT[k, j], gw[k])
+    if grad:
+        gw[0] = g0
+        if d > 1:
+            gw[1] = g1
+        if d > 2:
+            gw[2] = g2
+        if d > 3:
+            gw[3] = g3
+    return du, pa, pb, sq
 
 
 @nb.njit(inline="always")
-def _grad_from(th, XT, n, d, e, s, h, lam, ones, g):
-    """``g = ∇_θ U`` of one particle from ``s`` and the weights ``h`` of :func:`_own_terms`:
-    ``g_a = (1/n) Σ_j e_j s_j + λ a``, ``g_u = (a/n) Σ_j h_j x̃_j + λ u`` (each sum a
-    :func:`_dot`, two at a time; ``ones`` a vector of ones)."""
-    D = d + 2
+def _gradient(th, d, n, lam, sa, sb, gw, g):
+    """``g = ∇_θ U`` of one particle from the sums of :func:`_current_terms` (or
+    :func:`_proposal_terms`): ``g_a = Σ_j e_j s_j / n + λ a``, ``g_u = (a/n) Σ_j h_j x̃_j + λ u``."""
     inv_n = 1.0 / n
     a = th[0]
     an = a * inv_n
-    sa, sb = _dot2(e, s, h, ones, n)
     g[0] = _fma(lam, a, sa * inv_n)
-    g[D - 1] = _fma(an, sb, lam * th[D - 1])
-    k = 0
-    while k + 2 <= d:
-        w0, w1 = _dot2_rows(h, XT, k, n)
-        g[1 + k] = _fma(an, w0, lam * th[1 + k])
-        g[2 + k] = _fma(an, w1, lam * th[2 + k])
-        k += 2
-    if k < d:
-        g[1 + k] = _fma(an, _dot_row(h, XT, k, n), lam * th[1 + k])
+    g[d + 1] = _fma(an, sb, lam * th[d + 1])
+    for k in range(d):
+        g[1 + k] = _fma(an, gw[k], lam * th[1 + k])
 
 
 @nb.njit(inline="always")
@@ -339,8 +277,9 @@ def _log_mixture(x, T, sub, K, D, inv2s2, buf):
 
 @nb.njit(inline="always")
 def _gamma(h, shape):
-    """Gamma(``shape``, 1) variate, ``shape >= 1`` (Marsaglia & Tsang, ACM TOMS 26(3), 2000),
-    from the hash chain ``_mix(h + t γ)``, ``t = 1, 2, …`` (a pure function of ``h``)."""
+    """Gamma(``shape``, 1) variate, ``shape >= 1`` (Marsaglia & Tsang, ACM TOMS 26(3), 2000,
+    with their squeeze), from the hash chain ``_mix(h + t γ)``, ``t = 1, 2, …`` (a pure
+    function of ``h``)."""
     dd = shape - 1.0 / 3.0
     c = 1.0 / math.sqrt(9.0 * dd)
     t = np.uint64(1)
@@ -353,115 +292,79 @@ def _gamma(h, shape):
         v = v * v * v
         u = _uniform(_mix(h + t * _GOLD))
         t += np.uint64(1)
-        if math.log(u) < 0.5 * x * x + dd - dd * v + dd * math.log(v):
+        x2 = x * x
+        if u < 1.0 - 0.0331 * x2 * x2 or \
+                math.log(u) < 0.5 * x2 + dd - dd * v + dd * math.log(v):
             return dd * v
 
 
 @nb.njit(inline="always")
-def _log_gamma_pdf(x, k, s):
-    """``log`` of the Gamma(shape ``k``, scale ``s``) density at ``x > 0``."""
-    return (k - 1.0) * math.log(x) - x / s - math.lgamma(k) - k * math.log(s)
+def _radial_law(th, n, N, kind, p, inv_N, lam, e, z, s, sa, sq, data_term):
+    """``(t, A, B)`` of the law of ``t = |θ|²`` along the particle's direction
+    ``ω = θ/|θ|``, the other particles fixed: ``∝ t^m exp(−(A t + B t²)/τ)`` for ReLU.
 
-
-@nb.njit(inline="always")
-def _log_radial_q(x, k1, s1, k2, s2, w1):
-    """``log`` of the radial proposal density at ``x``: the mixture of Gamma(``k1``, ``s1``)
-    (weight ``w1``) and Gamma(``k2``, ``s2``)."""
-    l1 = math.log(w1) + _log_gamma_pdf(x, k1, s1)
-    l2 = math.log1p(-w1) + _log_gamma_pdf(x, k2, s2) if w1 < 1.0 else -math.inf
-    hi = l1 if l1 > l2 else l2
-    return hi + math.log(math.exp(l1 - hi) + math.exp(l2 - hi))
-
-
-@nb.njit(inline="always")
-def _radial_move(th, XT, n, d, D, N, kind, p, inv_N, lam, tau, m, e, z, s, zp, sp, df, tb, ep,
-                 hp, thp, data_term, dims, h_mix, h_acc, h_gamma):
-    """One Metropolis–Hastings move of ``t = |θ|²`` along the particle's direction
-    ``ω = θ/|θ|`` (the other particles fixed): True when accepted, with the proposal in
-    ``thp`` and the change of the predictor ``df``; ``z``, ``s`` are the particle's
-    pre-activations and activations, ``e`` the errors with it.
-
-    Along ``ω`` the conditional law of ``t`` is ``∝ t^m exp(−U(√t ω)/τ)``, ``m = D/2 − 1``
-    (the Jacobian of polar coordinates); for ReLU ``U(√t ω) = const + A t + B t²`` with
-    ``A = ⟨e_{−i}, φ(ω)⟩/n + λ/2``, ``B = |φ(ω)|²/(2nN)``, ``φ_j(ω) = ω_a σ(ω_u·x̃_j)`` and
-    ``e_{−i}`` the errors without the particle: functions of ``ω`` and the other particles only.
-    The proposal is a mixture of two Gammas fitted to that law at its mode ``t*``: shape
-    ``m + 1`` (the law's behaviour at 0; the density ratio is bounded, so the move is
-    uniformly ergodic along ``ω``) and shape ``m + 1 + κ``, ``κ = 2Bt*²/τ`` (its curvature at
-    ``t*``), weights ``1/(1 + κ)`` and ``κ/(1 + κ)``. It depends on ``ω`` and the other
-    particles only, so the ratio of an independence sampler on the conditional is exact; for
-    other activations ``A, B`` are those of ``σ(ω_u·x̃)`` and ``ΔU`` is computed in full."""
+    ``z``, ``s`` are the particle's pre-activations and activations, ``e`` the errors with
+    it, ``sa = Σ_j e_j s_j``, ``sq = Σ_j s_j²``. ``A = ⟨e_{−i}, φ(ω)⟩/n + λ/2``,
+    ``B = |φ(ω)|²/(2nN)`` with ``φ_j(ω) = ω_a σ(ω_u·x̃_j)`` and ``e_{−i}`` the errors without
+    the particle: functions of ``ω`` and the other particles only. For ReLU ``φ(ω) = a s/t``
+    (2-homogeneity), so they come from ``sa`` and ``sq``; for other activations they are
+    those of ``σ(ω_u·x̃)`` (a loop over the points), which then only shape the proposal."""
     tt = 0.0
-    for c in range(D):
+    for c in range(th.shape[0]):
         tt += th[c] * th[c]
-    if not tt > 0.0:
-        return False
     A = 0.5 * lam
     B = 0.0
-    inv_rt = 1.0 / math.sqrt(tt)
+    if not (data_term and tt > 0.0):
+        return tt, A, B
     a = th[0]
-    if data_term:
-        P1 = 0.0
-        P2 = 0.0
-        if kind == ACT_RELU:
-            # φ(ω) = a s / t by homogeneity
-            P0 = 0.0
-            for j in range(n):
-                q = a * s[j]
-                P0 += e[j] * q
-                P2 += q * q
-            inv_t = 1.0 / tt
-            P1 = (P0 - P2 * inv_N) * inv_t
-            P2 = P2 * inv_t * inv_t
-        else:
-            aw = a * inv_rt
-            ai = a * inv_N
-            for j in range(n):
-                sw, _ = _act(z[j] * inv_rt, kind, p)
-                fw = aw * sw
-                P1 += (e[j] - ai * s[j]) * fw
-                P2 += fw * fw
-        A += P1 / n
-        B = P2 / (2.0 * n * N)
+    if kind == ACT_RELU:
+        inv_t = 1.0 / tt
+        P2 = a * a * sq
+        A += (a * sa - P2 * inv_N) * inv_t / n
+        B = P2 * inv_t * inv_t / (2.0 * n * N)
+        return tt, A, B
+    inv_rt = 1.0 / math.sqrt(tt)
+    aw = a * inv_rt
+    ai = a * inv_N
+    P1 = 0.0
+    P2 = 0.0
+    for j in range(n):
+        sw, _ = _act(z[j] * inv_rt, kind, p)
+        fw = aw * sw
+        P1 = _fma(e[j] - ai * s[j], fw, P1)
+        P2 = _fma(fw, fw, P2)
+    return tt, A + P1 / n, P2 / (2.0 * n * N)
+
+
+@nb.njit(inline="always")
+def _radial_proposal(A, B, m, tau, h_kind, h_gamma):
+    """``(t', κ', 1/scale)``: a draw of a radial proposal Gamma(``m + 1 + κ'``,
+    ``t*/(m + κ')``) for the law ``∝ t^m exp(−(A t + B t²)/τ)``, ``t*`` its mode (the positive
+    root of ``2Bt² + At − mτ = 0``); ``t' = 0`` when the law has no finite mode.
+
+    Two proposals, each the whole proposal of its Metropolis–Hastings kernel, chosen with
+    probabilities that depend on ``A, B`` alone (functions of the direction and the other
+    particles, which a radial move keeps; so the mixture of the two kernels leaves the law
+    invariant): with ``κ = 2Bt*²/τ``, ``κ' = κ`` (the curvature of ``log p`` at ``t*`` matched:
+    the efficient one) with probability ``1 − w``, and ``κ' = 0`` with probability
+    ``w = max(RADIAL_WIDE, 1/(1 + κ))``, whose density ratio ``p/q ∝ exp(−B(t − t*)²/τ)`` is
+    bounded, so that a particle far from ``t*``, where the first one's ratio is not, is moved.
+    ``B = 0``: both are the law itself, Gamma(``m + 1``, ``τ/A``)."""
     disc = math.sqrt(A * A + 8.0 * B * m * tau)
     if A >= 0.0:
         tstar = 2.0 * m * tau / (A + disc)
     else:
         tstar = (disc - A) / (4.0 * B)
     if not (tstar > 0.0 and tstar < math.inf):
-        return False
+        return 0.0, 0.0, 0.0
     kap = 2.0 * B * tstar * tstar / tau
-    k1 = m + 1.0
-    s1 = tstar / m
-    k2 = k1 + kap
-    s2 = tstar / (m + kap)
-    w1 = 1.0 / (1.0 + kap)
-    if _uniform(h_mix) < w1:
-        tn = _gamma(h_gamma, k1) * s1
-    else:
-        tn = _gamma(h_gamma, k2) * s2
-    if not tn > 0.0:
-        return False
-    rho2 = tn / tt
-    rho = math.sqrt(rho2)
-    for c in range(D):
-        thp[c] = rho * th[c]
-    if kind == ACT_RELU:
-        du = (tn - tt) * A + (tn * tn - tt * tt) * B
-        if data_term:
-            g = (rho2 - 1.0) * a * inv_N
-            for j in range(n):
-                df[j] = g * s[j]
-    else:
-        du = 0.0
-        if data_term:
-            _move_terms(th, thp, XT, n, d, kind, p, inv_N, e, s, zp, sp, df, tb, ep, hp,
-                        False, dims)
-            du = _dot(df, tb, n) * (N / (2.0 * n))
-        du += 0.5 * lam * (tn - tt)
-    log_a = (-du / tau + m * math.log(rho2)
-             + _log_radial_q(tt, k1, s1, k2, s2, w1) - _log_radial_q(tn, k1, s1, k2, s2, w1))
-    return log_a >= 0.0 or math.log(_uniform(h_acc)) < log_a
+    if _uniform(h_kind) * (1.0 + kap) < max(RADIAL_WIDE * (1.0 + kap), 1.0):
+        kap = 0.0
+    inv_s = (m + kap) / tstar
+    tn = _gamma(h_gamma, m + 1.0 + kap) / inv_s
+    if not (tn > 0.0 and tn < math.inf):
+        return 0.0, 0.0, 0.0
+    return tn, kap, inv_s
 
 
 @nb.njit(inline="always")
@@ -480,9 +383,10 @@ def _forward_serial(T, XT, n, partial, scratch, kind, p, dims):
             _forward_block(T, lo, m, XT, n, partial, blk, scratch, 0, zoff, kind, p, dims)
 
 
+
 @nb.njit(cache=True, nogil=True)     # chains step in parallel threads (solvers.langevin)
 def mala_steps(T, X, y, XT, partial, scratch, sub, f, R, counts, f_sum, lam, eta, tau,
-               seed, step0, nsteps, kind, p, data_term, jumps, radial, dims):
+               seed, step0, nsteps, kind, p, data_term, jumps, radial, dims, relu):
     """Advance ``nsteps`` Metropolis-adjusted passes from global step ``step0``.
 
     Parameters
@@ -515,9 +419,13 @@ def mala_steps(T, X, y, XT, partial, scratch, sub, f, R, counts, f_sum, lam, eta
         Probability of a radial move after each particle's move, in ``[0, 1]``.
     dims : tuple
         ``()`` (``d = T.shape[0] - 2`` at run time: one compile for every input dimension) or
-        a d-tuple (specialised: the loops over the points fused and unrolled over the
-        coordinates, faster; bitwise the same results). :class:`solvers.stepper.Stepper`
-        passes :func:`solvers.stepper.kernel_dims`.
+        a d-tuple (specialised: the loops over the coordinates unrolled, faster; bitwise the
+        same results). :class:`solvers.stepper.Stepper` passes
+        :func:`solvers.stepper.kernel_dims`.
+    relu : tuple
+        ``(0,)``: compiled for ReLU alone (``kind`` is then ignored; the branches of the other
+        activations left out of the loops over the points, about 1.8 times faster); ``()``:
+        the activation ``kind`` at run time. Both give the same bits for ReLU.
 
     Returns
     -------
@@ -528,27 +436,25 @@ def mala_steps(T, X, y, XT, partial, scratch, sub, f, R, counts, f_sum, lam, eta
     n = X.shape[0]
     d = _ndim(T, dims)
     D = d + 2
+    if len(relu) == 0:      # pruned at compile time (a tuple's length is part of its type)
+        act = kind
+    else:
+        act = ACT_RELU
     k1, k3, k4, k5, k6 = _keys(seed)
     sd = math.sqrt(2.0 * eta * tau)
     inv4 = 1.0 / (4.0 * eta * tau) if tau > 0.0 else 0.0
     s_jump = math.sqrt(tau / lam)
     inv2s2 = 0.5 * lam / tau if tau > 0.0 else 0.0
     K = sub.shape[0]
-    # separate allocations (not rows of one array): the compiler then vectorises the loops
-    # over the points, which it does not when they may overlap
+    # the particle's terms at its state (z, s), after a proposed move (zp, sp) and the errors
+    # with it (e) and after the move (ep): swapped, not copied, when a move is accepted
     e = np.empty(n)
-    z = np.empty(n)
-    s = np.empty(n)
-    h = np.empty(n)
-    zp = np.empty(n)
-    sp = np.empty(n)
-    hp = np.empty(n)
-    df = np.empty(n)
     ep = np.empty(n)
-    tb = np.empty(n)
-    ones = np.empty(n)
-    for j in range(n):
-        ones[j] = 1.0
+    z = np.empty(n)
+    zp = np.empty(n)
+    s = np.empty(n)
+    sp = np.empty(n)
+    gw = np.empty(d)
     inv_N = 1.0 / N
     th = np.empty(D)
     mbuf = np.empty(K)
@@ -560,7 +466,7 @@ def mala_steps(T, X, y, XT, partial, scratch, sub, f, R, counts, f_sum, lam, eta
     m_rad = 0.5 * D - 1.0
     for st in range(nsteps + 1):
         # the predictor of the particles as they are, in the fixed block order
-        _forward_serial(T, XT, n, partial, scratch, kind, p, dims)
+        _forward_serial(T, XT, n, partial, scratch, act, p, dims)
         for j in range(n):
             acc = 0.0
             for blk in range(partial.shape[0]):
@@ -582,29 +488,35 @@ def mala_steps(T, X, y, XT, partial, scratch, sub, f, R, counts, f_sum, lam, eta
             jump = False
             if can_jump:        # the move type's draw is made only when it can matter
                 jump = _uniform(_hash(k3, _position(step, 3 * i))) < jumps
+            sa = 0.0
+            sb = 0.0
+            sq = 0.0
             if data_term:
-                _own_terms(th, XT, n, d, kind, p, e, z, s, h, dims)
+                sa, sb, sq = _current_terms(th, XT, n, d, act, p, e, z, s, gw)
             if jump:
                 for k in range(K):
                     o = _below(k5, step, i * K + k, N - 1)
                     sub[k] = o + 1 if o >= i else o
-                m = _below(k3, step, 3 * i + 2, K)
-                c0 = sub[m]
+                mm = _below(k3, step, 3 * i + 2, K)
+                c0 = sub[mm]
                 for c in range(D):
                     thp[c] = T[c, c0] + s_jump * _normal(k4, _position(step, i * D + c))
             else:
                 if data_term:
-                    _grad_from(th, XT, n, d, e, s, h, lam, ones, g)
+                    _gradient(th, d, n, lam, sa, sb, gw, g)
                 else:
                     for c in range(D):
                         g[c] = lam * th[c]
                 for c in range(D):
                     thp[c] = th[c] - eta * g[c] + sd * _normal(k1, _position(step, i * D + c))
             du = 0.0
+            pa = 0.0
+            pb = 0.0
+            sqp = 0.0
             if data_term:
-                _move_terms(th, thp, XT, n, d, kind, p, inv_N, e, s, zp, sp, df, tb, ep, hp,
-                            not jump, dims)
-                du = _dot(df, tb, n) * (N / (2.0 * n))
+                du, pa, pb, sqp = _proposal_terms(thp, th[0], XT, n, d, act, p, inv_N, e, s,
+                                                  zp, sp, ep, not jump, gw)
+                du *= N / (2.0 * n)
             nq = 0.0
             for c in range(D):
                 nq += (thp[c] - th[c]) * (thp[c] + th[c])
@@ -614,7 +526,7 @@ def mala_steps(T, X, y, XT, partial, scratch, sub, f, R, counts, f_sum, lam, eta
                                      - _log_mixture(thp, T, sub, K, D, inv2s2, mbuf))
             else:
                 if data_term:
-                    _grad_from(thp, XT, n, d, ep, sp, hp, lam, ones, gp)
+                    _gradient(thp, d, n, lam, pa, pb, gw, gp)
                 else:
                     for c in range(D):
                         gp[c] = lam * thp[c]
@@ -637,9 +549,7 @@ def mala_steps(T, X, y, XT, partial, scratch, sub, f, R, counts, f_sum, lam, eta
             if ok:
                 for c in range(D):
                     T[c, i] = thp[c]
-                if data_term:
-                    for j in range(n):
-                        e[j] += df[j]
+                    th[c] = thp[c]
                 if jump:
                     counts[3] += 1
                     if data_term:
@@ -649,25 +559,47 @@ def mala_steps(T, X, y, XT, partial, scratch, sub, f, R, counts, f_sum, lam, eta
                                 break
                 else:
                     counts[1] += 1
+                if data_term:       # the state after the move: its terms are those computed
+                    for j in range(n):
+                        e[j] = ep[j]
+                        s[j] = sp[j]
+                        z[j] = zp[j]
+                    sa = pa
+                    sq = sqp
             if do_radial and (radial >= 1.0 or                # drawn only when it matters
                               _uniform(_hash(k6, _position(step, 4 * i))) < radial):
-                if ok:
-                    for c in range(D):
-                        th[c] = thp[c]
-                    if data_term:
-                        for j in range(n):
-                            z[j] = zp[j]
-                            s[j] = sp[j]
                 counts[5] += 1
-                if _radial_move(th, XT, n, d, D, N, kind, p, inv_N, lam, tau, m_rad, e, z, s,
-                                zp, sp, df, tb, ep, hp, thp, data_term, dims,
-                                _hash(k6, _position(step, 4 * i + 1)),
-                                _hash(k6, _position(step, 4 * i + 2)),
-                                _hash(k6, _position(step, 4 * i + 3))):
-                    counts[6] += 1
-                    for c in range(D):
-                        T[c, i] = thp[c]
-                    if data_term:
-                        for j in range(n):
-                            e[j] += df[j]
+                tt, A, B = _radial_law(th, n, N, act, p, inv_N, lam, e, z, s, sa, sq,
+                                       data_term)
+                tn, kap, inv_s = _radial_proposal(A, B, m_rad, tau,
+                                                  _hash(k6, _position(step, 4 * i + 1)),
+                                                  _hash(k6, _position(step, 4 * i + 3)))
+                if tt > 0.0 and tn > 0.0:
+                    rho2 = tn / tt
+                    rho = math.sqrt(rho2)
+                    if act == ACT_RELU or not data_term:
+                        du = (tn - tt) * A + (tn * tn - tt * tt) * B
+                    else:
+                        for c in range(D):
+                            thp[c] = rho * th[c]
+                        du, _, _, _ = _proposal_terms(thp, th[0], XT, n, d, act, p, inv_N, e,
+                                                      s, zp, sp, ep, False, gw)
+                        du = du * (N / (2.0 * n)) + 0.5 * lam * (tn - tt)
+                    # (t'/t)^m q(t)/q(t') of the Gamma(m + 1 + κ', t*/(m + κ')) proposal
+                    log_a = -du / tau + (tn - tt) * inv_s
+                    if kap > 0.0:
+                        log_a -= kap * math.log(rho2)
+                    if log_a >= 0.0 or \
+                            math.log(_uniform(_hash(k6, _position(step, 4 * i + 2)))) < log_a:
+                        counts[6] += 1
+                        for c in range(D):
+                            T[c, i] = rho * th[c]
+                        if data_term:
+                            if act == ACT_RELU:
+                                gr = (rho2 - 1.0) * th[0] * inv_N
+                                for j in range(n):
+                                    e[j] = _fma(gr, s[j], e[j])
+                            else:
+                                for j in range(n):
+                                    e[j] = ep[j]
     return 0 if _scaled_residuals(f, y, R) else 1

@@ -367,8 +367,9 @@ class Stepper:
                                     self.sub, self.f, self.R, self.counts, self.f_sum,
                                     self.lam,
                                     self.eta, float(tau), self.seed, int(step0), int(nsteps),
-                                    self.kind, self.params, bool(data_term), self.jumps, self.radial,
-                                    self.dims)
+                                    self.kind, self.params, bool(data_term), self.jumps,
+                                    self.radial, self.dims,
+                                    (0,) if self.kind == _activations.ACT_RELU else ())
             self.sum_sq = kernels.to_rows(self.T, theta)
             return int(code) if code else (0 if math.isfinite(self.sum_sq) else 1)
         code = kernels.run_steps(self.T, self.X, self.y, self.batch_size, self.partial,
