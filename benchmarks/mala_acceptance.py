@@ -4,7 +4,7 @@
     python benchmarks/mala_acceptance.py data/plane8.toml --passes 2000
 
 For each config: the particles of the convex ``τ → 0`` warm start (``solvers.langevin.
-convex_start``) at every ``τ`` of its ladder, ``--passes`` passes at the config's ``η`` with the
+convex_start``; the hot start where the convex limit has no ray) at every ``τ`` of its ladder, ``--passes`` passes at the config's ``η`` with the
 default jump share and radial moves (``solvers.stepper.DEFAULT_JUMPS``, ``DEFAULT_RADIAL``);
 the first half is burn-in. Printed per ``τ``: the acceptance of the Langevin moves, of the jumps
 and of the radial moves over the second half, the share of accepted jumps that changed the
@@ -34,7 +34,7 @@ def acceptance(cfg_path, passes, threads, eta=None):
     """Rows ``(τ, Langevin acceptance, jump acceptance, cell-changing share, radial
     acceptance, pass/EM)``."""
     from meanfield import config, data
-    from solvers.langevin import convex_start
+    from solvers.langevin import convex_start, initial_particles
     from solvers.stepper import DEFAULT_JUMPS, Stepper
     cfg = config.load(cfg_path)
     ds = data.from_config(cfg)
@@ -44,7 +44,10 @@ def acceptance(cfg_path, passes, threads, eta=None):
               cap=mod.cap, seed=dyn.seed)
     rows = []
     for tau in cfg.taus:
-        th = convex_start(X, y, mod.n_particles, dyn.lam, tau, int(dyn.seed))
+        try:
+            th = convex_start(X, y, mod.n_particles, dyn.lam, tau, int(dyn.seed))
+        except ValueError:          # the convex limit has no ray (f = 0): the hot start
+            th = initial_particles(mod.n_particles, X.shape[1], mod.init_scale, int(dyn.seed))
         st = Stepper(X, y, mod.n_particles, integrator="mala", jumps=DEFAULT_JUMPS,
                      **{**kw, "eta": dyn.eta if eta is None else eta})
         em = Stepper(X, y, mod.n_particles, integrator="em", **kw)

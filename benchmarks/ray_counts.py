@@ -18,12 +18,14 @@ points in the plane with random labels (``gauss10_d2``).
     python benchmarks/ray_counts.py --runs-only              # make the run files, no table
     python benchmarks/ray_counts.py --json out.json          # also write the rows
     python benchmarks/ray_counts.py --sets D7 --integrator mala --chains 2   # exact sampler
+    python benchmarks/ray_counts.py --integrator mala --auto --auto-steps 40000  # each stage
+                                                        # until its verdict, at most 40 000 passes
 
 Run files are kept in ``--workdir`` (default ``ray_counts_runs``) and reused: a second call
 only analyses. The configs are written next to them
-(``<set>-N<N>-s<seed>[-x<span scale>][-<integrator>][-c<chains>][-eta<eta>].toml``: the stage
-length, an overridden integrator, the chain count and an overridden step are part of the name,
-so cells of other settings are never mixed).
+(``<set>-N<N>-s<seed>[-x<span scale>][-<integrator>][-c<chains>][-eta<eta>][-auto].toml``: the
+stage length, an overridden integrator, the chain count, an overridden step and stages that end
+at their verdict are part of the name, so cells of other settings are never mixed).
 """
 
 from __future__ import annotations
@@ -96,6 +98,15 @@ SETS = {
                               eta=0.1), {}, [1e-2, 1e-3, 1e-4], 24000.0),
 }
 OBSERVATIONS_PER_STAGE = 400
+#: ``--auto``: observations over a stage's whole span; a stage that ends at its verdict after
+#: ``k`` of its eight chunks has ``k/8`` of them (one chain's verdict needs several hundred
+#: effective samples in the stage's second half, docs/theory.md §2.5).
+AUTO_OBSERVATIONS_PER_STAGE = 4000
+#: The step of the exact sampler (``--integrator mala`` without ``--eta``): its Langevin moves
+#: are accepted 0.69–1.00 of the time and its radial moves 0.81–0.98 on every set at every
+#: temperature of its ladder (``benchmarks/mala_acceptance.py --eta 0.2`` on the cells'
+#: configs, ``N = 1000``; 0.61–1.00 at 0.5).
+MALA_ETA = 0.2
 
 
 def _toml_value(v) -> str:
@@ -120,11 +131,16 @@ def dump_toml(doc: dict) -> str:
 
 def cell_config(name: str, N: int, seed: int, span_scale: float = 1.0,
                 integrator: str | None = None, chains: int = 1,
-                eta: float | None = None) -> dict:
+                eta: float | None = None, auto: bool = False,
+                auto_steps: int | None = None) -> dict:
     """The config of one cell: the shipped one with the shortened ladder (stage length
     ``span_scale`` times the default span of mean-field time), and ``integrator`` (default
     the config's), ``chains`` independent chains and the step ``eta`` when given (the
-    stage keeps its span of mean-field time: ``span/eta`` steps)."""
+    stage keeps its span of mean-field time: ``span/eta`` steps; with ``integrator = "mala"``
+    and no ``eta``, :data:`MALA_ETA`). ``auto``: every stage runs until its
+    stationarity verdict, at most ``auto_steps`` steps (default: the span;
+    ``steps_per_tau = "auto"``), observed :data:`AUTO_OBSERVATIONS_PER_STAGE` times over
+    that."""
     base, over, taus, span = SETS[name]
     span *= span_scale
     if isinstance(base, dict):
@@ -140,38 +156,51 @@ def cell_config(name: str, N: int, seed: int, span_scale: float = 1.0,
         dyn["integrator"] = integrator
     if chains != 1:
         dyn["chains"] = int(chains)
+    if eta is None and dyn.get("integrator") == "mala":
+        eta = MALA_ETA
     if eta is not None:
         dyn["eta"] = float(eta)
     steps = round(span / float(dyn["eta"]))
-    dyn.update({"taus": list(taus), "steps_per_tau": steps, "seed": int(seed)})
-    dyn.pop("max_steps_per_tau", None)        # a shipped "auto" ladder's cap: not for fixed stages
+    dyn.update({"taus": list(taus), "seed": int(seed)})
     doc.setdefault("model", {})["n_particles"] = int(N)
+    if auto:
+        cap = max(16, int(auto_steps) if auto_steps else steps)
+        dyn.update({"steps_per_tau": "auto", "max_steps_per_tau": cap})
+        doc["output"] = {"observe_every": max(1, cap // AUTO_OBSERVATIONS_PER_STAGE),
+                         "snapshots_per_tau": 1}
+        return doc
+    dyn["steps_per_tau"] = steps
+    dyn.pop("max_steps_per_tau", None)        # a shipped "auto" ladder's cap: not for fixed stages
     doc["output"] = {"observe_every": max(1, steps // OBSERVATIONS_PER_STAGE),
                      "snapshots_per_tau": 1}
     return doc
 
 
 def cell_stem(name: str, N: int, seed: int, span_scale: float = 1.0,
-              integrator: str | None = None, chains: int = 1, eta: float | None = None) -> str:
+              integrator: str | None = None, chains: int = 1, eta: float | None = None,
+              auto: bool = False, auto_steps: int | None = None) -> str:
     """File name (no suffix) of a cell's config and run file: every setting that changes the
     run is in it."""
     return (f"{name}-N{N}-s{seed}" + ("" if span_scale == 1 else f"-x{span_scale:g}")
             + ("" if integrator is None else f"-{integrator}")
             + ("" if chains == 1 else f"-c{chains}")
-            + ("" if eta is None else f"-eta{eta:g}"))
+            + ("" if eta is None else f"-eta{eta:g}")
+            + ("" if not auto else "-auto" if not auto_steps else f"-auto{int(auto_steps)}"))
 
 
 def ensure_run(workdir: Path, name: str, N: int, seed: int, threads: int,
                span_scale: float = 1.0, integrator: str | None = None,
-               chains: int = 1, eta: float | None = None) -> Path:
+               chains: int = 1, eta: float | None = None, auto: bool = False,
+               auto_steps: int | None = None) -> Path:
     """Run the cell unless its run file exists; returns the run file. The wall time of the
     run is kept next to it (``<stem>.wall_s``)."""
-    stem = cell_stem(name, N, seed, span_scale, integrator, chains, eta)
+    stem = cell_stem(name, N, seed, span_scale, integrator, chains, eta, auto, auto_steps)
     out = workdir / f"{stem}.h5"
     if out.exists():
         return out
     cfg = workdir / f"{stem}.toml"
-    cfg.write_text(dump_toml(cell_config(name, N, seed, span_scale, integrator, chains, eta)))
+    cfg.write_text(dump_toml(cell_config(name, N, seed, span_scale, integrator, chains, eta,
+                                         auto, auto_steps)))
     t0 = time.time()
     subprocess.run([sys.executable, "-m", "meanfield", "run", str(cfg), "-o", str(out),
                     "--threads", str(threads), "--quiet", "--overwrite"], check=True,
@@ -442,17 +471,25 @@ def main(argv=None) -> int:
     ap.add_argument("--eta", type=float, default=None,
                     help="override the configs' step (default: each config's own; the "
                          "exact sampler is not bound by Euler's stability limit)")
+    ap.add_argument("--auto", action="store_true",
+                    help="every stage runs until its stationarity verdict, at most the span "
+                         "(steps_per_tau = \"auto\"), observed more often")
+    ap.add_argument("--auto-steps", type=int, default=None,
+                    help="with --auto: the most steps of a stage, for every set (default: the "
+                         "set's span)")
     ap.add_argument("--runs-only", action="store_true", help="make the run files, no table")
     ap.add_argument("--json", help="write the rows to this file")
     ap.add_argument("--sensitivity", action="store_true",
                     help="also J and K over a range of each threshold, per cell")
     args = ap.parse_args(argv)
+    if args.auto_steps is not None and (not args.auto or args.auto_steps < 16):
+        ap.error("--auto-steps needs --auto and at least 16 steps")
     workdir = Path(args.workdir).resolve()     # the runs start in the checkout
     workdir.mkdir(parents=True, exist_ok=True)
     # cheapest cells first: by N, then seed, then set
     cells = [(name, N, seed) for N in sorted(args.N) for seed in args.seeds for name in args.sets]
     runs = {c: ensure_run(workdir, *c, args.threads, args.span_scale, args.integrator,
-                          args.chains, args.eta) for c in cells}
+                          args.chains, args.eta, args.auto, args.auto_steps) for c in cells}
     if args.runs_only:
         return 0
     rows = [{**analyse_cell(path, *cell, with_sensitivity=args.sensitivity),

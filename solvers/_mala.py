@@ -140,6 +140,34 @@ def _pre(th, XT, j, d, w0, w1, w2, w3):
 
 
 @nb.njit(inline="always")
+def _add_gradient_terms(hj, XT, j, d, g0, g1, g2, g3, gw):
+    """``g_k += h_j x_jk`` for the coordinates ``k < 4`` (returned, so that they stay in
+    registers) and ``gw[k] += h_j x_jk`` beyond."""
+    g0 = _fma(hj, XT[0, j], g0)
+    if d > 1:
+        g1 = _fma(hj, XT[1, j], g1)
+    if d > 2:
+        g2 = _fma(hj, XT[2, j], g2)
+    if d > 3:
+        g3 = _fma(hj, XT[3, j], g3)
+    for k in range(4, d):
+        gw[k] = _fma(hj, XT[k, j], gw[k])
+    return g0, g1, g2, g3
+
+
+@nb.njit(inline="always")
+def _store_gradient_terms(gw, d, g0, g1, g2, g3):
+    """``gw[k] = g_k`` for the coordinates ``k < min(d, 4)``."""
+    gw[0] = g0
+    if d > 1:
+        gw[1] = g1
+    if d > 2:
+        gw[2] = g2
+    if d > 3:
+        gw[3] = g3
+
+
+@nb.njit(inline="always")
 def _current_terms(th, XT, n, d, kind, p, e, z, s, gw):
     """One loop over the points for the particle ``th`` at the errors ``e``: its
     pre-activations ``z`` and activations ``s``, the sums of its gradient ``gw_k = Σ_j h_j
@@ -165,22 +193,8 @@ def _current_terms(th, XT, n, d, kind, p, e, z, s, gw):
         sa = _fma(ej, sj, sa)
         sb += hj
         sq = _fma(sj, sj, sq)
-        g0 = _fma(hj, XT[0, j], g0)
-        if d > 1:
-            g1 = _fma(hj, XT[1, j], g1)
-        if d > 2:
-            g2 = _fma(hj, XT[2, j], g2)
-        if d > 3:
-            g3 = _fma(hj, XT[3, j], g3)
-        for k in range(4, d):
-            gw[k] = _fma(hj, XT[k, j], gw[k])
-    gw[0] = g0
-    if d > 1:
-        gw[1] = g1
-    if d > 2:
-        gw[2] = g2
-    if d > 3:
-        gw[3] = g3
+        g0, g1, g2, g3 = _add_gradient_terms(hj, XT, j, d, g0, g1, g2, g3, gw)
+    _store_gradient_terms(gw, d, g0, g1, g2, g3)
     return sa, sb, sq
 
 
@@ -219,23 +233,9 @@ def _proposal_terms(thp, a, XT, n, d, kind, p, inv_N, e, s, zp, sp, ep, grad, gw
         if grad:
             hj = epj * dsj
             pb += hj
-            g0 = _fma(hj, XT[0, j], g0)
-            if d > 1:
-                g1 = _fma(hj, XT[1, j], g1)
-            if d > 2:
-                g2 = _fma(hj, XT[2, j], g2)
-            if d > 3:
-                g3 = _fma(hj, XT[3, j], g3)
-            for k in range(4, d):
-                gw[k] = _fma(hj, XT[k, j], gw[k])
+            g0, g1, g2, g3 = _add_gradient_terms(hj, XT, j, d, g0, g1, g2, g3, gw)
     if grad:
-        gw[0] = g0
-        if d > 1:
-            gw[1] = g1
-        if d > 2:
-            gw[2] = g2
-        if d > 3:
-            gw[3] = g3
+        _store_gradient_terms(gw, d, g0, g1, g2, g3)
     return du, pa, pb, sq
 
 

@@ -148,6 +148,24 @@ def test_ray_counts_every_set_gives_a_valid_fixed_stage_config(tmp_path):
     dyn = config.load(path).dynamics
     assert dyn.eta == 0.5 and dyn.steps_per_tau == round(2 * rc.SETS["D7"][3] / 0.5)
     assert rc.cell_stem("D7", 300, 1, 2.0, "mala", 1, 0.5) == "D7-N300-s1-x2-mala-eta0.5"
+    # the exact sampler without an overridden step runs at MALA_ETA; --auto stages end at
+    # their verdict, at most --auto-steps (or the span), observed AUTO_OBSERVATIONS_PER_STAGE
+    # times over that
+    path.write_text(rc.dump_toml(rc.cell_config("D7", 300, 1, 1.0, "mala", auto=True,
+                                                auto_steps=40000)))
+    dyn = config.load(path).dynamics
+    out = config.load(path).output
+    assert dyn.eta == rc.MALA_ETA and dyn.steps_per_tau == "auto"
+    assert dyn.max_steps_per_tau == 40000
+    assert out.observe_every == 40000 // rc.AUTO_OBSERVATIONS_PER_STAGE
+    path.write_text(rc.dump_toml(rc.cell_config("plane8", 300, 1, 1.0, "em", auto=True)))
+    dyn = config.load(path).dynamics
+    assert dyn.max_steps_per_tau == round(rc.SETS["plane8"][3] / dyn.eta)
+    assert rc.cell_stem("D7", 300, 1, 1.0, "mala", auto=True, auto_steps=40000) == \
+        "D7-N300-s1-mala-auto40000"
+    assert rc.cell_stem("D7", 300, 1, 1.0, "mala", auto=True) == "D7-N300-s1-mala-auto"
+    with pytest.raises(SystemExit):
+        rc.main(["--auto-steps", "100"])            # --auto-steps without --auto
 
 
 
