@@ -27,7 +27,7 @@ from a Gamma proposal fitted to the conditional law of ``t`` given ``ω`` and th
 particles, ``∝ t^m exp(−U(√t ω)/τ)``, ``m = (d+2)/2 − 1`` (:func:`_radial_law`,
 :func:`_radial_proposal`), and accepted with the exact ratio of an independence sampler on that
 conditional. The radial direction is the soft one at low ``τ``: along a ray ``U`` changes with
-``t`` at the rate ``c(ω) → 0`` (THEORY §11, docs/theory.md §2.6), so Langevin moves relax it
+``t`` at the rate ``c(ω) → 0`` (docs/theory.md §6.5, §2.6), so Langevin moves relax it
 only over ``~1/c`` units of time, a radial move in one.
 
 Each move leaves ``π_N`` invariant (detailed balance of that Gibbs component), so do the
