@@ -220,8 +220,9 @@ class Stepper:
         within the new stage's relaxation time).
         ``"mala"``: one step is one systematic-scan pass of Metropolis–Hastings moves, one per
         particle in the order ``0..N−1``: a Langevin proposal at step ``η`` or (share
-        ``jumps``) a jump near another particle, each accepted with the exact ratio of
-        ``π_N ∝ exp(−U/τ)`` (``solvers._mala``). Full batch only.
+        ``jumps``) a jump near another particle, then (probability ``radial``) a radial move
+        of ``|θ_i|``, each accepted with the exact ratio of ``π_N ∝ exp(−U/τ)``
+        (``solvers._mala``). Full batch only.
     jumps : float
         ``"mala"`` only: the share of jump moves, in ``[0, 1]`` (0: Langevin moves only;
         default :data:`solvers.limits.DEFAULT_JUMPS`).
