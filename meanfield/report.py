@@ -488,7 +488,10 @@ def _references_markdown(refs) -> list:
           f"largest shown); z: the largest (|diff| − step-bias allowance)₊ / combined error "
           f"over the points, \"consistent\" when z ≤ {Z_CONSISTENT:g} (docs/theory.md §2.4); "
           f"z without the allowance: the largest |diff| / combined error (how much of the "
-          f"verdict the allowance carries)."]
+          f"verdict the allowance carries). The allowance has no term for the O(1/N) width "
+          f"bias of the N-particle law (docs/theory.md §2.3): with an exact sampler "
+          f"(`integrator = \"mala\"`, no step bias) it is what an inconsistent row measures "
+          f"once the stage is relaxed; `--extrapolate-n` with a run at another N removes it."]
     c = refs["convex"]
     L += ["", f"Against the τ → 0 convex reference at τ = {c['tau']:.2e}: max abs diff "
           f"{c['max_abs_diff']:.3e}, rms {c['rms_diff']:.3e} (reference: {c['n_rays']} rays, "

@@ -449,7 +449,7 @@ def main(args) -> int:
                           f"{g['max_abs_diff']:.3e} (std. error {g['max_stderr']:.1e}; "
                           f"allowance: combined error {g['combined_error']:.1e} + step bias "
                           f"{g['step_bias_allowance']:.1e}) z = {g['z']:.2g}"
-                          + _z_raw(g) + f": {g['verdict']}")
+                          + _z_raw(g) + f": {g['verdict']}" + _width_hint(g))
             c = refs["convex"]
             if "skipped" in c:
                 print(f"convex tau->0 reference skipped: {c['skipped']}")
@@ -458,6 +458,19 @@ def main(args) -> int:
                       f"{c['max_abs_diff']:.3e}")
         sys.stderr.write(f"meanfield: report in {outdir}/report.md\n")
     return 0
+
+
+#: What an inconsistent comparison without a step bias leaves to explain (docs/theory.md §2.3).
+WIDTH_HINT = ("no step bias here: the rest is the O(1/N) width bias of the N-particle law, "
+              "the Monte Carlo error or a stage not relaxed; --extrapolate-n with a run at "
+              "another N removes the first")
+
+
+def _width_hint(g) -> str:
+    """``WIDTH_HINT`` after an inconsistent comparison of an exact sampler (no step bias)."""
+    if g.get("verdict") != "inconsistent" or g.get("step_bias_allowance"):
+        return ""
+    return f" ({WIDTH_HINT})"
 
 
 def _z_raw(g) -> str:

@@ -237,6 +237,20 @@ def test_a_gibbs_comparison_states_its_allowance():
         gibbs_allowance([0.0, 0.0], se, q, b)
 
 
+def test_an_inconsistent_exact_comparison_names_the_width_bias():
+    """Without a step bias (``"mala"``) an inconsistent row says what is left to explain it, the
+    ``O(1/N)`` width bias among them, and how to remove that; a consistent row, or one with a
+    step-bias allowance, does not."""
+    from analysis.references import gibbs_allowance
+    from meanfield.cli.analyze import WIDTH_HINT, _width_hint
+    se = np.array([1e-5, 1e-5])
+    exact_off = gibbs_allowance([7e-5, 0.0], se, 0.0, 0.0)
+    assert exact_off["verdict"] == "inconsistent" and WIDTH_HINT in _width_hint(exact_off)
+    assert "--extrapolate-n" in WIDTH_HINT
+    assert _width_hint(gibbs_allowance([2e-5, 0.0], se, 0.0, 0.0)) == ""
+    assert _width_hint(gibbs_allowance([7e-5, 0.0], se, 0.0, 1e-5)) == ""
+
+
 def test_the_ess_column_says_per_chain_or_all_chains(report):
     """The ladder table's ESS cells are what its header says: one chain's ESS, or with ``K``
     chains the ESS per chain (ArviZ's of all chains together over ``K``) with the total in
