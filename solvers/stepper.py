@@ -304,6 +304,8 @@ class Stepper:
         self.jumps = jumps if integrator == "mala" else 0.0
         self.radial = radial if integrator == "mala" else 0.0
         self.dims = kernel_dims(d)   # selects a specialised kernel, or d at run time
+        # "mala": a kernel compiled for ReLU alone, or the activation read at run time
+        self.relu = (0,) if self.kind == _activations.ACT_RELU else ()
         self.T = np.empty((d + 2, N))
         self.partial = np.empty(((N + kernels.BLOCK - 1) // kernels.BLOCK, n))
         self.scratch = np.empty(kernels.scratch_shape(d, n))
@@ -370,7 +372,7 @@ class Stepper:
                                     self.eta, float(tau), self.seed, int(step0), int(nsteps),
                                     self.kind, self.params, bool(data_term), self.jumps,
                                     self.radial, self.dims,
-                                    (0,) if self.kind == _activations.ACT_RELU else ())
+                                    self.relu)
             self.sum_sq = kernels.to_rows(self.T, theta)
             return int(code) if code else (0 if math.isfinite(self.sum_sq) else 1)
         code = kernels.run_steps(self.T, self.X, self.y, self.batch_size, self.partial,
