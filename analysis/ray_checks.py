@@ -151,7 +151,7 @@ def sensitivity(theta, X, ray_kw: dict, kink_kw: dict | None = None, conv=None,
         As :func:`analysis.rays.find_rays` (shapes, ``R``/``y``/``tau`` without ``lam``).
     """
     from analysis.kinks import KINK_REL_TOL, ray_kinks
-    from analysis.rays import THERMAL_GAP, min_particles_default
+    from analysis.rays import THERMAL_GAP
     from analysis.ternary import PatternTolerance
     kink_kw = dict(kink_kw or {})
     J0, K0, res0 = _count(theta, X, ray_kw, kink_kw)
@@ -164,7 +164,7 @@ def sensitivity(theta, X, ray_kw: dict, kink_kw: dict | None = None, conv=None,
     if ray_kw.get("tau") is not None:
         defaults["halo_ratio"] = ray_kw.get("halo_ratio", 3.0)
         defaults["particle_halo"] = ray_kw.get("particle_halo", 1.0)
-    defaults["min_particles"] = ray_kw.get("min_particles") or min_particles_default(len(theta))
+    defaults["min_particles"] = res0.min_particles
     defaults["max_spread"] = ray_kw.get("max_spread", 0.3)
     for name, v0 in defaults.items():
         for sc in scales:

@@ -144,17 +144,34 @@ def _summary(members, V, mass):
     return vbar, float(np.sqrt(np.sum(mm * ang ** 2) / mm.sum()))
 
 
-def _merge_across_data_points(labels, signs, V, mass, X, ptol, max_spread, absorb):
-    """Join rays of one sign that are one ray split by a data point's cell boundary
-    (docs/theory.md §6.6).
+def _merge_across_data_points(labels, signs, V, mass, X, ptol, max_spread, absorb,
+                              gap_of=None):
+    """Join rays of one sign that are one ray: fragments of one direction, or one ray split by
+    a data point's cell boundary (docs/theory.md §6.1, §6.6).
 
-    Rays ``k`` and ``l`` of one sign are joined when (i) their patterns differ, and only at
-    data points ``j`` where the pattern of the union is 0 (its kink passes within the pattern
-    tolerance of ``x_j``: within ``angle_tol``, or the union straddles ``x̃_j``'s hyperplane
-    with at least ``mass_tol`` on the lighter side); (ii) each of the two lies within
-    ``absorb`` times its own RMS spread of that hyperplane (the radius within which a particle
-    joins a ray: it touches the boundary); (iii) the union is compact (RMS angle at most
-    ``max_spread``). Repeated until no pair qualifies.
+    Rays ``k`` and ``l`` of one sign are joined when the union is compact (RMS angle at most
+    ``max_spread``) and either
+
+    - **fragments of one maximum of** ``|G|``: with ``gap_of`` (the certificate gap
+      ``1 + sign(a) G(v)`` of a direction), the union's mean direction has a gap no larger
+      than the larger of the two: no valley of ``−sign(a) G`` lies between them, so they sit
+      on one maximum, and rays are the maxima (THEORY §4). Without ``gap_of``: they share an
+      activation cell (each holds at least ``mass_tol`` of its mass in one binary cell) or
+      have one ternary pattern, and their directions are within ``absorb`` times the larger
+      of their RMS spreads and ``angle_tol`` (a ray's own width; ``angle_tol`` for rays of one
+      particle), since in the ``τ → 0`` limit a sign and a cell hold at most one direction
+      (two would be merged at a lower cost and the same predictor). The exact law at low
+      ``τ`` puts a ray's weight on few particles, which the linkage leaves apart; two
+      directions of one cell that are not fragments are kept and reported as a cell
+      conflict;
+    - **split at data points**: their patterns differ, and only at data points ``j`` where
+      the pattern of the union is 0 (its kink passes within the pattern tolerance of ``x_j``:
+      within ``angle_tol``, or the union straddles ``x̃_j``'s hyperplane with at least
+      ``mass_tol`` on the lighter side), and each of the two lies within ``absorb`` times its
+      own RMS spread of that hyperplane (the radius within which a particle joins a ray: it
+      touches the boundary).
+
+    Repeated until no pair qualifies.
 
     Returns
     -------
@@ -163,9 +180,11 @@ def _merge_across_data_points(labels, signs, V, mass, X, ptol, max_spread, absor
     signs : list of int
         Sign of each ray.
     merged : list of dict
-        ``{"ray", "parts", "data_points"}`` per joined ray (indices after the joins).
+        ``{"ray", "parts", "data_points"}`` per joined ray (indices after the joins;
+        ``data_points``: where the joined parts' patterns differ and the union's kink is).
     """
     L = lifted(X)
+    cell = cells(np.ones(len(V)), V, X)
     groups = {k: ([k], []) for k in range(len(signs))}
     labels = labels.copy()
     changed = True
@@ -176,26 +195,35 @@ def _merge_across_data_points(labels, signs, V, mass, X, ptol, max_spread, absor
         for k in keys:
             mem = np.nonzero(labels == k)[0]
             vbar, sp = _summary(mem, V, mass)
-            info[k] = (mem, vbar, sp, ray_pattern(vbar, V[mem], mass[mem], X, ptol)[0])
+            share = np.bincount(cell[mem], weights=mass[mem], minlength=int(cell.max()) + 1)
+            info[k] = (mem, vbar, sp, ray_pattern(vbar, V[mem], mass[mem], X, ptol)[0],
+                       share >= ptol.mass_tol * share.sum())
         for a in keys:
             for b in keys:
                 if b <= a or signs[a] != signs[b]:
                     continue
-                ma, va, sa, ta = info[a]
-                mb, vb, sb, tb = info[b]
+                ma, va, sa, ta, ca = info[a]
+                mb, vb, sb, tb, cb = info[b]
                 D = np.nonzero(ta != tb)[0]
-                if D.size == 0:
-                    continue
-                if not (np.all(_near_boundaries(va, sa, L[D], ptol.angle_tol, absorb))
-                        and np.all(_near_boundaries(vb, sb, L[D], ptol.angle_tol, absorb))):
-                    continue
                 mu = np.concatenate([ma, mb])
                 vu, su = _summary(mu, V, mass)
+                if gap_of is not None:
+                    s = signs[a]
+                    fragments = gap_of(vu, s) <= max(gap_of(va, s), gap_of(vb, s))
+                else:
+                    ang = float(np.arccos(np.clip(va @ vb, -1.0, 1.0)))
+                    fragments = ((D.size == 0 or np.any(ca & cb))
+                                 and ang <= absorb * max(sa, sb, ptol.angle_tol))
+                if not fragments and not (
+                        D.size and np.all(_near_boundaries(va, sa, L[D], ptol.angle_tol, absorb))
+                        and np.all(_near_boundaries(vb, sb, L[D], ptol.angle_tol, absorb))):
+                    continue
                 if su > max_spread:
                     continue
                 tu = ray_pattern(vu, V[mu], mass[mu], X, ptol)[0]
-                if np.any(tu[D] != 0):
+                if not fragments and np.any(tu[D] != 0):
                     continue
+                D = D[tu[D] == 0]
                 labels[labels == b] = a
                 groups[a] = (groups[a][0] + groups[b][0], sorted(set(groups[a][1]) | set(D.tolist())))
                 del groups[b]

@@ -11,12 +11,15 @@ from solvers.geometry import lifted
 
 
 def min_particles_default(N: int) -> int:
-    """Default smallest number of particles of a ray: ``max(3, ceil(sqrt(N)/2))``.
+    """Smallest number of particles of the rays that fix the linkage threshold of
+    :func:`analysis.rays.find_rays` (and of every ray when the radial-law tests are off):
+    ``max(3, ceil(sqrt(N)/2))`` (3 at ``N ≤ 36``, 5 at ``N = 100``, 12 at ``N = 500``, 159 at
+    ``N = 10⁵``).
 
-    A ray of mass fraction ``f`` holds a number of particles that grows linearly with ``N``;
-    a threshold growing like ``sqrt(N)`` is negligible against that for large ``N`` and still
-    rejects clumps of one or two heavy particles of the halo (or of a ray split by the linkage)
-    at small ``N`` (3 at ``N ≤ 36``, 5 at ``N = 100``, 12 at ``N = 500``, 158 at ``N = 10⁵``).
+    Below it, the count of clusters depends on the linkage threshold through clumps of one
+    or two heavy particles (halo, or fragments of a ray). The stationary law at low ``τ`` does
+    not give every ray that many particles (docs/theory.md §6.1), so with the certificate-gap
+    and radial tests a ray of fewer particles is counted at the threshold this fixes.
     """
     return max(3, int(np.ceil(0.5 * np.sqrt(max(int(N), 0)))))
 

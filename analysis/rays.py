@@ -13,26 +13,33 @@ A neuron contributes ``a σ(u·x̃) = a|u| σ(v·x̃)`` with direction ``v = u/|
    two rays of one sign sharing a cell are reported in ``cell_conflicts``.
 3. **Angular clustering with a plateau scan.** Kept particles of one sign are linked by single
    linkage on the mutual-reachability chord distance ``max(|v_i − v_j|, core_i, core_j)``
-   (``core`` = distance to the k-th nearest neighbour, ``k ≤ max(3, min_particles − 1)``, so a
-   sparse halo particle cannot chain two rays and a small ray is not cut into single
-   particles), over the minimum spanning tree of the k-nearest-neighbour graph (scales to 10⁵
-   particles and more). The linkage threshold is scanned on a log grid and the geometric middle
-   of the widest plateau of the ray count is used. At each threshold a cluster is a ray when
+   (``core`` = distance to the k-th nearest neighbour, ``k ≤ max(3, n_plateau − 1)`` with
+   ``n_plateau = max(3, ⌈√N/2⌉)``, so a sparse halo particle cannot chain two rays), over the
+   minimum spanning tree of the k-nearest-neighbour graph (scales to 10⁵ particles and more).
+   The linkage threshold is scanned on a log grid and the geometric middle of the widest
+   plateau of the count of rays of at least ``n_plateau`` particles is used (the rays that many
+   particles resolve fix the resolution; a threshold at which a cluster joins two rays, below,
+   counts none). At each threshold a cluster is a ray when
    it holds at least ``min_mass_frac`` of the total mass ``Σ|a||u|``, is compact (RMS angle at
    most ``max_spread``), is not thermal (with ``tau``: mean particle mass at least
    ``halo_ratio · (d+1)τ/λ``, the free-particle second moment of THEORY §5), is not thermal
    mass (with ``tau`` and the labels' weight scale ``c_y``: its certificate gap ``1 − |G|`` is
    at most ``ε(τ) = κ (d+1)τ/(λ c_y)``, docs/theory.md §6.5; refused clusters are listed in
-   ``thermal`` with their weight, direction and ``G``), passes the
+   ``thermal`` with their weight, direction and ``G``; but a cluster whose particles each sit
+   on certified directions, mass-weighted mean gap at most ``ε(τ)``, while its mean direction
+   does not, is two rays joined, not thermal mass), passes the
    certificate at an absolute level (with ``G``: ``−sign(a) G(v̄) ≥ g_ray``, ``G`` from the
    residuals ``R`` given, normally the stage's time average) and holds at least
-   ``min_particles`` particles (default ``max(3, ⌈√N/2⌉)``). Heavy certified clusters refused
-   only for their number of particles are listed in ``small``: the snapshot is then not
-   resolved (``N`` too small for a verdict).
+   ``min_particles`` particles (default 1 with ``tau`` and the time-averaged ``R``, where
+   the radial-law tests decide: the exact law at low ``τ`` puts a ray's weight on the few
+   particles nearest its direction, docs/theory.md §6.1; else ``n_plateau``). Heavy certified
+   clusters refused only for their number of particles are listed in ``small``: the snapshot
+   is then not resolved (``N`` too small for a verdict).
 4. The ray's outskirts, which single linkage leaves out at the chosen threshold, join it: every
    particle of the ray's sign within ``absorb`` core spreads of its direction. Rays of one sign
-   that are one ray cut by a data point's cell boundary (its kink on the data point) are
-   joined (docs/theory.md §6.6). When no cluster is a ray at any threshold, the plateau of the
+   that are one ray are joined: fragments on one maximum of ``|G|`` (no valley of the
+   certificate between them; without ``G``, one cell within a ray's width), and a ray cut by
+   a data point's cell boundary (its kink on the data point; docs/theory.md §6.1, §6.6). When no cluster is a ray at any threshold, the plateau of the
    thermal concentrations fixes the threshold at which they are reported.
 5. Per ray: mass-weighted mean direction, sign, weight ``c_k = (1/N) Σ_{i∈k} a_i |u_i|``, mass
    fraction, mass-weighted RMS angle to the direction (spread), ``G`` at the direction and the
@@ -141,6 +148,8 @@ class RayResult:
     halo_baseline : float or None         ``(d+1)τ/λ`` (None without ``tau``)
     particle_halo : float or None         particles lighter than this × baseline are halo
     min_particles : int                   smallest number of particles of a ray
+    plateau_particles : int               smallest number of particles of a ray that fixes
+                                          the linkage threshold (``max(3, ⌈√N/2⌉)``)
     pattern_tol : PatternTolerance
     halo_mass_fraction : float            mass outside the rays
     n_cells : int                         occupied activation cells after the particle filter
@@ -156,8 +165,10 @@ class RayResult:
     thermal_gap : float or None           the constant κ of the gap threshold
     weight_scale : float or None          ``c_y`` of the gap threshold (:func:`label_weight_scale`)
     gap_threshold : float or None         ``ε(τ) = κ (d+1)τ / (λ c_y)`` (None: no test)
-    merged : list of list of int          clusters joined across a data point's cell boundary
-                                          (:func:`_merge_across_data_points`), per ray
+    merged : list of dict                 clusters joined into one ray, fragments or across a
+                                          data point's cell boundary, per ray: ``ray``,
+                                          ``parts``, ``data_points``
+                                          (:func:`_merge_across_data_points`)
     """
 
     rays: list
@@ -188,6 +199,7 @@ class RayResult:
     weight_scale: float | None = None
     gap_threshold: float | None = None
     merged: list = field(default_factory=list)
+    plateau_particles: int = 0
 
     @property
     def resolved(self) -> bool:
@@ -209,6 +221,7 @@ class RayResult:
                 "halo_baseline": self.halo_baseline,
                 "particle_halo": self.particle_halo,
                 "min_particles": int(self.min_particles),
+                "plateau_particles": int(self.plateau_particles),
                 "pattern_angle_tol": float(self.pattern_tol.angle_tol),
                 "pattern_mass_tol": float(self.pattern_tol.mass_tol),
                 "halo_mass_fraction": float(self.halo_mass_fraction),
@@ -265,7 +278,10 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
         With ``G`` available: a ray's mean direction has ``−sign(a) G(v) ≥ g_ray`` (absolute
         level; the optimum has exactly 1 on every ray, THEORY §4). ``-inf`` switches it off.
     min_particles : int, optional
-        Smallest number of particles of a ray (default :func:`min_particles_default`).
+        Smallest number of particles of a ray (default 1 when ``tau``, ``R`` and the weight
+        scale are given, so that the certificate-gap and radial tests decide; otherwise
+        :func:`min_particles_default`). The linkage threshold is fixed by the rays of at
+        least :func:`min_particles_default` particles either way.
     light_frac : float, default 0.01
         Particles lighter than this times the mass-weighted median particle mass are halo.
     max_spread : float, default 0.3
@@ -297,11 +313,13 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
         ``c_y`` of that threshold (default :func:`label_weight_scale` of ``X`` and ``y``; no
         test without either).
     merge : bool, default True
-        Join clusters of one sign split by a data point's cell boundary
-        (:func:`_merge_across_data_points`; docs/theory.md §6.6).
+        Join clusters of one sign that are one ray: fragments, and a ray split by a data
+        point's cell boundary (:func:`_merge_across_data_points`; docs/theory.md §6.1,
+        §6.6).
     knn : int, default 12
-        Neighbours per particle in the linkage graph (at most ``max(3, min_particles − 1)``,
-        so that a ray of ``min_particles`` particles has small core distances).
+        Neighbours per particle in the linkage graph (at most ``max(3, n − 1)``, ``n`` =
+        :func:`min_particles_default`, so that a ray of ``n`` particles has small core
+        distances).
 
     Returns
     -------
@@ -328,7 +346,7 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
     if pattern_mass_tol is not None:
         ptol.mass_tol = float(pattern_mass_tol)
     N = theta.shape[0]
-    n_min = min_particles_default(N) if min_particles is None else max(1, int(min_particles))
+    n_plateau = min_particles_default(N)
     V, r, mass = directions(theta)
     L = lifted(X)
     sign = np.where(theta[:, 0] >= 0, 1, -1)
@@ -356,13 +374,18 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
     eps = None
     if baseline is not None and weight_scale is not None and thermal_gap > 0:
         eps = thermal_gap_threshold(X.shape[1], tau, lam, weight_scale, thermal_gap)
+    radial_tests = eps is not None and G_source == "given residuals"
+    if min_particles is not None:
+        n_min = max(1, int(min_particles))
+    else:
+        n_min = 1 if radial_tests else n_plateau
     common = {"min_mass_frac": min_mass_frac, "light_frac": light_frac,
               "max_spread": max_spread, "absorb": absorb,
               "g_ray": g_ray if have_G else None, "G_max": Gmax, "G_source": G_source,
               "halo_ratio": halo_ratio if baseline is not None else None,
               "halo_baseline": baseline,
               "particle_halo": particle_halo if baseline is not None else None,
-              "min_particles": n_min, "pattern_tol": ptol,
+              "min_particles": n_min, "plateau_particles": n_plateau, "pattern_tol": ptol,
               "thermal_gap": float(thermal_gap) if eps is not None else None,
               "weight_scale": None if weight_scale is None else float(weight_scale),
               "gap_threshold": eps}
@@ -386,13 +409,19 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
     Vk, mk, sk = V[idx], mass[idx], sign[idx]
     cell_all = cells(sign, V, X)
     M = idx.size
-    k_nn = max(1, min(int(knn), max(3, n_min - 1)))
+    k_nn = max(1, min(int(knn), max(3, n_plateau - 1)))
     ei, ej, ew, core_median = _linkage_tree(Vk, sk, mk, k_nn)
     if thresholds is None:
         lo_t = core_median if np.isfinite(core_median) and 0 < core_median < 0.5 else 1e-4
         thresholds = np.logspace(np.log10(lo_t), 0, 50)
     thresholds = np.atleast_1d(np.asarray(thresholds, dtype=float))
     weighted_dirs = mk[:, None] * Vk
+    # each kept particle's own certificate gap 1 + sign(a) G(v_i) (with the time-averaged
+    # residuals only: one snapshot's G is too noisy): a cluster whose particles sit on
+    # certified directions while its mean direction does not is two rays joined, not thermal
+    pgap = None
+    if radial_tests:
+        pgap = np.maximum(1.0 + sk * certificate(Vk, X, R, lam), 0.0) * mk
 
     def clusters(t):
         sel = ew <= t
@@ -427,27 +456,46 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
             gap[bulky] = mass_gap(cm[bulky] / np.maximum(cn[bulky], 1), baseline)
             if G_source == "given residuals":   # one snapshot's G is too noisy (§6.1)
                 gap[bulky] = np.maximum(gap[bulky], 1.0 + csign[bulky] * cg[bulky])
-            thermal |= certified & (gap > eps)
-        good = certified & ~thermal & (cn >= n_min)
-        return lab, cm, cn, cdir, csign, cg, heavy, certified, good, thermal, gap
+            joined = certified & (gap > eps)
+            if pgap is not None:
+                joined &= np.bincount(lab, weights=pgap, minlength=K) <= eps * cm
+            else:
+                joined[:] = False
+            thermal |= certified & (gap > eps) & ~joined
+        else:
+            joined = np.zeros(K, dtype=bool)
+        good = certified & ~thermal & ~joined & (cn >= n_min)
+        return lab, cm, cn, cdir, csign, cg, heavy, certified, good, thermal, gap, joined
 
     scans = [clusters(t) for t in thresholds]
-    counts = np.array([int(c[8].sum()) for c in scans])
+
+    def ray_counts(least):
+        # a threshold that joins rays resolves no ray: its count is no plateau's
+        return np.array([0 if c[11].any() else int((c[8] & (c[2] >= least)).sum())
+                         for c in scans])
+    # the threshold is fixed by the rays that many particles resolve (at least n_plateau);
+    # lighter-populated rays (the exact law puts a ray's weight on few particles, docs/theory.md
+    # §6.1) are counted at it
+    counts = ray_counts(n_plateau)
+    if counts.max(initial=0) == 0 and n_min < n_plateau:
+        counts = ray_counts(n_min)
     if counts.max(initial=0) == 0:
         # no ray at any threshold: the plateau of the concentrations (thermal mass with at
-        # least n_min particles) fixes the resolution at which they are reported
-        lo, hi = _widest_plateau(np.array([int((c[9] & (c[2] >= n_min)).sum()) for c in scans]))
+        # least n_plateau particles) fixes the resolution at which they are reported
+        lo, hi = _widest_plateau(np.array([int((c[9] & (c[2] >= n_plateau)).sum())
+                                           for c in scans]))
     else:
         lo, hi = _widest_plateau(counts)
     t_star = float(np.sqrt(thresholds[lo] * thresholds[hi]))
-    lab, cm, cn, cdir, csign, cg, heavy, certified, good, thermal, gap = clusters(t_star)
+    lab, cm, cn, cdir, csign, cg, heavy, certified, good, thermal, gap, joined = clusters(t_star)
+    thermal |= joined          # only where every threshold joins rays: reported, not counted
     cores, rejected, small, hot = [], [], [], []
     for c in np.nonzero(heavy | thermal)[0]:
         info = {"direction": [float(x) for x in cdir[c]], "sign": int(csign[c]),
                 "mass_fraction": float(cm[c] / total), "n_particles": int(cn[c]),
                 "G": None if cg is None else float(cg[c])}
         if thermal[c]:
-            if cn[c] >= n_min:         # a lone heavy thermal particle is no concentration
+            if cn[c] >= n_plateau:     # a lone heavy thermal particle is no concentration
                 hot.append(_thermal_entry(c, info, idx[lab == c], theta, V, mass, N, gap[c],
                                           eps, baseline, heavy[c], cdir[c]))
             continue
@@ -479,8 +527,12 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
     ray_signs = [int(csign[c]) for c, _, _ in cores]
     merged = []
     if merge and len(cores) > 1:
+        gap_of = None
+        if radial_tests:
+            def gap_of(v, s):
+                return 1.0 + s * float(certificate(v[None], X, R, lam)[0])
         labels, ray_signs, merged = _merge_across_data_points(labels, ray_signs, V, mass, X,
-                                                              ptol, max_spread, absorb)
+                                                              ptol, max_spread, absorb, gap_of)
     found = []
     for k, sgn in enumerate(ray_signs):
         members = np.nonzero(labels == k)[0]
