@@ -18,16 +18,15 @@ A neuron contributes ``a σ(u·x̃) = a|u| σ(v·x̃)`` with direction ``v = u/|
    minimum spanning tree of the k-nearest-neighbour graph (scales to 10⁵ particles and more).
    The linkage threshold is scanned on a log grid and the geometric middle of the widest
    plateau of the count of rays of at least ``n_plateau`` particles is used (the rays that many
-   particles resolve fix the resolution; a threshold at which a cluster joins two rays, below,
-   counts none). At each threshold a cluster is a ray when
+   particles resolve fix the resolution; from the first threshold at which a cluster that is
+   no ray holds particles of two rays of smaller thresholds, none counts). At each threshold
+   a cluster is a ray when
    it holds at least ``min_mass_frac`` of the total mass ``Σ|a||u|``, is compact (RMS angle at
    most ``max_spread``), is not thermal (with ``tau``: mean particle mass at least
    ``halo_ratio · (d+1)τ/λ``, the free-particle second moment of THEORY §5), is not thermal
    mass (with ``tau`` and the labels' weight scale ``c_y``: its certificate gap ``1 − |G|`` is
    at most ``ε(τ) = κ (d+1)τ/(λ c_y)``, docs/theory.md §6.5; refused clusters are listed in
-   ``thermal`` with their weight, direction and ``G``; but a cluster whose particles each sit
-   on certified directions, mass-weighted mean gap at most ``ε(τ)``, while its mean direction
-   does not, is two rays joined, not thermal mass), passes the
+   ``thermal`` with their weight, direction and ``G``), passes the
    certificate at an absolute level (with ``G``: ``−sign(a) G(v̄) ≥ g_ray``, ``G`` from the
    residuals ``R`` given, normally the stage's time average) and holds at least
    ``min_particles`` particles (default 1 with ``tau`` and the time-averaged ``R``, where
@@ -233,6 +232,30 @@ class RayResult:
                 "thermal_mass_fraction": float(sum(t["mass_fraction"] for t in self.thermal))}
 
 
+def _first_join(scans, thresholds) -> float:
+    """The smallest threshold at which a cluster that is not a ray holds particles of two rays
+    of smaller thresholds (``inf`` if none).
+
+    ``scans``: per threshold, the cluster of each particle (M,) and which clusters are rays
+    (K,). Single linkage only merges clusters as the threshold grows; a particle keeps the
+    last ray it was in."""
+    order = np.argsort(thresholds)
+    last = -np.ones(len(scans[0][0]) if scans else 0, dtype=np.int64)
+    offset = 0
+    for i in order:
+        lab, ray = scans[i]
+        had = last >= 0
+        if np.any(had):
+            pairs = np.unique(np.stack([lab[had], last[had]], axis=1), axis=0)
+            rays_held = np.bincount(pairs[:, 0], minlength=ray.size)
+            if np.any(~ray & (rays_held >= 2)):
+                return float(thresholds[i])
+        now = ray[lab]
+        last[now] = lab[now] + offset
+        offset += ray.size
+    return float("inf")
+
+
 def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
               lam: float | None = None, tau: float | None = None, R: ArrayLike | None = None,
               min_mass_frac: float = 1e-2, halo_ratio: float = 3.0, particle_halo: float = 1.0,
@@ -416,12 +439,6 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
         thresholds = np.logspace(np.log10(lo_t), 0, 50)
     thresholds = np.atleast_1d(np.asarray(thresholds, dtype=float))
     weighted_dirs = mk[:, None] * Vk
-    # each kept particle's own certificate gap 1 + sign(a) G(v_i) (with the time-averaged
-    # residuals only: one snapshot's G is too noisy): a cluster whose particles sit on
-    # certified directions while its mean direction does not is two rays joined, not thermal
-    pgap = None
-    if radial_tests:
-        pgap = np.maximum(1.0 + sk * certificate(Vk, X, R, lam), 0.0) * mk
 
     def clusters(t):
         sel = ew <= t
@@ -456,23 +473,19 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
             gap[bulky] = mass_gap(cm[bulky] / np.maximum(cn[bulky], 1), baseline)
             if G_source == "given residuals":   # one snapshot's G is too noisy (§6.1)
                 gap[bulky] = np.maximum(gap[bulky], 1.0 + csign[bulky] * cg[bulky])
-            joined = certified & (gap > eps)
-            if pgap is not None:
-                joined &= np.bincount(lab, weights=pgap, minlength=K) <= eps * cm
-            else:
-                joined[:] = False
-            thermal |= certified & (gap > eps) & ~joined
-        else:
-            joined = np.zeros(K, dtype=bool)
-        good = certified & ~thermal & ~joined & (cn >= n_min)
-        return lab, cm, cn, cdir, csign, cg, heavy, certified, good, thermal, gap, joined
+            thermal |= certified & (gap > eps)
+        good = certified & ~thermal & (cn >= n_min)
+        return lab, cm, cn, cdir, csign, cg, heavy, certified, good, thermal, gap
 
     scans = [clusters(t) for t in thresholds]
 
     def ray_counts(least):
-        # a threshold that joins rays resolves no ray: its count is no plateau's
-        return np.array([0 if c[11].any() else int((c[8] & (c[2] >= least)).sum())
-                         for c in scans])
+        # from the first threshold that joins two rays into a cluster that is no ray (thermal
+        # mass, or too wide) no threshold resolves them: those counts are no plateau's
+        counts = np.array([int((c[8] & (c[2] >= least)).sum()) for c in scans])
+        t_join = _first_join([(c[0], c[8] & (c[2] >= least)) for c in scans], thresholds)
+        counts[thresholds >= t_join] = 0
+        return counts
     # the threshold is fixed by the rays that many particles resolve (at least n_plateau);
     # lighter-populated rays (the exact law puts a ray's weight on few particles, docs/theory.md
     # §6.1) are counted at it
@@ -487,8 +500,7 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
     else:
         lo, hi = _widest_plateau(counts)
     t_star = float(np.sqrt(thresholds[lo] * thresholds[hi]))
-    lab, cm, cn, cdir, csign, cg, heavy, certified, good, thermal, gap, joined = clusters(t_star)
-    thermal |= joined          # only where every threshold joins rays: reported, not counted
+    lab, cm, cn, cdir, csign, cg, heavy, certified, good, thermal, gap = clusters(t_star)
     cores, rejected, small, hot = [], [], [], []
     for c in np.nonzero(heavy | thermal)[0]:
         info = {"direction": [float(x) for x in cdir[c]], "sign": int(csign[c]),

@@ -1,6 +1,6 @@
 """Rays as the exact N-particle law holds them at low temperature (docs/theory.md §6.1): a
-ray's weight on a few heavy particles at its exact direction, and two rays of one sign joined
-by a bridge of particles, which is not thermal mass.
+ray's weight on a few heavy particles at its exact direction, and rays of one sign joined by a
+bridge of particles at coarse linkage thresholds.
 
 The oracle is the convex ``τ → 0`` reference of the nine 1-D points ``W9`` (four rays, every
 kink on a data point): its residuals give the certificate, its rays the planted measure."""
@@ -91,21 +91,40 @@ def test_two_heavy_particles_in_one_cell_are_one_ray_only_within_a_ray_width(w9)
     assert [m["parts"] for m in near.merged] == [2]
 
 
-def test_two_rays_joined_by_a_bridge_are_not_thermal_mass(w9):
-    # rays 1 and 2 (one sign, 0.4 rad apart) joined by a dense arc of particles of three
-    # free-particle baselines each: beyond some linkage threshold they are one compact cluster
-    # whose mean direction has G < 1 while each particle sits on a certified direction
+@pytest.mark.parametrize("ends, nb", [((1, 2), 1500), ((0, 2), 2500)])
+def test_rays_joined_by_a_bridge_are_counted_where_they_are_apart(w9, ends, nb):
+    # a dense arc of particles of three free-particle baselines each from ray `ends[0]` to ray
+    # `ends[1]` (one sign): beyond some linkage threshold the rays on the arc are one cluster,
+    # refused as thermal mass (rays 1, 2: 0.4 rad apart, its mean direction in the valley of
+    # G) or too wide (rays 0, 3, 2: 1.1 rad of arc). The rays left made the widest plateau
+    # before (J = 2 and J = 1); now no threshold from the first such join counts
     conv, D, W = w9
-    nb = 1500
     theta, _ = planted_rays(D, W, N - nb, noise=0.005, halo_particles=0.3, halo_mass=0.01,
                             seed=1)
-    a1, a2 = (np.arctan2(D[i, 1], D[i, 0]) for i in (1, 2))
+    a1, a2 = (np.arctan2(D[i, 1], D[i, 0]) for i in ends)
     ph = np.random.default_rng(2).uniform(min(a1, a2), max(a1, a2), nb)
     r = np.full(nb, np.sqrt(3 * 2 * TAU / LAMW))
     theta = np.vstack([theta, np.c_[r, r[:, None] * np.c_[np.cos(ph), np.sin(ph)]]])
     res = _rays_of(theta, conv)
     assert len(res.rays) == 4 and _matched(res, D, W) == 4
     assert not res.thermal
-    # thresholds that join the two rays count no ray: the plateau is the one that resolves them
     first_zero = res.thresholds[np.argmax(res.counts == 0)]
     assert np.any(res.counts == 0) and res.plateau[1] < first_zero
+    assert np.all(res.counts[res.thresholds >= first_zero] == 0)
+
+
+def test_first_join_is_where_a_non_ray_holds_two_earlier_rays():
+    from analysis.rays import _first_join
+    thr = np.array([0.1, 0.2, 0.3, 0.4])
+    lab = [np.array([0, 1, 2, 3]), np.array([0, 0, 1, 2]), np.array([0, 0, 0, 1]),
+           np.array([0, 0, 0, 0])]
+    rays = [np.array([1, 1, 0, 0], bool), np.array([1, 0, 0], bool),
+            np.array([1, 0], bool), np.array([0], bool)]
+    # particles 0, 1 are one ray at 0.1 and 0.2 (a merge of two rays into a ray is no join);
+    # particle 2 is never in a ray; at 0.4 the non-ray holds ray {0,1,2}'s particles only
+    assert _first_join(list(zip(lab, rays)), thr) == np.inf
+    rays[1] = np.array([0, 0, 0], bool)                   # 0.2: rays 0 and 1 joined, no ray
+    assert _first_join(list(zip(lab, rays)), thr) == 0.2
+    # order of the thresholds given is not the order of the scan
+    perm = [2, 0, 3, 1]
+    assert _first_join([list(zip(lab, rays))[k] for k in perm], thr[perm]) == 0.2
