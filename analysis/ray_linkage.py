@@ -144,6 +144,23 @@ def _summary(members, V, mass):
     return vbar, float(np.sqrt(np.sum(mm * ang ** 2) / mm.sum()))
 
 
+#: Points on the great-circle arc between two rays at which :func:`_no_valley` evaluates the
+#: certificate gap.
+ARC_POINTS = 33
+
+
+def _no_valley(va, vb, angle, sign, gap_of) -> bool:
+    """No valley of ``−sign(a) G`` on the great-circle arc from ``va`` to ``vb``: the gap
+    ``gap_of`` at every point of the arc (:data:`ARC_POINTS`) is at most the larger of its
+    values at the ends, so both directions sit on one maximum of ``|G|``."""
+    if angle <= 0:
+        return True
+    s = np.linspace(0.0, 1.0, ARC_POINTS)[:, None]
+    arc = (np.sin((1 - s) * angle) * va + np.sin(s * angle) * vb) / np.sin(angle)
+    g = gap_of(arc, sign)
+    return bool(np.max(g[1:-1], initial=-np.inf) <= max(g[0], g[-1]) + 1e-12)
+
+
 def _merge_across_data_points(labels, signs, V, mass, X, ptol, max_spread, absorb,
                               gap_of=None):
     """Join rays of one sign that are one ray: fragments of one direction, or one ray split by
@@ -153,9 +170,10 @@ def _merge_across_data_points(labels, signs, V, mass, X, ptol, max_spread, absor
     ``max_spread``) and either
 
     - **fragments of one maximum of** ``|G|``: with ``gap_of`` (the certificate gap
-      ``1 + sign(a) G(v)`` of a direction), the union's mean direction has a gap no larger
-      than the larger of the two: no valley of ``−sign(a) G`` lies between them, so they sit
-      on one maximum, and rays are the maxima (THEORY §4). Without ``gap_of``: they share an
+      ``1 + sign(a) G(v)`` of directions (m, d+1), and the sign), their directions are at most
+      ``max_spread`` apart and no valley of ``−sign(a) G`` lies on the arc between them
+      (:func:`_no_valley`), so they sit on one maximum, and rays are the maxima (THEORY §4).
+      Without ``gap_of``: they share an
       activation cell (each holds at least ``mass_tol`` of its mass in one binary cell) or
       have one ternary pattern, and their directions are within ``absorb`` times the larger
       of their RMS spreads and ``angle_tol`` (a ray's own width; ``angle_tol`` for rays of one
@@ -171,7 +189,7 @@ def _merge_across_data_points(labels, signs, V, mass, X, ptol, max_spread, absor
       own RMS spread of that hyperplane (the radius within which a particle joins a ray: it
       touches the boundary).
 
-    Repeated until no pair qualifies.
+    The nearest qualifying pair is joined first, repeatedly, until no pair qualifies.
 
     Returns
     -------
@@ -198,39 +216,34 @@ def _merge_across_data_points(labels, signs, V, mass, X, ptol, max_spread, absor
             share = np.bincount(cell[mem], weights=mass[mem], minlength=int(cell.max()) + 1)
             info[k] = (mem, vbar, sp, ray_pattern(vbar, V[mem], mass[mem], X, ptol)[0],
                        share >= ptol.mass_tol * share.sum())
-        for a in keys:
-            for b in keys:
-                if b <= a or signs[a] != signs[b]:
-                    continue
-                ma, va, sa, ta, ca = info[a]
-                mb, vb, sb, tb, cb = info[b]
-                D = np.nonzero(ta != tb)[0]
-                mu = np.concatenate([ma, mb])
-                vu, su = _summary(mu, V, mass)
-                if gap_of is not None:
-                    s = signs[a]
-                    fragments = gap_of(vu, s) <= max(gap_of(va, s), gap_of(vb, s))
-                else:
-                    ang = float(np.arccos(np.clip(va @ vb, -1.0, 1.0)))
-                    fragments = ((D.size == 0 or np.any(ca & cb))
-                                 and ang <= absorb * max(sa, sb, ptol.angle_tol))
-                if not fragments and not (
-                        D.size and np.all(_near_boundaries(va, sa, L[D], ptol.angle_tol, absorb))
-                        and np.all(_near_boundaries(vb, sb, L[D], ptol.angle_tol, absorb))):
-                    continue
-                if su > max_spread:
-                    continue
-                tu = ray_pattern(vu, V[mu], mass[mu], X, ptol)[0]
-                if not fragments and np.any(tu[D] != 0):
-                    continue
-                D = D[tu[D] == 0]
-                labels[labels == b] = a
-                groups[a] = (groups[a][0] + groups[b][0], sorted(set(groups[a][1]) | set(D.tolist())))
-                del groups[b]
-                changed = True
-                break
-            if changed:
-                break
+        pairs = sorted((float(np.arccos(np.clip(info[a][1] @ info[b][1], -1.0, 1.0))), a, b)
+                       for a in keys for b in keys if b > a and signs[a] == signs[b])
+        for ang, a, b in pairs:                          # the nearest pair first
+            ma, va, sa, ta, ca = info[a]
+            mb, vb, sb, tb, cb = info[b]
+            D = np.nonzero(ta != tb)[0]
+            if gap_of is not None:
+                fragments = ang <= max_spread and _no_valley(va, vb, ang, signs[a], gap_of)
+            else:
+                fragments = ((D.size == 0 or np.any(ca & cb))
+                             and ang <= absorb * max(sa, sb, ptol.angle_tol))
+            if not fragments and not (
+                    D.size and np.all(_near_boundaries(va, sa, L[D], ptol.angle_tol, absorb))
+                    and np.all(_near_boundaries(vb, sb, L[D], ptol.angle_tol, absorb))):
+                continue
+            mu = np.concatenate([ma, mb])
+            vu, su = _summary(mu, V, mass)
+            if su > max_spread:
+                continue
+            tu = ray_pattern(vu, V[mu], mass[mu], X, ptol)[0]
+            if not fragments and np.any(tu[D] != 0):
+                continue
+            D = D[tu[D] == 0]
+            labels[labels == b] = a
+            groups[a] = (groups[a][0] + groups[b][0], sorted(set(groups[a][1]) | set(D.tolist())))
+            del groups[b]
+            changed = True
+            break
     keys = sorted(groups)
     new = -np.ones(len(signs) + 1, dtype=int)
     new[keys] = np.arange(len(keys))

@@ -29,9 +29,10 @@ A neuron contributes ``a σ(u·x̃) = a|u| σ(v·x̃)`` with direction ``v = u/|
    ``thermal`` with their weight, direction and ``G``), passes the
    certificate at an absolute level (with ``G``: ``−sign(a) G(v̄) ≥ g_ray``, ``G`` from the
    residuals ``R`` given, normally the stage's time average) and holds at least
-   ``min_particles`` particles (default 1 with ``tau`` and the time-averaged ``R``, where
-   the radial-law tests decide: the exact law at low ``τ`` puts a ray's weight on the few
-   particles nearest its direction, docs/theory.md §6.1; else ``n_plateau``). Heavy certified
+   ``min_particles`` particles (default 1 with ``tau`` and the time-averaged ``R`` at a ``τ``
+   low enough that ``ε(τ) < 1 − g_ray``, where the radial-law tests decide: the exact law at
+   low ``τ`` puts a ray's weight on the few particles nearest its direction, docs/theory.md
+   §6.1; else ``n_plateau``). Heavy certified
    clusters refused only for their number of particles are listed in ``small``: the snapshot
    is then not resolved (``N`` too small for a verdict).
 4. The ray's outskirts, which single linkage leaves out at the chosen threshold, join it: every
@@ -302,7 +303,8 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
         level; the optimum has exactly 1 on every ray, THEORY §4). ``-inf`` switches it off.
     min_particles : int, optional
         Smallest number of particles of a ray (default 1 when ``tau``, ``R`` and the weight
-        scale are given, so that the certificate-gap and radial tests decide; otherwise
+        scale are given and the certificate-gap threshold ``ε(τ)`` is below ``1 − g_ray``, so
+        that the certificate-gap and radial tests decide; otherwise
         :func:`min_particles_default`). The linkage threshold is fixed by the rays of at
         least :func:`min_particles_default` particles either way.
     light_frac : float, default 0.01
@@ -401,7 +403,8 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
     if min_particles is not None:
         n_min = max(1, int(min_particles))
     else:
-        n_min = 1 if radial_tests else n_plateau
+        # the gap test decides where it is stricter than the certificate level: at low τ
+        n_min = 1 if radial_tests and eps < 1.0 - g_ray else n_plateau
     common = {"min_mass_frac": min_mass_frac, "light_frac": light_frac,
               "max_spread": max_spread, "absorb": absorb,
               "g_ray": g_ray if have_G else None, "G_max": Gmax, "G_source": G_source,
@@ -542,7 +545,7 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
         gap_of = None
         if radial_tests:
             def gap_of(v, s):
-                return 1.0 + s * float(certificate(v[None], X, R, lam)[0])
+                return 1.0 + s * certificate(np.atleast_2d(v), X, R, lam)
         labels, ray_signs, merged = _merge_across_data_points(labels, ray_signs, V, mass, X,
                                                               ptol, max_spread, absorb, gap_of)
     found = []

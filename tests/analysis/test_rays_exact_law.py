@@ -128,3 +128,41 @@ def test_first_join_is_where_a_non_ray_holds_two_earlier_rays():
     # order of the thresholds given is not the order of the scan
     perm = [2, 0, 3, 1]
     assert _first_join([list(zip(lab, rays))[k] for k in perm], thr[perm]) == 0.2
+
+
+@pytest.mark.parametrize("delta", [-0.008, -0.003, 0.005])
+def test_a_satellite_joins_its_own_ray_not_the_next_one_across_a_valley(w9, delta):
+    # ray 2 held by one particle on its exact direction (weight 0.17) and a satellite
+    # (0.018) `delta` rad off it; ray 1, of the same sign, lies 0.40 rad away across a valley of
+    # G about 0.12 deep. At the union's mean with ray 1 (next to ray 1's peak) G shows no
+    # valley; on the arc between them it does
+    conv, D, W = w9
+    theta, _ = planted_rays(D[[0, 1, 3]], W[[0, 1, 3]], N - 2, noise=0.01,
+                            halo_particles=0.3, halo_mass=0.01, seed=0)
+    a2 = float(np.arctan2(D[2, 1], D[2, 0]))
+
+    def particle(angle, weight):
+        r = np.sqrt(weight * N)
+        return np.array([r, r * np.cos(angle), r * np.sin(angle)])
+
+    theta = np.vstack([theta, particle(a2, 0.17), particle(a2 + delta, 0.018)])
+    res = _rays_of(theta, conv)
+    assert len(res.rays) == 4 and _matched(res, D, W) == 4
+    lab = res.labels[-2:]
+    assert lab[0] == lab[1] >= 0
+    assert res.rays[lab[0]].weight == pytest.approx(0.188, abs=1e-9)
+
+
+def test_no_valley_reads_the_whole_arc():
+    from analysis.ray_linkage import _no_valley
+    va, vb = np.array([1.0, 0.0]), np.array([0.0, 1.0])
+
+    def two_peaks(V, s):                 # gap 0 at both ends, 0.5 midway
+        return np.sin(2 * np.arctan2(V[:, 1], V[:, 0])) / 2
+
+    def one_slope(V, s):                 # rising from va to vb
+        return np.arctan2(V[:, 1], V[:, 0])
+
+    assert not _no_valley(va, vb, np.pi / 2, 1, two_peaks)
+    assert _no_valley(va, vb, np.pi / 2, 1, one_slope)
+    assert _no_valley(vb, va, np.pi / 2, 1, one_slope)
