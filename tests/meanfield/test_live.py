@@ -150,7 +150,9 @@ def test_follow_a_real_run_until_it_completes(tmp_path):
     follower prints progress lines and exits 0 at the end; every live read is a prefix of the
     finished run."""
     cfg = tmp_path / "live.toml"
-    cfg.write_text(tiny_toml({"dynamics.steps_per_tau": 20000}))   # conftest.TINY, longer
+    # conftest.TINY, longer: a few seconds, so that a reader starved by a loaded machine still
+    # reads the run while it is going (20 000 steps a stage, about 1 s, were not always enough)
+    cfg.write_text(tiny_toml({"dynamics.steps_per_tau": 100000}))
     out = tmp_path / "live.h5"
     part = tmp_path / "live.h5.part"
     run = subprocess.Popen([sys.executable, "-m", "meanfield", "run", str(cfg), "-o", str(out),
@@ -185,7 +187,7 @@ def test_follow_a_real_run_until_it_completes(tmp_path):
     assert follow.returncode == 0, ferr
     lines = fout.strip().splitlines()
     assert lines[-1] == f"complete: {out}"
-    assert lines[-2].startswith("step 40000/40000 (100%)  tau=1.00e-03 (temperature 2/2)")
+    assert lines[-2].startswith("step 200000/200000 (100%)  tau=1.00e-03 (temperature 2/2)")
     assert len(lines) >= 3                  # progress while it ran, not only the end
     final = open_run(out)
     assert partial, "the run ended before a live read"
