@@ -162,7 +162,7 @@ def _no_valley(va, vb, angle, sign, gap_of) -> bool:
 
 
 def _merge_across_data_points(labels, signs, V, mass, X, ptol, max_spread, absorb,
-                              gap_of=None):
+                              gap_of=None, cell=None):
     """Join rays of one sign that are one ray: fragments of one direction, or one ray split by
     a data point's cell boundary (docs/theory.md §6.1, §6.6).
 
@@ -190,6 +190,7 @@ def _merge_across_data_points(labels, signs, V, mass, X, ptol, max_spread, absor
       touches the boundary).
 
     The nearest qualifying pair is joined first, repeatedly, until no pair qualifies.
+    ``cell``: the particles' cell ids (:func:`cells`), when the caller has them.
 
     Returns
     -------
@@ -202,7 +203,8 @@ def _merge_across_data_points(labels, signs, V, mass, X, ptol, max_spread, absor
         ``data_points``: where the joined parts' patterns differ and the union's kink is).
     """
     L = lifted(X)
-    cell = cells(np.ones(len(V)), V, X)
+    if cell is None:
+        cell = cells(np.ones(len(V)), V, X)
     groups = {k: ([k], []) for k in range(len(signs))}
     labels = labels.copy()
     changed = True
@@ -288,5 +290,5 @@ def cell_classes(theta, X, ptol, max_spread: float = 0.3, absorb: float = 3.0,
     if len(cand) > 1:
         signs = [int(sign[np.argmax(cid == c)]) for c in cand]
         labels, _, _ = _merge_across_data_points(labels, signs, V, mass, X, ptol, max_spread,
-                                                 absorb)
+                                                 absorb, cell=cid)
     return np.where(labels >= 0, labels, len(cand) + cid)

@@ -547,7 +547,8 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
             def gap_of(v, s):
                 return 1.0 + s * certificate(np.atleast_2d(v), X, R, lam)
         labels, ray_signs, merged = _merge_across_data_points(labels, ray_signs, V, mass, X,
-                                                              ptol, max_spread, absorb, gap_of)
+                                                              ptol, max_spread, absorb, gap_of,
+                                                              cell_all)
     found = []
     for k, sgn in enumerate(ray_signs):
         members = np.nonzero(labels == k)[0]
