@@ -379,10 +379,6 @@ def stored_config(text: str, source: str = "<run file>") -> tuple[RunConfig, str
 def embedded_default() -> RunConfig:
     """The embedded default config: the 2-D eight-point set ``data/plane8.csv``, inlined.
 
-    Parameters
-    ----------
-    None
-
     Returns
     -------
     RunConfig

@@ -128,10 +128,11 @@ class GibbsSolution:
 
         Returns
         -------
-        d = 1: ``(theta (m,), V (m, 2), density (m,), second_moment (m,))`` with
-        ``V = (cos θ, sin θ)`` (default ``m = 720``);
-        d = 2: ``(theta (m,), phi (2m,), V (m, 2m, 3), density (m, 2m), second_moment (m, 2m))``
-        with polar angle ``θ`` from the ``b`` axis and azimuth ``φ`` (default ``m = 90``).
+        tuple of ndarray
+            d = 1: ``(theta (m,), V (m, 2), density (m,), second_moment (m,))`` with
+            ``V = (cos θ, sin θ)`` (default ``m = 720``); d = 2:
+            ``(theta (m,), phi (2m,), V (m, 2m, 3), density (m, 2m), second_moment (m, 2m))``
+            with polar angle ``θ`` from the ``b`` axis and azimuth ``φ`` (default ``m = 90``).
         """
         if self.d == 1:
             m = m or 720

@@ -107,34 +107,48 @@ class Run:
     Attributes
     ----------
     path : str
-    config : meanfield.config.RunConfig   the config the file was written with, typed
-                               (read leniently, with a :class:`StoredConfigWarning`, when an
-                               older file's config no longer validates)
-    config_json : str          the stored canonical JSON, as stored
-    X : ndarray (n, d); y : ndarray (n,)
-    frame_step : ndarray (F,) int; frame_time : ndarray (F,); frame_tau : ndarray (F,)
-    observables : dict of name -> dict(step, time, value)
-    stage : ndarray (M,) int   ladder stage of each observation (0 = the first), by index, so
-                               a temperature visited twice is two stages
-    step_in_stage : ndarray (M,) int   its step within that stage (1-based)
-    frame_stage, frame_step_in_stage : ndarray (F,) int   the same for each frame
-    schedule : Schedule        the ladder the run was written with, ``"auto"`` stage lengths
-                               as run (:meth:`solvers.schedule.Schedule.as_run`)
-    complete : bool            the run reached the end of its ladder
+        The file's path.
+    config : meanfield.config.RunConfig
+        The config the file was written with, typed (read leniently, with a
+        :class:`StoredConfigWarning`, when an older file's config no longer validates).
+    config_json : str
+        The stored canonical JSON, as stored.
+    X, y : ndarray (n, d), ndarray (n,)
+        The training data.
+    frame_step, frame_time, frame_tau : ndarray (F,) int, ndarray (F,), ndarray (F,)
+        Step, time and temperature of each frame.
+    observables : dict
+        Name -> dict(step, time, value).
+    stage : ndarray (M,) int
+        Ladder stage of each observation (0 = the first), by index, so a temperature visited
+        twice is two stages.
+    step_in_stage : ndarray (M,) int
+        Its step within that stage (1-based).
+    frame_stage, frame_step_in_stage : ndarray (F,) int
+        The same for each frame.
+    schedule : Schedule
+        The ladder the run was written with, ``"auto"`` stage lengths as run
+        (:meth:`solvers.schedule.Schedule.as_run`).
+    complete : bool
+        The run reached the end of its ladder.
+    physics_hash : str
+        ``RunConfig.physics_hash()`` of the config that wrote it.
+    data_hash : str
+        ``meanfield.data.data_hash(X, y)``; ``""`` in files written before it was stored.
+    chain_runs : tuple of Run
+        Chains ``1 .. K-1`` of a run of ``dynamics.chains = K`` (each a Run of its own rows;
+        this Run is chain 0); read them with :meth:`chain` and :attr:`n_chains`.
+    prefix : str
+        The group of this chain's rows in the file (``""`` for chain 0, ``"chains/<k>/"`` for
+        chain ``k``).
 
+    Notes
+    -----
     The stage arrays are read from the file, or for a file written before they were stored
     told once from its rows (:meth:`solvers.schedule.Schedule.stages_of_rows`); every reader
     asks them (:meth:`stage_observations`, :meth:`stage_frames`, :meth:`last_frame`,
     :meth:`steps_run`) or :attr:`schedule` (stage bounds, :meth:`Schedule.last_part`), never
     the temperatures.
-    physics_hash : str         ``RunConfig.physics_hash()`` of the config that wrote it
-    data_hash : str            ``meanfield.data.data_hash(X, y)``; ``""`` in files written
-                               before it was stored
-    chain_runs : tuple of Run  chains ``1 .. K-1`` of a run of ``dynamics.chains = K``
-                               (each a Run of its own rows; this Run is chain 0); read them
-                               with :meth:`chain` and :attr:`n_chains`
-    prefix : str               the group of this chain's rows in the file (``""`` for chain 0,
-                               ``"chains/<k>/"`` for chain ``k``)
     """
 
     path: str
