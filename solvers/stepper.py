@@ -19,9 +19,11 @@ Compilation. The kernels come in two kinds (``solvers._kernels``): specialised f
 dimension ``d`` (the loops over coordinates unrolled at compile time), used for ``d`` in
 :data:`SPECIALISED_DIMS`, where they were measured faster (``benchmarks/bench_dims.py``), and
 one kernel for every other ``d`` (read at run time). The two give bitwise equal results. numba
-caches every compiled kernel on disk; :meth:`Stepper.prepare` compiles the kernels a step needs
-and, when that was a first compile, the other kinds ahead in parallel subprocesses
-(:func:`compile_ahead`), so that a later run on data of another ``d`` loads them from the cache.
+caches every compiled kernel on disk. :meth:`Stepper.prepare` compiles only the kernel variant
+the run needs (its integrator, activation kind and ``d``) and starts stepping; when that was a
+first compile, one detached subprocess at the lowest CPU priority compiles the same
+integrator's other kinds (:func:`compile_in_background`), so that a later run on data of
+another ``d`` loads them from the cache.
 """
 
 from __future__ import annotations
@@ -33,7 +35,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 import numpy as np
@@ -43,8 +44,9 @@ from solvers import _kernels as kernels
 from solvers.integrators import INTEGRATORS, integrator_named
 from solvers.limits import ACT_CODES, DEFAULT_JUMPS, DEFAULT_RADIAL, MAX_DRAWS
 
-__all__ = ["ACT_CODES", "DEFAULT_JUMPS", "DEFAULT_RADIAL", "INTEGRATORS", "SPECIALISED_DIMS", "Stepper",
-           "compile_ahead", "compile_variant", "kernel_dims", "kernel_variants"]
+__all__ = ["ACT_CODES", "DEFAULT_JUMPS", "DEFAULT_RADIAL", "INTEGRATORS", "SPECIALISED_DIMS",
+           "Stepper", "compile_ahead", "compile_in_background", "compile_variant", "kernel_dims",
+           "kernel_variants"]
 
 #: Input dimensions ``d`` with kernels specialised per ``d`` (measured 1.3-1.8x faster per step
 #: than the run-time kernel; 1.06x at d = 5); every other ``d`` shares the kernels that read ``d``
@@ -64,21 +66,65 @@ def kernel_variants() -> list[int]:
     return [*SPECIALISED_DIMS, max(SPECIALISED_DIMS) + 1]
 
 
-def compile_variant(d: int) -> None:
-    """Compile (or load from numba's cache) every kernel a step on ``d``-dimensional data uses,
-    by one step of a tiny problem."""
+def compile_variant(d: int, integrator: str = "em", relu: bool = True) -> None:
+    """Compile (or load from numba's cache) every kernel a step of ``integrator`` on
+    ``d``-dimensional data uses, by one step of a tiny problem.
+
+    Parameters
+    ----------
+    d : int
+        Input dimension (see :func:`kernel_variants`).
+    integrator : {"em", "lm", "mala"}
+        The integrator (``"em"`` and ``"lm"`` share their kernels).
+    relu : bool
+        ``"mala"`` only: the kernel compiled for ReLU alone (True), or the one that reads the
+        activation at run time (False).
+    """
     rng = np.random.default_rng(0)
     X, y = rng.standard_normal((3, d)), rng.standard_normal(3)
     theta = rng.standard_normal((8, d + 2))
-    Stepper(X, y, 8, lam=0.1, eta=0.01).advance(theta, 0.01, 0, 1)
+    Stepper(X, y, 8, lam=0.1, eta=0.01, integrator=integrator,
+            activation="relu" if relu else "softplus").advance(theta, 0.01, 0, 1)
 
 
-_CHILD = "import sys\nfrom solvers.stepper import compile_variant\ncompile_variant(int(sys.argv[1]))"
+_CHILD = ("import sys\nfrom solvers.stepper import compile_variant\n"
+          "compile_variant(int(sys.argv[1]), sys.argv[2], sys.argv[3] == '1')")
+
+#: The detached compiler of :func:`compile_in_background`: at the lowest CPU priority, it
+#: takes the installation's compile-ahead lock (or leaves at once when another process holds
+#: it) and compiles the variants one after the other.
+_BACKGROUND = """\
+import os, sys
+try:
+    os.nice(19)
+except (AttributeError, OSError):
+    pass
+from solvers.stepper import _ahead_lock, compile_variant
+root, integrator, relu = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+with _ahead_lock(root) as mine:
+    if mine:
+        for d in sys.argv[4:]:
+            compile_variant(int(d), integrator, relu)
+"""
 
 
-def compile_ahead(ds, jobs=None, cancel=None) -> list[int]:
-    """Compile the kernels for each input dimension of ``ds`` in subprocesses, ``jobs`` at a
-    time (default: the number of CPUs; numba compiles on one thread), and wait for them.
+def _root() -> str:
+    """The folder that holds this ``solvers`` package."""
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _child_env(root: str) -> dict:
+    """The environment of a compiling subprocess: this ``solvers`` first on its path, the
+    current folder not on it."""
+    return dict(os.environ, PYTHONSAFEPATH="1",
+                PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH"))
+                                           if p))
+
+
+def compile_ahead(ds, jobs=None, cancel=None, *, integrator="em", relu=True) -> list[int]:
+    """Compile the kernels of ``integrator`` for each input dimension of ``ds`` in
+    subprocesses, ``jobs`` at a time (default: the number of CPUs; numba compiles on one
+    thread), and wait for them.
 
     The subprocesses import this very ``solvers`` package (its folder first on their
     ``PYTHONPATH``, the current folder not on their path), so they fill the numba cache that
@@ -94,17 +140,60 @@ def compile_ahead(ds, jobs=None, cancel=None) -> list[int]:
         Subprocesses at a time, ``>= 1``.
     cancel : threading.Event, optional
         When set, the subprocesses still running are ended and this returns.
+    integrator : {"em", "lm", "mala"}
+        Whose kernels.
+    relu : bool
+        ``"mala"`` only: the ReLU kernel, or the one reading the activation at run time.
 
     Returns
     -------
     list of int
         The dimensions whose subprocess failed (their kernels then compile on first use).
     """
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = _root()
     with _ahead_lock(root) as mine:
         if not mine:
             return []
-        return _compile_in_subprocesses(root, [int(d) for d in ds], jobs, cancel)
+        return _compile_in_subprocesses(root, [int(d) for d in ds], jobs, cancel,
+                                        integrator=integrator, relu=relu)
+
+
+def compile_in_background(ds, *, integrator="em", relu=True):
+    """Start one detached subprocess, at the lowest CPU priority, that compiles the kernels of
+    ``integrator`` for each input dimension of ``ds`` into numba's cache, and return at once.
+
+    A run calls this after its own kernel's first compile: the other input dimensions are
+    then in the cache for the next run, while this one steps (the subprocess runs at
+    ``nice 19``, so it takes the cores only when the run leaves them idle, and it goes on
+    after the run ends). It runs in a session of its own (an interrupt of the run does not
+    reach it) and leaves at once when another process compiles ahead for this installation.
+
+    Parameters
+    ----------
+    ds : iterable of int
+        Input dimensions (see :func:`kernel_variants`).
+    integrator : {"em", "lm", "mala"}
+        Whose kernels.
+    relu : bool
+        ``"mala"`` only: the ReLU kernel, or the one reading the activation at run time.
+
+    Returns
+    -------
+    subprocess.Popen or None
+        The subprocess, or None when nothing was to do or it could not be started (the
+        kernels then compile on first use).
+    """
+    ds = [str(int(d)) for d in ds]
+    if not ds:
+        return None
+    root = _root()
+    try:
+        return subprocess.Popen([sys.executable, "-c", _BACKGROUND, root, integrator,
+                                 "1" if relu else "0", *ds], env=_child_env(root),
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+    except OSError:                          # no process to spare: compile on first use
+        return None
 
 
 @contextlib.contextmanager
@@ -135,12 +224,11 @@ def _ahead_lock(root):
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _compile_in_subprocesses(root, todo, jobs, cancel=None):
+def _compile_in_subprocesses(root, todo, jobs, cancel=None, *, integrator="em", relu=True):
     """:func:`compile_variant` of each ``d`` in ``todo`` in a subprocess importing ``solvers``
     from ``root``, ``jobs`` at a time, until done or ``cancel`` is set; returns the ``d`` whose
     subprocess failed."""
-    env = dict(os.environ, PYTHONSAFEPATH="1",
-               PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    env = _child_env(root)
     jobs = max(1, int(jobs or os.cpu_count() or 1))
     running: list[tuple[int, subprocess.Popen]] = []
     failed = []
@@ -148,7 +236,8 @@ def _compile_in_subprocesses(root, todo, jobs, cancel=None):
         while (todo or running) and not (cancel is not None and cancel.is_set()):
             while todo and len(running) < jobs:
                 d = todo.pop(0)
-                proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(d)], env=env,
+                proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(d), integrator,
+                                         "1" if relu else "0"], env=env,
                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                         stderr=subprocess.DEVNULL)
                 running.append((d, proc))
@@ -168,19 +257,8 @@ def _compile_in_subprocesses(root, todo, jobs, cancel=None):
 
 
 def _compiles() -> int:
-    """How many signatures of the step driver this process compiled (numba cache misses)."""
-    return sum(kernels.run_steps.stats.cache_misses.values())
-
-
-def _cache_is_empty() -> bool:
-    """True when numba's cache holds no index for the step driver at all (a fresh install or
-    cache folder: everything will compile); False when it does, or when this numba does not
-    tell (then a compile is only detected afterwards)."""
-    try:
-        index = kernels.run_steps._cache._cache_file._index_path
-    except AttributeError:                   # pragma: no cover - another numba layout
-        return False
-    return not os.path.exists(index)
+    """How many signatures of the step drivers this process compiled (numba cache misses)."""
+    return sum(sum(k.stats.cache_misses.values()) for k in (kernels.run_steps, _mala.mala_steps))
 
 
 class Stepper:
@@ -383,11 +461,29 @@ class Stepper:
         self.sum_sq = kernels.to_rows(self.T, theta)
         return int(code) if code else (0 if math.isfinite(self.sum_sq) else 1)
 
+    @property
+    def kernel_name(self) -> str:
+        """What :meth:`prepare` compiles, in words: the integrator's kernel, its activation
+        and input dimension (for the line a run prints while it compiles)."""
+        what = {"mala": "exact sampler's (\"mala\")", "em": "Euler-Maruyama",
+                "lm": "Leimkuhler-Matthews"}.get(self.integrator, repr(self.integrator))
+        act = "ReLU" if self.kind == _activations.ACT_RELU else self.activation
+        if self.integrator != "mala":
+            act = "every activation"
+        dim = f"d = {self.d}" if self.dims else f"every d > {max(SPECIALISED_DIMS)}"
+        return f"the {what} kernel for {act}, {dim}"
+
     def prepare(self, theta, step0=0, *, ahead=True) -> bool:
         """Compile the kernels of this stepper (or load them from numba's cache) by a zero-step
         :meth:`advance` on a copy of ``theta``; when that compiled them (a first run), also
-        compile the kernels of the other input dimensions ahead (:func:`compile_ahead`), so
-        that no later run compiles again.
+        start the compile of the same integrator's kernels for the other input dimensions in
+        the background (:func:`compile_in_background`), without waiting for it.
+
+        Only this stepper's kernel variant (integrator, activation kind, input dimension) is
+        compiled before the first step: measured on two idle cores, the exact sampler's
+        kernel compiles in about 11 s, Euler-Maruyama's in about 45 s; all five input
+        dimensions of Euler-Maruyama and the exact sampler together took 96 s before the
+        first step when they were compiled up front.
 
         Parameters
         ----------
@@ -403,30 +499,15 @@ class Stepper:
         bool
             True when this call compiled.
         """
-        kinds = kernel_variants()
-        mine = self.d if self.d in SPECIALISED_DIMS else kinds[-1]
-        others = [d for d in kinds if d != mine]
         before = _compiles()
-        background = None
-        if ahead and _cache_is_empty():
-            # nothing is cached: compile the other kinds alongside this one
-            cancel = threading.Event()
-            background = threading.Thread(target=compile_ahead, args=(others,),
-                                          kwargs={"cancel": cancel}, daemon=True)
-            background.start()
-        try:
-            self.advance(np.array(theta, dtype=np.float64, order="C"), 0.0, int(step0), 0)
-            if background is not None:
-                background.join()
-        except BaseException:
-            if background is not None:       # interrupted: end the subprocesses
-                cancel.set()
-                background.join()
-            raise
+        self.advance(np.array(theta, dtype=np.float64, order="C"), 0.0, int(step0), 0)
         if _compiles() == before:
             return False
-        if ahead and background is None:
-            compile_ahead(others)
+        if ahead:
+            kinds = kernel_variants()
+            mine = self.d if self.d in SPECIALISED_DIMS else kinds[-1]
+            compile_in_background([d for d in kinds if d != mine],
+                                  integrator=self.integrator, relu=bool(self.relu))
         return True
 
     def noise(self, step):

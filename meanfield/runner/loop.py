@@ -55,14 +55,25 @@ def make_stepper(cfg: _config.RunConfig, dataset: _data.Dataset, chain: int = 0)
                    integrator=dyn.integrator, jumps=dyn.jumps, radial=dyn.radial)
 
 
-def initial_states(cfg: _config.RunConfig, dataset: _data.Dataset) -> list[SolverState]:
+#: The note of ``model.init = "convex"`` when the convex solution has no ray (docs/cli.md).
+NO_RAY_NOTE = ("note: model.init = \"convex\": the tau -> 0 convex solution has no ray (f = 0 "
+               "is optimal at lam = {lam:g}), so the particles start from the free law "
+               "N(0, (tau/lam) I) at tau = {tau:g}, the data-free Gibbs law of one particle")
+
+
+def initial_states(cfg: _config.RunConfig, dataset: _data.Dataset,
+                   log: Callable[[str], None] | None = None) -> list[SolverState]:
     """The fresh state of every chain of ``cfg`` (``dynamics.chains``) at step 0: particles
     from ``model.init`` keyed by :func:`solvers.langevin.chain_seed` (chain 0 with ``seed``
-    itself, as a run of one chain)."""
+    itself, as a run of one chain). With ``model.init = "convex"`` and a convex solution
+    without a ray, the free law ``N(0, (τ₁/λ) I)`` (:func:`solvers.langevin.convex_start`),
+    and :data:`NO_RAY_NOTE` to ``log``."""
     out, solution = [], None
     if cfg.model.init == "convex":          # solved once: the chains differ in their spread
         from solvers.convex import convex
         solution = convex(dataset.X, dataset.y, cfg.dynamics.lam)
+        if len(solution.weights) == 0 and log is not None:
+            log(NO_RAY_NOTE.format(lam=cfg.dynamics.lam, tau=cfg.schedule.taus[0]))
     for k in range(cfg.dynamics.chains):
         seed = chain_seed(cfg.dynamics.seed, k)
         if solution is not None:
@@ -80,20 +91,20 @@ COMPILE_NOTE_AFTER = 3.0
 
 #: Seconds between the lines that say the compile goes on (after :data:`COMPILE_NOTE`).
 COMPILE_HEARTBEAT = 30.0
-#: The line ``run`` prints while it compiles.
-COMPILE_NOTE = ("run: compiling the numba kernels, once per installation for every input "
-                "dimension (about {minutes} min on an idle 2-core machine, longer on a busy one)")
-#: Minutes the first compile takes on an idle 2-core machine: measured 103 s (186 s of CPU), the
-#: kernels of this run alongside the four other kinds (benchmarks/README.md, "Compile time and
-#: input dimension").
-COMPILE_MINUTES = "2"
+#: The line ``run`` prints while it compiles: what, and why now.
+COMPILE_NOTE = ("run: compiling {what} (numba; once per installation, the first time a run "
+                "needs it; about {seconds} s on an idle 2-core machine)")
+#: Seconds the first compile of one kernel variant takes on an idle 2-core machine, by
+#: integrator: measured 10.1-11.2 s for the exact sampler and 45 s for Euler-Maruyama, d = 2
+#: (``Stepper.prepare``; benchmarks/README.md, "Compile time and input dimension").
+COMPILE_SECONDS = {"mala": 15, "em": 50, "lm": 50}
 
 
 def _warm_up(stepper: Stepper, state: SolverState, progress) -> None:
     """Compile the kernels (or load them from numba's cache) before the progress clock starts,
     so that the first progress line's rate is the stepping rate (it read "about 100 h left" on
-    a first run); a first compile also compiles the kernels of the other input dimensions
-    (:meth:`solvers.stepper.Stepper.prepare`). Preparing works on a copy of the particles and
+    a first run). Only the run's own kernel variant is compiled here; a first compile starts
+    the other input dimensions' in the background (:meth:`solvers.stepper.Stepper.prepare`). Preparing works on a copy of the particles and
     leaves the run unchanged. When it takes longer than :data:`COMPILE_NOTE_AFTER` seconds and
     progress is shown, one line on stderr says why nothing moves yet and for how long, and a
     line every :data:`COMPILE_HEARTBEAT` seconds after it gives the time so far."""
@@ -107,7 +118,9 @@ def _warm_up(stepper: Stepper, state: SolverState, progress) -> None:
         def say():
             if done.wait(COMPILE_NOTE_AFTER):
                 return
-            sys.stderr.write(COMPILE_NOTE.format(minutes=COMPILE_MINUTES) + "\n")
+            what = getattr(stepper, "kernel_name", "the kernels")
+            seconds = COMPILE_SECONDS.get(getattr(stepper, "integrator", "em"), 50)
+            sys.stderr.write(COMPILE_NOTE.format(what=what, seconds=seconds) + "\n")
             sys.stderr.flush()
             while not done.wait(COMPILE_HEARTBEAT):       # a line now and then: not stuck
                 sys.stderr.write(f"run: still compiling, {time.monotonic() - t0:.0f} s so "
@@ -128,7 +141,8 @@ def integrate(cfg: _config.RunConfig, dataset: _data.Dataset, writer: RunWriter 
               progress: bool | None = None,
               on_checkpoint: Callable | None = None,
               should_stop: Callable[[], bool] | None = None,
-              stage_done: Callable | None = None) -> SolverState | list[SolverState]:
+              stage_done: Callable | None = None,
+              log: Callable[[str], None] | None = None) -> SolverState | list[SolverState]:
     """Drive the solver loop (:func:`solvers.langevin.simulate`) over the ladder of ``cfg``.
 
     The loop yields at every observation boundary; here its observations and snapshot frames
@@ -159,6 +173,8 @@ def integrate(cfg: _config.RunConfig, dataset: _data.Dataset, writer: RunWriter 
         ``steps_per_tau = "auto"``: whether a stage may end at a chunk end, given the state
         or the list of states (:func:`solvers.langevin.simulate`); by default the
         stationarity verdict of all chains together.
+    log : callable(str), optional
+        Receives the one-line notes of a fresh start (:func:`initial_states`).
 
     Returns
     -------
@@ -174,7 +190,7 @@ def integrate(cfg: _config.RunConfig, dataset: _data.Dataset, writer: RunWriter 
     """
     schedule = cfg.schedule
     K = cfg.dynamics.chains
-    states = (initial_states(cfg, dataset) if state is None else
+    states = (initial_states(cfg, dataset, log) if state is None else
               list(state) if isinstance(state, (list, tuple)) else [state])
     if len(states) != K:
         raise ValueError(f"{len(states)} states for dynamics.chains = {K}")

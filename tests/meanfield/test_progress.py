@@ -136,6 +136,9 @@ def test_run_says_it_compiles_when_preparing_the_kernels_is_slow(capsys, monkeyp
     from solvers.langevin import SolverState
 
     class Slow:
+        integrator = "mala"
+        kernel_name = "the exact sampler's kernel for ReLU, d = 2"
+
         def __init__(self, seconds):
             self.seconds = seconds
 
@@ -148,10 +151,10 @@ def test_run_says_it_compiles_when_preparing_the_kernels_is_slow(capsys, monkeyp
     state = SolverState(theta=np.ones((3, 4)))
     loop._warm_up(Slow(0.5), state, None)
     first, *beats = capsys.readouterr().err.splitlines()
-    assert first == (
-        "run: compiling the numba kernels, once per installation for every input dimension "
-        f"(about {loop.COMPILE_MINUTES} min on an idle 2-core machine, longer on a busy "
-        "one)")
+    # what is compiled, why now, and the measured time of that integrator's kernel
+    assert first == ("run: compiling the exact sampler's kernel for ReLU, d = 2 (numba; once per "
+                     "installation, the first time a run needs it; about "
+                     f"{loop.COMPILE_SECONDS['mala']} s on an idle 2-core machine)")
     # then a line every COMPILE_HEARTBEAT seconds with the time so far (at 0.25 and 0.45 s;
     # a loaded machine may wake the thread late, so at least one)
     assert beats

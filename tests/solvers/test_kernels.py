@@ -392,6 +392,47 @@ def test_compile_ahead_reports_failed_subprocesses_and_defers_to_a_holder_of_the
     assert stepper_mod._compile_in_subprocesses(root, [-1], 1, cancel) == []
 
 
+_FIRST_RUN = """
+import sys, time
+import numpy as np
+import solvers.stepper as S
+started = []
+real = S.compile_in_background
+S.compile_in_background = lambda *a, **k: started.append(real(*a, **k))
+d, integrator = int(sys.argv[1]), sys.argv[2]
+rng = np.random.default_rng(0)
+X, y, theta = rng.standard_normal((5, d)), rng.standard_normal(5), rng.standard_normal((16, d + 2))
+st = S.Stepper(X, y, 16, lam=0.1, eta=0.1, integrator=integrator)
+t0 = time.monotonic()
+compiled = st.prepare(theta)
+print(int(compiled), round(time.monotonic() - t0, 2), len(started))
+if started and started[0] is not None:
+    started[0].wait()
+"""
+
+
+@pytest.mark.long
+@pytest.mark.slow
+def test_a_first_run_compiles_its_own_variant_and_the_next_dimension_compiles_nothing(tmp_path):
+    """On an empty numba cache a ``"mala"`` run on 2-D data compiles its own kernel alone
+    before stepping (Euler-Maruyama's kernels, which it does not need, are not compiled) and
+    starts the other input dimensions in the background; a run on 1-D (or 3-D, or run-time
+    d) data after it finds them in the cache."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"), TMPDIR=str(tmp_path))
+
+    def first_run(d, integrator):
+        out = subprocess.run([sys.executable, "-c", _FIRST_RUN, str(d), integrator], env=env,
+                             capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr
+        compiled, seconds, started = out.stdout.split()
+        return compiled == "1", float(seconds), int(started)
+
+    assert first_run(2, "mala")[0::2] == (True, 1)      # compiled, and started the others
+    assert not list((tmp_path / "cache").rglob("*run_steps*"))     # no Euler kernel
+    for d in (1, 3, stepper_mod.kernel_variants()[-1]):
+        assert first_run(d, "mala")[0::2] == (False, 0)
+
+
 def test_inline_helpers_accept_the_run_time_dims():
     """``_z`` (and through ``_ndim`` the other inlined block helpers) keep their signature and
     take ``dims = ()`` too: the same pre-activations, bitwise, as with a d-tuple, and
