@@ -35,6 +35,7 @@ from analysis.time_average import chains_of
 from solvers import numpy_model
 from solvers.convex import ConvexSolverError
 from solvers.geometry import Kink
+from solvers.integrators import integrator_named
 
 
 @dataclass
@@ -268,6 +269,9 @@ class RunAnalysis:
         .run_verdicts`), one per stage of the ladder ``taus``.
     taus : tuple of float
         The run's ladder.
+    integrator : str
+        The run's ``dynamics.integrator`` (what a step is: a time step, or a pass of the exact
+        sampler, :attr:`solvers.integrators.Integrator.step_unit`).
     """
 
     run: str
@@ -285,6 +289,7 @@ class RunAnalysis:
     sensitivity: dict | None = None
     verdicts: list | None = None
     taus: tuple = ()
+    integrator: str = "em"
 
     @property
     def theorem6(self) -> dict | None:
@@ -312,7 +317,8 @@ class RunAnalysis:
                "general_position": dc.general_position, "P_exact": dc.exact,
                "P_tol_range": None if dc.tol_range is None else list(dc.tol_range),
                "bound_2P_minus_1": 2 * P - 1, "bound_P_minus_1": P - 1,
-               "complete": self.complete,
+               "complete": self.complete, "integrator": self.integrator,
+               "step_unit": integrator_named(self.integrator).step_unit,
                "n_rays_by_tau": [{"stage": f.stage, "tau": f.tau, "step": f.step,
                                   "n_rays": len(f.rays.rays), "n_hyperplanes": len(f.kinks)}
                                  for f in self.frames],
@@ -550,7 +556,8 @@ def analyze(run: RunLike, *, reference: ArrayLike | Callable | None = None, w2: 
                 tp.append({"stage": f.stage, "tau": f.tau, **cmp})
     result = RunAnalysis(run=str(run.path), d=run.d, n=run.n, X=run.X, y=run.y, dichotomies=dc,
                          complete=run.complete, frames=frames,
-                         ladder=ladder(run.X, frames, reference, w2), two_point=tp)
+                         ladder=ladder(run.X, frames, reference, w2), two_point=tp,
+                         integrator=str(getattr(run, "integrator", "em")))
     floor = ray_kw.get("min_mass_frac", 1e-2)
     if cvx is not None:
         cc = convex_counts(cvx, run.X, floor=floor)

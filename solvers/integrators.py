@@ -57,6 +57,14 @@ class Integrator:
     minibatch: bool
 
     @property
+    def step_unit(self) -> str:
+        """What one step of it is called in progress lines, ``inspect``, the report and the
+        figures: ``"step"`` for a time step of the dynamics (``η`` of mean-field time), and
+        ``"pass"`` for the exact sampler, whose step is one pass of Metropolis-adjusted moves
+        over the particles and no time step (its ``step · η`` is not a time of SGD)."""
+        return "pass" if self.exact else "step"
+
+    @property
     def parallel(self) -> bool:
         """True when one step moves every particle at once (the parallel step kernel)."""
         return self.noise is not None

@@ -320,11 +320,15 @@ def main(args) -> int:
     empty = no_frames_yet(run)          # what `meanfield analyze` refuses the file with
     if empty:
         print(f"  {run.path} {empty}")
+    from solvers.integrators import integrator_named
+    unit = integrator_named(run.integrator).step_unit   # "pass" for the exact sampler
+    units = "passes" if unit == "pass" else "steps"
     for s, t, u in zip(run.frame_step, run.frame_time, run.frame_tau):
         sel = obs["risk"]["step"] == s
         risk = obs["risk"]["value"][sel]
         r = f"  risk={risk[0]:.4e}" if risk.size else ""
-        print(f"  step={int(s):>9d}  time={t:10.2f}  tau={u:.2e}{r}")
+        when = f"  time={t:10.2f}" if unit == "step" else ""    # a pass is no time step
+        print(f"  {unit}={int(s):>9d}{when}  tau={u:.2e}{r}")
     from analysis.stationarity import MOVE_OBSERVABLES  # loaded by summary() already
     print("stages")
     for st in doc["stages"]:
@@ -337,7 +341,7 @@ def main(args) -> int:
                    else "NOT stationary: " + "; ".join(v["reasons"]))
         moves = "" if v is None else "".join(
             f"  {k}={v[k]:.3g}" for k in MOVE_OBSERVABLES if v.get(k) is not None)
-        print(f"  tau={st['tau']:.2e}  steps={st['steps']:>9d}{moves}  {verdict}")
+        print(f"  tau={st['tau']:.2e}  {units}={st['steps']:>9d}{moves}  {verdict}")
     if any(st["stopped"] for st in doc["stages"]):
         print(stopped_line(run.path))
     return 0

@@ -18,13 +18,18 @@ def register(sub):
         "run", help="integrate the mean-field Langevin particles over a temperature ladder",
         description="Integrate N interacting particles (a, w, b) over the "
                     "temperatures dynamics.taus (hot to cold, each warm-started from the "
-                    "previous; dynamics.integrator: Euler-Maruyama 'em', Leimkuhler-Matthews "
-                    "'lm' or the exact Metropolis-adjusted sampler 'mala'), writing snapshot frames and observables to an HDF5 run file. "
-                    "While running, the file is RUN.h5.part with a checkpoint RUN.h5.ckpt "
+                    "previous), writing snapshot frames and observables to an HDF5 run file. "
+                    "Which integrator (dynamics.integrator): for the stationary law at each "
+                    "temperature (rays, counts, the Gibbs measure) use the exact sampler "
+                    "'mala', the default; for SGD's time evolution toward it, or minibatches, "
+                    "use Euler-Maruyama 'em' (or Leimkuhler-Matthews 'lm'). A step of 'mala' "
+                    "is one pass of Metropolis-adjusted moves over the particles, not a time "
+                    "step. While running, the file is RUN.h5.part with a checkpoint RUN.h5.ckpt "
                     "(every output.checkpoint_every steps and on SIGINT/SIGTERM/SIGHUP, exit "
                     "130); it becomes RUN.h5 when complete.",
         epilog="Without CONFIG the embedded default runs: eight points in the plane "
-               "(data/plane8.csv), N=4000, lam=0.05, eta=0.05, taus=[1e-2, 1e-3, 1e-4]. "
+               "(data/plane8.csv), N=4000, lam=0.05, taus=[1e-2, 1e-3, 1e-4], the exact sampler "
+               "(eta=0.2) with 2 chains, each temperature until the verdict between them holds. "
                "Exit codes: 0 done, 2 bad input (nothing written), 130 interrupted "
                "(checkpoint kept, continue with --resume), 1 diverged (NaN/Inf; frames and "
                "the last good checkpoint kept) or other errors.")

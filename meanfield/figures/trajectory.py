@@ -8,6 +8,7 @@ import numpy as np
 
 from analysis.time_average import chains_of
 from meanfield.figures.common import WIDTH, _figure, _rc
+from solvers.integrators import integrator_named
 
 
 def plot_trajectory(rep, run, *, axes=None):
@@ -53,10 +54,14 @@ def plot_trajectory(rep, run, *, axes=None):
     obs = run.observables
     if not len(obs["risk"]["step"]):
         return None
-    eta = run.eta
     taus = run.taus
     bounds = [run.schedule.stage_bounds(s) for s in range(len(taus))]   # steps (lo, hi]
-    t = np.asarray(obs["risk"]["time"], float)
+    # the x axis: mean-field time t = step·η for a time-stepping integrator; passes for the
+    # exact sampler, whose step is a pass of Metropolis moves and no time step
+    passes = integrator_named(run.integrator).step_unit == "pass"
+    eta = 1.0 if passes else run.eta
+    t = np.asarray(obs["risk"]["step" if passes else "time"], float)
+    frames_at = run.frame_step if passes else run.frame_time
     with _rc():
         if axes is None:
             fig = _figure((WIDTH, 3.8))
@@ -86,7 +91,7 @@ def plot_trajectory(rep, run, *, axes=None):
             for s, (lo, hi) in enumerate(bounds):
                 if s % 2:
                     ax.axvspan(lo * eta, hi * eta, color="0.92", lw=0)
-            for fs in run.frame_time:
+            for fs in frames_at:
                 ax.axvline(fs, color="C3", lw=0.6, ls=":")
             ax.grid(True, alpha=0.3, lw=0.5)
         verdicts = _verdicts(rep, taus)
@@ -106,7 +111,8 @@ def plot_trajectory(rep, run, *, axes=None):
         for tau, (lo, hi) in zip(taus, bounds):
             top.text((lo + hi) / 2 * eta, 1.02, f"τ = {tau:.0e}",
                      transform=top.get_xaxis_transform(), ha="center", va="bottom", fontsize=7)
-        axes[-1].set_xlabel("time t = step · η  (dotted: snapshot frames)")
+        axes[-1].set_xlabel("passes of the exact sampler (dotted: snapshot frames)" if passes
+                            else "time t = step · η  (dotted: snapshot frames)")
         axes[-1].set_xlim(0, bounds[-1][1] * eta)
         if not run.complete:
             fig.suptitle(f"run in progress: {len(t)} observations so far", fontsize=7)

@@ -204,7 +204,7 @@ def integrate(cfg: _config.RunConfig, dataset: _data.Dataset, writer: RunWriter 
     state = lead if K == 1 else states
     loop = simulate(steppers[0] if K == 1 else steppers, schedule, state,
                     init_scale=cfg.model.init_scale, stage_done=stage_done)
-    with progress_bar(schedule.total_steps, "run", "step", enabled=progress,
+    with progress_bar(schedule.total_steps, "run", steppers[0].spec.step_unit, enabled=progress,
                       initial=lead.step) as bar:
         stage_seen = None
         bar.upper_bound = schedule.auto          # plain lines: "at most ... left"

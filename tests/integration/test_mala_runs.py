@@ -93,6 +93,29 @@ def test_run_file_holds_acceptance_and_inspect_shows_it(mala_ref, tmp_path):
     assert markdown(rep).count("radial acceptance") == 2
 
 
+def test_a_pass_is_no_time_step_in_inspect_the_report_and_the_figure(mala_ref, tmp_path):
+    """The exact sampler's step is a pass of Metropolis moves: ``inspect``, the report and the
+    trajectory figure count passes and show no mean-field time ``step · eta``."""
+    _, ref = mala_ref
+    run = open_run(ref)
+    r = run_cli(["inspect", ref], tmp_path)
+    frames = [ln.strip() for ln in r.stdout.splitlines() if ln.strip().startswith("pass=")]
+    assert len(frames) == run.n_frames and not any("time=" in ln for ln in frames)
+    assert " step=" not in r.stdout
+    assert sum(" passes=" in ln for ln in r.stdout.splitlines()) == len(run.taus)
+    from meanfield.figures.trajectory import plot_trajectory
+    from meanfield.report import analyze_run, markdown
+    rep = analyze_run(ref, None, figures=False, w2=False, references=False,
+                      sensitivity=False)
+    assert rep["integrator"] == "mala" and rep["step_unit"] == "pass"
+    assert "| τ | pass | stationary |" in markdown(rep)
+    fig = plot_trajectory(rep, run)
+    ax = fig.axes[2]
+    assert ax.get_xlabel().startswith("passes")
+    # the x axis ends at the last pass, not at passes · eta
+    assert ax.get_xlim()[1] == pytest.approx(run.schedule.stage_bounds(len(run.taus) - 1)[1])
+
+
 def test_em_run_file_has_nan_acceptance(tmp_path):
     from conftest import run_one_thread
     path = run_one_thread(tiny_toml({"dynamics.steps_per_tau": 40}), tmp_path)

@@ -102,14 +102,19 @@ def test_relaxed_plane8_run_is_stationary(tmp_path):
     src = (Path(__file__).resolve().parents[2] / "data" / "plane8.toml").read_text()
     src = src.replace('path = "plane8.csv"',
                       f'path = "{Path(__file__).resolve().parents[2] / "data" / "plane8.csv"}"')
+    # Euler-Maruyama relaxing on its own (the shipped config runs the exact sampler)
     src = (src.replace("n_particles = 4000", "n_particles = 400")
+           .replace('integrator = "mala"', 'integrator = "em"')
+           .replace("eta = 0.2", "eta = 0.05")
+           .replace("chains = 2", "chains = 1")
            .replace("taus = [1e-2, 1e-3, 1e-4]", "taus = [1e-2]")
            .replace('steps_per_tau = "auto"', "steps_per_tau = 1600000")
-           .replace("max_steps_per_tau = 320000\n", "")
-           .replace("observe_every = 100", "observe_every = 101"))
+           .replace("max_steps_per_tau = 40000\n", "")
+           .replace("observe_every = 20", "observe_every = 101"))
     # 1.6e6 steps: about 900 effective samples in the second half, what R-hat < 1.01 within
     # one chain needs (200 000 sufficed for the older floor of 20; its R-hat read 1.015)
     assert "steps_per_tau = 1600000" in src and "max_steps" not in src
+    assert 'integrator = "em"' in src and "eta = 0.05" in src and "chains = 1" in src
     p = tmp_path / "p8.toml"
     p.write_text(src)
     r = open_run(runner.run(config.load(p), tmp_path / "p8.h5", progress=False))
