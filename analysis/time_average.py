@@ -8,17 +8,25 @@ import numpy as np
 
 from analysis.protocols import RunLike
 
+#: Fewest samples of a series whose integrated autocorrelation time :func:`integrated_time`
+#: estimates; below it the time is taken as 1 (uncorrelated samples), which understates the
+#: MCSE of a correlated series, so that an MCSE from fewer observations is no estimate
+#: (``analysis.references.gibbs_allowance``: "too few observations"). The stationarity
+#: verdict asks the same of the second half of a stage (docs/theory.md §2.5).
+MIN_TAU_SAMPLES = 8
+
 
 def integrated_time(x):
     """Integrated autocorrelation time, in samples (``>= 1``), of a 1-D series: Sokal's
     automatic window ``c = 5`` (``emcee.autocorr.integrated_time``). A constant series, or one
-    of fewer than 8 samples, gives 1; never below 1 (antithetic series are not credited with
-    more samples than they have). A 2-D ``x`` (M, n) gives the times of its columns, (n,)."""
+    of fewer than :data:`MIN_TAU_SAMPLES` samples, gives 1; never below 1 (antithetic series
+    are not credited with more samples than they have). A 2-D ``x`` (M, n) gives the times of
+    its columns, (n,)."""
     from emcee.autocorr import integrated_time as _it
     x = np.asarray(x, dtype=float)
     if x.ndim == 2:
         return np.array([integrated_time(x[:, j]) for j in range(x.shape[1])])
-    if x.size < 8 or not np.ptp(x) > 0:
+    if x.size < MIN_TAU_SAMPLES or not np.ptp(x) > 0:
         return 1.0
     with np.errstate(all="ignore"):
         t = float(_it(x, c=5, tol=0, quiet=True)[0])

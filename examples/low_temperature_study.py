@@ -96,7 +96,8 @@ def main(argv=None) -> int:
     for g in refs.get("gibbs", []):
         if "skipped" not in g:
             # the distance, its combined error, the O(eta) allowance of the step, z with and
-            # without the allowance, verdict (a bound: "consistent" may rest on it alone)
+            # without the allowance, verdict ("consistent" without the allowance; a bound, the
+            # allowance alone gives "within the step-bias bound (not a test)")
             print(f" tau={g['tau']:.0e}: max |f_particles - f_Gibbs| = {g['max_abs_diff']:.2e}"
                   f" (error {g['combined_error']:.1e}, step-bias allowance "
                   f"{g['step_bias_allowance']:.1e}, z = {g['z']:.2f}, "

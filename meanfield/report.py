@@ -11,9 +11,17 @@ from pathlib import Path
 
 from numpy.typing import ArrayLike
 
-from analysis.references import Z_CONSISTENT
+from analysis.references import (
+    VERDICT_CONSISTENT,
+    VERDICT_INCONSISTENT,
+    VERDICT_TOO_FEW,
+    VERDICT_WITHIN_STEP_BIAS,
+    Z_CONSISTENT,
+    verdict_text,
+)
 from analysis.run_analysis import RunAnalysis, analyze, count_text, upgrade_report
 from analysis.snapshots import coldest
+from analysis.time_average import MIN_TAU_SAMPLES
 from meanfield import atomic
 from meanfield import figures as plots
 from meanfield.errors import InputError, RunFileError
@@ -204,7 +212,7 @@ def markdown(rep, figs=()) -> str:
                  "columns, the rays and kinks tables, the sensitivity, Theorem 6 and the "
                  "figures but the trajectory figure (every chain) are chain 0's")
     L += ["", "## Low-temperature limit", "",
-          f"| τ | step | stationary | R̂ (worst observable) | {_ess_header(rep['ladder'])} | rays J | hyperplanes K | "
+          f"| τ | {rep.get('step_unit', 'step')} | stationary | R̂ (worst observable) | {_ess_header(rep['ladder'])} | rays J | hyperplanes K | "
           "matched to τ → 0 | risk | "
           "halo mass | W2 to previous τ | W2 of rays to previous τ | RMS \\|f − f_τ→0\\| on the data, last snapshot |",
           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -227,7 +235,7 @@ def markdown(rep, figs=()) -> str:
               f"|c_k| ≥ {c['floor']} Σ|c| (the ray mass floor) and their kink hyperplanes; "
               f"matched to τ → 0: measured rays paired one to one with them (same sign, within "
               f"0.2 rad)."]
-    L += ["", "Snapshots:", "", "| τ | step | risk | J | K | halo mass | thermal mass "
+    L += ["", "Snapshots:", "", f"| τ | {rep.get('step_unit', 'step')} | risk | J | K | halo mass | thermal mass "
           "(clusters, Σ\\|c\\|) | threshold (chord) | plateau |",
           "|---|---|---|---|---|---|---|---|---|"]
     for s in rep["snapshots"]:
@@ -322,7 +330,7 @@ def markdown(rep, figs=()) -> str:
                      f"{', '.join(f'{c:.3f}' for c in m['kinks']) or 'none'} | {m['off_axis']} | "
                      f"{p['phi']:.4f} | {m['phi']:.4f} |")
     if rep.get("references"):
-        L += _references_markdown(rep["references"])
+        L += _references_markdown(rep["references"], rep.get("run") or "RUN.h5")
     for f in figs:
         L += ["", f"![{f}]({f})", "", plots.RUN_FIGURES[f.rsplit(".", 1)[0]].caption]
     L += ["", "Method: directions (w, b)/|(w, b)| of one sign of a are linked by single linkage "
@@ -466,7 +474,13 @@ def _sensitivity_markdown(sens) -> list:
     return L
 
 
-def _references_markdown(refs) -> list:
+def _z_cell(z) -> str:
+    """A ``z`` of the Gibbs table: "—" where there is none (no MCSE: ``nan``, or an old report
+    without it)."""
+    return "—" if z is None or z != z else format(z, ".2g")
+
+
+def _references_markdown(refs, run_path: str = "RUN.h5") -> list:
     L = ["", "## Exact references (docs/theory.md §4–5)", ""]
     if "skipped" in refs:
         return L + [f"Skipped: {refs['skipped']}."]
@@ -481,17 +495,22 @@ def _references_markdown(refs) -> list:
         else:
             L.append(f"| {g['tau']:.2e} | {g['max_abs_diff']:.3e} | {g['rms_diff']:.3e} | "
                      f"{g['max_stderr']:.1e} | {g['combined_error']:.1e} | "
-                     f"{g['step_bias_allowance']:.1e} | {g['z']:.2g} | "
-                     f"{_fmt(g.get('z_without_allowance'), '.2g')} | {g['verdict']} | "
-                     f"{g['max_abs_G']:.6f} |")
+                     f"{g['step_bias_allowance']:.1e} | {_z_cell(g.get('z'))} | "
+                     f"{_z_cell(g.get('z_without_allowance'))} | "
+                     f"{verdict_text(g, run_path)} | {g['max_abs_G']:.6f} |")
     L += ["", f"Combined error: sqrt(MCSE² + the reference's quad_error²) per point (the "
           f"largest shown); z: the largest (|diff| − step-bias allowance)₊ / combined error "
-          f"over the points, \"consistent\" when z ≤ {Z_CONSISTENT:g} (docs/theory.md §2.4); "
-          f"z without the allowance: the largest |diff| / combined error (how much of the "
-          f"verdict the allowance carries). The allowance has no term for the O(1/N) width "
-          f"bias of the N-particle law (docs/theory.md §2.3): with an exact sampler "
-          f"(`integrator = \"mala\"`, no step bias) it is what an inconsistent row measures "
-          f"once the stage is relaxed; `--extrapolate-n` with a run at another N removes it."]
+          f"over the points; z without the allowance: the largest |diff| / combined error. "
+          f"\"{VERDICT_CONSISTENT}\" when z without the allowance ≤ {Z_CONSISTENT:g}; "
+          f"\"{VERDICT_WITHIN_STEP_BIAS}\" when only the allowance, a bound on the step's "
+          f"bias and not a measurement of it, brings z there; \"{VERDICT_INCONSISTENT}\" "
+          f"beyond both; \"{VERDICT_TOO_FEW}\" when the MCSE is no estimate (fewer than "
+          f"{MIN_TAU_SAMPLES} observations per chain in the window, or an MCSE of zero or not "
+          f"finite at a point), with no z (docs/theory.md §2.4). The allowance has no term for "
+          f"the O(1/N) width bias of the N-particle law (docs/theory.md §2.3): with the exact "
+          f"sampler (`integrator = \"mala\"`, no step bias) an inconsistent row gives its "
+          f"estimate from the particles of the stage's frames, an estimate and not a test; "
+          f"`--extrapolate-n` with a run at another N removes it."]
     c = refs["convex"]
     L += ["", f"Against the τ → 0 convex reference at τ = {c['tau']:.2e}: max abs diff "
           f"{c['max_abs_diff']:.3e}, rms {c['rms_diff']:.3e} (reference: {c['n_rays']} rays, "

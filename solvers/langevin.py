@@ -93,10 +93,15 @@ def convex_start(X, y, n_particles: int, lam: float, tau: float, seed: int,
     """Particles on the rays of the convex ``τ → 0`` solution (``solvers.convex``) with their
     weights and an ``N(0, τ/λ)`` spread at the first temperature ``tau``
     (:func:`solvers.warmstart.convex_particles`), shape (N, d+2). ``solution``: that
-    solution when already solved (the chains of a run share it; only the spread differs)."""
+    solution when already solved (the chains of a run share it; only the spread differs).
+    A solution without a ray (``f = 0`` optimal) gives the spread alone, the free law
+    ``N(0, (τ/λ) I)`` (:func:`solvers.warmstart.free_particles`)."""
     from solvers.convex import convex
-    from solvers.warmstart import convex_particles
+    from solvers.warmstart import convex_particles, free_particles
     sol = convex(X, y, lam) if solution is None else solution
+    if len(sol.weights) == 0:
+        d = np.shape(X)[1] if np.ndim(X) == 2 else 1
+        return free_particles(n_particles, d + 2, tau=tau, lam=lam, seed=seed)
     return convex_particles(sol.directions, sol.weights, n_particles, tau=tau, lam=lam,
                             seed=seed)
 

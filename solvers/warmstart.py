@@ -13,6 +13,11 @@ variance of the weight decay at temperature ``τ`` (THEORY §2).
 Starting there, the rays of the stationary measure at small ``τ`` carry their mass from the
 first step, instead of having to grow out of an isotropic cloud and shed the mass on competing
 directions at the slow rate ``λ(1 − |G(v)|)`` (THEORY §2, "Slow modes").
+
+A convex solution without a ray (``f = 0`` optimal: labels small against ``λ``) has nothing to
+place; :func:`free_particles` is then the start, the spread alone: the data-free Gibbs law
+``N(0, (τ/λ) I)`` of one particle under the weight decay ``(λ/2)|θ|²`` at temperature ``τ``
+(THEORY §2.2), drawn from the same stream as the spread.
 """
 
 from __future__ import annotations
@@ -94,3 +99,42 @@ def convex_particles(directions, weights, n_particles: int, *, tau: float, lam: 
         rng = np.random.default_rng([int(seed), 0xC0DE])
         theta += math.sqrt(tau / lam) * rng.standard_normal(theta.shape)
     return theta
+
+
+def free_particles(n_particles: int, width: int, *, tau: float, lam: float,
+                   seed: int) -> np.ndarray:
+    """Particles of the free law: i.i.d. ``N(0, (τ/λ) I)``, the Gibbs law of one particle with
+    the weight decay ``(λ/2)|θ|²`` alone at temperature ``τ`` (the stationary law of the
+    dynamics with the data term off, THEORY §2), drawn as :func:`convex_particles` draws its
+    spread.
+
+    The start of ``model.init = "convex"`` when the convex solution has no ray (``f = 0``
+    optimal at ``λ``): its particles would be the spread alone.
+
+    Parameters
+    ----------
+    n_particles : int
+        ``N >= 1``.
+    width : int
+        Coordinates per particle, ``d + 2``.
+    tau, lam : float
+        Temperature of the first stage ``τ >= 0`` (``τ = 0``: every particle at the origin,
+        the ``τ → 0`` solution ``f = 0``) and weight decay ``λ > 0``.
+    seed : int
+        As :func:`convex_particles`: ``numpy.random.default_rng([seed, 0xC0DE])``.
+
+    Returns
+    -------
+    ndarray of shape (N, width)
+
+    Raises
+    ------
+    ValueError
+        ``λ <= 0``, ``τ < 0``, ``N < 1`` or ``width < 1``.
+    """
+    if not lam > 0 or not tau >= 0:
+        raise ValueError(f"need lam > 0 and tau >= 0, got lam={lam}, tau={tau}")
+    if int(n_particles) < 1 or int(width) < 1:
+        raise ValueError(f"need n_particles >= 1 and width >= 1, got {n_particles}, {width}")
+    rng = np.random.default_rng([int(seed), 0xC0DE])
+    return math.sqrt(tau / lam) * rng.standard_normal((int(n_particles), int(width)))

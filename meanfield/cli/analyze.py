@@ -398,6 +398,7 @@ def main(args) -> int:
     if args.json:
         print(json.dumps(rep))
     else:
+        unit = rep.get("step_unit", "step")          # "pass" for the exact sampler
         print(f"P = {rep['P']}  2P-1 = {rep['bound_2P_minus_1']}  P-1 = {rep['bound_P_minus_1']}"
               f"  general position: {rep['general_position']}")
         for r in rep["ladder"]:
@@ -407,7 +408,7 @@ def main(args) -> int:
                    f" (matched to tau->0: {r['matched']})")
             st = "" if r.get("stationary") is not False else \
                 f"  NOT STATIONARY: {'; '.join(r['stationarity']['reasons'])}"
-            print(f"tau={r['tau']:.2e} step={r['step']:>8d} risk={r['risk']:.4e} "
+            print(f"tau={r['tau']:.2e} {unit}={r['step']:>8d} risk={r['risk']:.4e} "
                   f"rays J={_pad(r['J'], count_text(r, 'J'))} "
                   f"hyperplanes K={_pad(r['K'], count_text(r, 'K'))}"
                   f"{ref}{w2}{st}")
@@ -445,11 +446,7 @@ def main(args) -> int:
                 if "skipped" in g:
                     print(f"tau={g['tau']:.2e} Gibbs reference skipped: {g['skipped']}")
                 else:
-                    print(f"tau={g['tau']:.2e} particles vs Gibbs reference: max |diff| = "
-                          f"{g['max_abs_diff']:.3e} (std. error {g['max_stderr']:.1e}; "
-                          f"allowance: combined error {g['combined_error']:.1e} + step bias "
-                          f"{g['step_bias_allowance']:.1e}) z = {g['z']:.2g}"
-                          + _z_raw(g) + f": {g['verdict']}" + _width_hint(g))
+                    print(gibbs_line(g, args.run))
             c = refs["convex"]
             if "skipped" in c:
                 print(f"convex tau->0 reference skipped: {c['skipped']}")
@@ -460,17 +457,19 @@ def main(args) -> int:
     return 0
 
 
-#: What an inconsistent comparison without a step bias leaves to explain (docs/theory.md §2.3).
-WIDTH_HINT = ("no step bias here: the rest is the O(1/N) width bias of the N-particle law, "
-              "the Monte Carlo error or a stage not relaxed; --extrapolate-n with a run at "
-              "another N removes the first")
-
-
-def _width_hint(g) -> str:
-    """``WIDTH_HINT`` after an inconsistent comparison of an exact sampler (no step bias)."""
-    if g.get("verdict") != "inconsistent" or g.get("step_bias_allowance"):
-        return ""
-    return f" ({WIDTH_HINT})"
+def gibbs_line(g: dict, run_path: str = "RUN.h5") -> str:
+    """The line of one Gibbs comparison (a row of :func:`analysis.references.gibbs_distance`):
+    the distance, its errors and allowance, ``z`` (with the step-bias allowance, and without
+    it where there is one) and the verdict with what it needs said
+    (:func:`analysis.references.verdict_text`); without an MCSE, no allowance and no ``z``."""
+    from analysis.references import VERDICT_TOO_FEW, verdict_text
+    head = (f"tau={g['tau']:.2e} particles vs Gibbs reference: max |diff| = "
+            f"{g['max_abs_diff']:.3e} (std. error {g['max_stderr']:.1e}")
+    if g["verdict"] == VERDICT_TOO_FEW:
+        return f"{head}): {verdict_text(g, run_path)}"
+    return (f"{head}; allowance: combined error {g['combined_error']:.1e} + step bias "
+            f"{g['step_bias_allowance']:.1e}) z = {g['z']:.2g}" + _z_raw(g)
+            + f": {verdict_text(g, run_path)}")
 
 
 def _z_raw(g) -> str:

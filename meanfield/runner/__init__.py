@@ -242,7 +242,7 @@ def _run_owned(cfg, dataset, out, *, overwrite, resume, progress, threads, log, 
     try:
         with _Writing(paths.part, hint), writer, _StopRequest(log) as stop:
             state = integrate(cfg, dataset, writer=writer, state=state, progress=progress,
-                              on_checkpoint=save_checkpoint, should_stop=stop)
+                              on_checkpoint=save_checkpoint, should_stop=stop, log=log)
             lead = state[0] if isinstance(state, list) else state
             if lead.stage < cfg.schedule.n_stages:
                 raise Interrupted(lead.step, str(paths.ckpt),

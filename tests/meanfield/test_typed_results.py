@@ -214,7 +214,14 @@ def test_the_command_line_renders_the_flag_and_the_tau0_counts_once(run_file, tm
 
 
 def test_a_gibbs_comparison_states_its_allowance():
-    from analysis.references import Z_CONSISTENT, gibbs_allowance, step_bias_allowance
+    from analysis.references import (
+        VERDICT_CONSISTENT,
+        VERDICT_INCONSISTENT,
+        VERDICT_WITHIN_STEP_BIAS,
+        Z_CONSISTENT,
+        gibbs_allowance,
+        step_bias_allowance,
+    )
     f_ref = np.array([0.5, -2.0, 1.0])
     # (d+3)(ηλ/2) max|f_ref| = 5 · 0.001 · 2 at d = 2, η = 0.04, λ = 0.05
     assert step_bias_allowance("em", 0.04, 0.05, 2, f_ref) == pytest.approx(0.01, rel=1e-12)
@@ -222,33 +229,53 @@ def test_a_gibbs_comparison_states_its_allowance():
     assert step_bias_allowance("mala", 0.04, 0.05, 2, f_ref) == 0.0
     with pytest.raises(ValueError, match="unknown integrator 'rk4'"):
         step_bias_allowance("rk4", 0.04, 0.05, 2, f_ref)
-    # e = sqrt(se² + q²) = (5e-3, 5e-3, 3e-3) with q = 3e-3 and se = (4e-3, 4e-3, 0)
-    se, q, b = np.array([4e-3, 4e-3, 0.0]), 3e-3, 0.01
+    # e = sqrt(se² + q²) = (5e-3, 5e-3, sqrt(1e-5)) with q = 3e-3 and se = (4e-3, 4e-3, 1e-3)
+    se, q, b = np.array([4e-3, 4e-3, 1e-3]), 3e-3, 0.01
+    e3 = np.sqrt(1e-5)
     g = gibbs_allowance([0.02, -0.005, 0.0], se, q, b)
     assert g["combined_error"] == pytest.approx(5e-3) and g["step_bias_allowance"] == b
-    assert g["z"] == pytest.approx((0.02 - b) / 5e-3) and g["verdict"] == "consistent"
-    g = gibbs_allowance([0.0, 0.0, 0.0115], se, q, b)     # (0.0115 - 0.01) / 3e-3 = 0.5
-    assert g["z"] == pytest.approx(0.5)
-    g = gibbs_allowance([0.0, 0.0, 0.0111], se, 0.0, b)   # off by more than b, no error
-    assert g["z"] == np.inf and g["verdict"] == "inconsistent"
+    # 4 errors off with no allowance, 2 with it: only the bound brings it within 3
+    assert g["z"] == pytest.approx((0.02 - b) / 5e-3)
+    assert g["z_without_allowance"] == pytest.approx(0.02 / 5e-3)
+    assert g["verdict"] == VERDICT_WITHIN_STEP_BIAS
+    g = gibbs_allowance([0.0, 0.0, 0.0115], se, q, b)
+    assert g["z"] == pytest.approx((0.0115 - b) / e3)
+    assert g["verdict"] == VERDICT_WITHIN_STEP_BIAS
     g = gibbs_allowance([0.01 + 3.01 * 5e-3, 0.0, 0.0], se, q, b)
-    assert g["z"] > Z_CONSISTENT and g["verdict"] == "inconsistent"
+    assert g["z"] > Z_CONSISTENT and g["verdict"] == VERDICT_INCONSISTENT
+    g = gibbs_allowance([0.014, 0.0, 0.0], se, q, b)           # 2.8 errors, no allowance
+    assert g["z_without_allowance"] == pytest.approx(2.8) and g["verdict"] == VERDICT_CONSISTENT
     with pytest.raises(ValueError, match="diff of shape"):
         gibbs_allowance([0.0, 0.0], se, q, b)
 
 
 def test_an_inconsistent_exact_comparison_names_the_width_bias():
-    """Without a step bias (``"mala"``) an inconsistent row says what is left to explain it, the
-    ``O(1/N)`` width bias among them, and how to remove that; a consistent row, or one with a
-    step-bias allowance, does not."""
-    from analysis.references import gibbs_allowance
-    from meanfield.cli.analyze import WIDTH_HINT, _width_hint
+    """Without a step bias (``"mala"``) an inconsistent row names the ``O(1/N)`` width bias,
+    its estimate (else the coefficient the difference implies) and the command that removes
+    it; a consistent row, or one of a sampler with a step bias, says the verdict alone."""
+    from analysis.references import (
+        VERDICT_CONSISTENT,
+        VERDICT_INCONSISTENT,
+        WIDTH_BIAS_NOTE,
+        gibbs_allowance,
+        verdict_text,
+    )
     se = np.array([1e-5, 1e-5])
-    exact_off = gibbs_allowance([7e-5, 0.0], se, 0.0, 0.0)
-    assert exact_off["verdict"] == "inconsistent" and WIDTH_HINT in _width_hint(exact_off)
-    assert "--extrapolate-n" in WIDTH_HINT
-    assert _width_hint(gibbs_allowance([2e-5, 0.0], se, 0.0, 0.0)) == ""
-    assert _width_hint(gibbs_allowance([7e-5, 0.0], se, 0.0, 1e-5)) == ""
+    exact_off = {**gibbs_allowance([7e-5, 0.0], se, 0.0, 0.0, exact=True), "n_particles": 1000,
+                 "width_bias": None, "width_bias_implied": 1000 * 7e-5}
+    assert exact_off["verdict"] == VERDICT_INCONSISTENT
+    text = verdict_text(exact_off, "A.h5")
+    assert text.startswith(f"{VERDICT_INCONSISTENT}, {WIDTH_BIAS_NOTE}")
+    assert "meanfield analyze A.h5 --extrapolate-n B.h5" in text and "n_particles = 500" in text
+    assert "0.07/N" in text and "not a test" in text
+    est = {**exact_off, "width_bias": {"max_abs": 6e-5, "max_abs_coefficient": 0.06,
+                                       "particles": 4000}, "z_without_width_bias": 1.0}
+    text = verdict_text(est, "A.h5")
+    assert "6.0e-05 = 0.06/N from 4000 particles" in text and "z 1 once it is taken off" in text
+    assert "not a test" in text and "\n" not in text
+    assert verdict_text(gibbs_allowance([2e-5, 0.0], se, 0.0, 0.0, exact=True)) == \
+        VERDICT_CONSISTENT
+    assert verdict_text(gibbs_allowance([7e-5, 0.0], se, 0.0, 1e-5)) == VERDICT_INCONSISTENT
 
 
 def test_the_ess_column_says_per_chain_or_all_chains(report):

@@ -10,7 +10,7 @@ import pytest
 
 from solvers import numpy_model as model
 from solvers.convex import convex
-from solvers.warmstart import convex_particles, ray_counts
+from solvers.warmstart import convex_particles, free_particles, ray_counts
 
 PLANE8 = np.array([[-1.5, -1.0], [-0.5, 1.2], [0.8, -1.3], [1.6, 0.4],
                    [-1.1, 0.3], [0.2, 0.1], [1.0, 1.5], [-0.3, -1.8]])
@@ -58,6 +58,77 @@ def test_bad_input():
         convex_particles(np.eye(3), [1.0, 1.0, 1.0], 2, tau=0.0, lam=0.1, seed=0)
     with pytest.raises(ValueError, match="lam"):
         convex_particles(np.eye(3), [1.0, 1.0, 1.0], 5, tau=0.0, lam=0.0, seed=0)
+
+
+def test_free_particles_have_the_free_laws_moments_and_the_spreads_seed():
+    """N(0, (τ/λ) I): the Gibbs law of one particle under (λ/2)|θ|² alone at τ, drawn from the
+    spread's stream (the spread of a start on rays, with the rays taken away)."""
+    tau, lam = 0.02, 0.5
+    a = free_particles(40000, 4, tau=tau, lam=lam, seed=3)
+    assert a.shape == (40000, 4) and np.array_equal(a, free_particles(40000, 4, tau=tau,
+                                                                         lam=lam, seed=3))
+    np.testing.assert_allclose(a.var(axis=0), tau / lam, rtol=4 * np.sqrt(2 / 40000))
+    assert np.all(np.abs(a.mean(axis=0)) < 4 * np.sqrt(tau / lam / 40000))
+    V = np.array([[0.6, 0.0, 0.8]])          # d + 1 = 3: particles of d + 2 = 4 coordinates
+    spread = (convex_particles(V, [1.5], 40000, tau=tau, lam=lam, seed=3)
+              - convex_particles(V, [1.5], 40000, tau=0.0, lam=lam, seed=3))
+    np.testing.assert_allclose(a, spread, rtol=0, atol=1e-12)
+    assert not np.any(free_particles(5, 3, tau=0.0, lam=lam, seed=3))
+    with pytest.raises(ValueError, match="lam"):
+        free_particles(5, 3, tau=tau, lam=0.0, seed=0)
+
+
+#: Three points and labels small against λ: the certificate of μ = 0,
+#: |G(v)| = |Σ_j y_j (v·x̃_j)₊| / (nλ) ≤ Σ_j |y_j| |x̃_j| / (nλ) (|v| = 1), is far below 1, so
+#: f = 0 is the τ → 0 solution and the convex solution has no ray (THEORY §4).
+ZERO_RAY_X = [[-1.0], [0.0], [1.0]]
+ZERO_RAY_Y = [0.01, -0.02, 0.01]
+ZERO_RAY_LAM = 0.5
+
+
+def test_the_zero_ray_data_has_no_ray():
+    X, y = np.array(ZERO_RAY_X), np.array(ZERO_RAY_Y)
+    bound = np.sum(np.abs(y) * np.linalg.norm(np.c_[X, np.ones(3)], axis=1)) / (3 * ZERO_RAY_LAM)
+    assert bound < 0.05
+    sol = convex(X, y, ZERO_RAY_LAM)
+    assert len(sol.weights) == 0
+    from solvers.langevin import convex_start
+    theta = convex_start(X, y, 7, ZERO_RAY_LAM, 0.02, 3, solution=sol)
+    assert np.array_equal(theta, free_particles(7, 3, tau=0.02, lam=ZERO_RAY_LAM, seed=3))
+
+
+def test_a_warm_start_without_a_ray_starts_from_the_free_law(tmp_path):
+    """``model.init = "convex"`` on data whose convex solution has no ray: exit 0, one note on
+    stderr, and the particles of the frame after the first step have the free law's second
+    moment τ/λ per coordinate (one Euler step keeps it up to a factor 1 + (ηλ)², 6e-4 here,
+    and the data term is of the size of the labels) within 4 standard errors
+    ``(τ/λ) sqrt(2/(N(d+2)))``."""
+    from conftest import toml
+    from support import run_cli
+    tau, N = 0.02, 400
+    cfg = {"data": {"kind": "inline", "X": ZERO_RAY_X, "y": ZERO_RAY_Y},
+           "model": {"n_particles": N, "init": "convex"},
+           "dynamics": {"lam": ZERO_RAY_LAM, "eta": 0.05, "taus": [tau, tau / 2],
+                        "steps_per_tau": 1, "seed": 5},
+           "output": {"observe_every": 1, "snapshots_per_tau": 1}}
+    (tmp_path / "zero.toml").write_text(toml(cfg))
+    done = run_cli(["run", "zero.toml", "-o", "zero.h5", "--quiet"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    notes = [ln for ln in done.stderr.splitlines() if "has no ray" in ln]
+    assert len(notes) == 1
+    assert notes[0].startswith('meanfield: note: model.init = "convex": the tau -> 0 convex '
+                               "solution has no ray")
+    assert "free law N(0, (tau/lam) I) at tau = 0.02" in notes[0]
+    from meanfield.store import open_run
+    run = open_run(tmp_path / "zero.h5")
+    assert run.complete and list(run.frame_step[:1]) == [1]
+    theta = run.frame(0)
+    v = tau / ZERO_RAY_LAM
+    m2 = np.mean(theta ** 2)
+    assert abs(m2 - v) < 4 * v * np.sqrt(2 / theta.size)
+    # not the default start N(0, 1) nor particles on a ray
+    assert m2 < 0.1
 
 
 def test_compare_ladders_matches_temperatures_and_standardises():
