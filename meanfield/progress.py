@@ -59,7 +59,8 @@ class PlainProgress:
     def _line(self) -> str:
         el = self._clock() - self._t0
         pct = f" ({100 * self.n / self.total:.0f}%)" if self.total else ""
-        txt = f"{self.desc}: {self.n}/{self.total} {self.unit}s{pct}, {_duration(el)}"
+        units = self.unit + ("es" if self.unit.endswith("s") else "s")    # steps, passes
+        txt = f"{self.desc}: {self.n}/{self.total} {units}{pct}, {_duration(el)}"
         done = self.n - self._n0
         if 0 < done and self.n < self.total and el > 0:
             left = _duration((self.total - self.n) * el / done)

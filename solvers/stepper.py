@@ -90,12 +90,16 @@ def compile_variant(d: int, integrator: str = "em", relu: bool = True) -> None:
 _CHILD = ("import sys\nfrom solvers.stepper import compile_variant\n"
           "compile_variant(int(sys.argv[1]), sys.argv[2], sys.argv[3] == '1')")
 
-#: The detached compiler of :func:`compile_in_background`: at the lowest CPU priority, it
-#: takes the installation's compile-ahead lock (or leaves at once when another process holds
-#: it) and compiles the variants one after the other.
+#: The detached compiler of :func:`compile_in_background`: in a process group of its own (an
+#: interrupt typed at the terminal does not reach it) but the run's session, so that its
+#: lowest CPU priority counts against the run's threads (the kernel's autogroup scheduler
+#: weighs each session as a whole: in a session of its own, ``nice 19`` took a third of the
+#: two cores from the run, measured), it takes the installation's compile-ahead lock (or leaves
+#: at once when another process holds it) and compiles the variants one after the other.
 _BACKGROUND = """\
 import os, sys
 try:
+    os.setpgid(0, 0)
     os.nice(19)
 except (AttributeError, OSError):
     pass
@@ -165,8 +169,9 @@ def compile_in_background(ds, *, integrator="em", relu=True):
     A run calls this after its own kernel's first compile: the other input dimensions are
     then in the cache for the next run, while this one steps (the subprocess runs at
     ``nice 19``, so it takes the cores only when the run leaves them idle, and it goes on
-    after the run ends). It runs in a session of its own (an interrupt of the run does not
-    reach it) and leaves at once when another process compiles ahead for this installation.
+    after the run ends). It runs in a process group of its own (an interrupt of the run does
+    not reach it) and leaves at once when another process compiles ahead for this
+    installation.
 
     Parameters
     ----------
@@ -191,7 +196,7 @@ def compile_in_background(ds, *, integrator="em", relu=True):
         return subprocess.Popen([sys.executable, "-c", _BACKGROUND, root, integrator,
                                  "1" if relu else "0", *ds], env=_child_env(root),
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL, start_new_session=True)
+                                stderr=subprocess.DEVNULL)
     except OSError:                          # no process to spare: compile on first use
         return None
 

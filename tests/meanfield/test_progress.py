@@ -40,6 +40,15 @@ def test_plain_lines_at_most_every_interval_with_rate_and_postfix():
                      "run: 300/1000 steps (30%), 30 s, about 1 min 10 s left" + post]
 
 
+def test_plain_lines_name_the_unit_in_the_plural():
+    """The exact sampler counts passes, not "passs"."""
+    out = io.StringIO()
+    bar = P.PlainProgress(100, "run", "pass", stream=out, every=0)
+    bar.update(10)
+    bar.close()
+    assert out.getvalue().startswith("run: 10/100 passes (10%)")
+
+
 def test_plain_close_reports_the_end_and_a_resume_counts_only_new_work():
     out, clock = io.StringIO(), Clock()
     bar = P.PlainProgress(100, "run", "step", initial=50, every=10.0, stream=out, clock=clock)
