@@ -9,9 +9,9 @@ particles with the exact references (the Gibbs measure at each ``τ``, THEORY §
     python examples/low_temperature_study.py                 # writes ./lowtemp-study/
     python examples/low_temperature_study.py out/ --threads 1
 
-Two chains of 2000 particles, each temperature run until it is judged stationary; about
-1.5 minutes on two cores with a warm numba cache (measured: 71 s the run, 20 s the analysis
-and the exact references; 2 minutes more the first time, to compile the numba kernels).
+Two chains of 2000 particles sampled exactly (``integrator = "mala"``, docs/theory.md §2.6),
+each temperature run until it is judged stationary; under a minute on two cores once the
+kernel is compiled (about 15 s more the first time; docs/tutorial.md has the measured times).
 ``docs/tutorial.md`` walks through it. It uses the installed ``meanfield`` (``pip install .``),
 so its numba cache is the one every other command uses.
 """
@@ -29,17 +29,19 @@ DATA = ROOT / "data" / "plane8.csv"
 def study_config(n_particles: int, max_steps_per_tau: int, seed: int) -> dict:
     """The run config as a dict: ``docs/cli.md`` lists every key with its default and unit.
 
-    Two independent particle systems (``chains = 2``), so that the stationarity verdict can
-    compare them (split-R-hat between chains, docs/theory.md §2.5), and every temperature runs
-    until that verdict holds (``steps_per_tau = "auto"``, in chunks of an eighth of the budget)
-    or ``max_steps_per_tau`` steps are spent."""
+    The exact sampler of the N-particle stationary law (``integrator = "mala"``: a step is one
+    pass of Metropolis-adjusted moves over the particles, no step bias); two independent
+    particle systems (``chains = 2``), so that the stationarity verdict can compare them
+    (split-R-hat between chains, docs/theory.md §2.5), and every temperature runs until that
+    verdict holds (``steps_per_tau = "auto"``, in chunks of an eighth of the budget) or
+    ``max_steps_per_tau`` passes are spent; an observation every 5 passes."""
     return {
         "data": {"kind": "file", "path": str(DATA), "target": "y"},
         "model": {"activation": "relu", "n_particles": n_particles},
-        "dynamics": {"lam": 0.05, "eta": 0.1, "taus": [1e-2, 1e-3, 1e-4], "chains": 2,
-                     "steps_per_tau": "auto", "max_steps_per_tau": max_steps_per_tau,
-                     "seed": seed},
-        "output": {"observe_every": 100, "snapshots_per_tau": 1},
+        "dynamics": {"lam": 0.05, "integrator": "mala", "eta": 0.2,
+                     "taus": [1e-2, 1e-3, 1e-4], "chains": 2, "steps_per_tau": "auto",
+                     "max_steps_per_tau": max_steps_per_tau, "seed": seed},
+        "output": {"observe_every": 5, "snapshots_per_tau": 1},
     }
 
 
@@ -51,10 +53,10 @@ def main(argv=None) -> int:
                          "(default ./lowtemp-study)")
     ap.add_argument("--n-particles", type=int, default=2000,
                     help="particles N in each chain (default 2000)")
-    ap.add_argument("--max-steps", type=int, default=400000,
-                    help="the most steps at one temperature (max_steps_per_tau; default "
-                         "400000, i.e. 40000 time units): each temperature runs until its "
-                         "stationarity verdict holds or this budget is spent")
+    ap.add_argument("--max-steps", type=int, default=40000,
+                    help="the most passes at one temperature (max_steps_per_tau; default "
+                         "40000): each temperature runs until its stationarity verdict holds "
+                         "or this budget is spent")
     ap.add_argument("--seed", type=int, default=0, help="seed (default 0)")
     ap.add_argument("--threads", type=int, default=None,
                     help="numba threads (default: numba's default, all cores; use 1 on a "
@@ -62,6 +64,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     import meanfield
+    from analysis.references import verdict_text
     from meanfield import analyze_run
 
     out = Path(args.outdir)
@@ -80,7 +83,7 @@ def main(argv=None) -> int:
 
     print(f"\nP = {rep['P']} affine dichotomies, bound 2P-1 = {rep['bound_2P_minus_1']}")
     run = meanfield.open_run(run_file)
-    print(" tau     steps    risk      J  K  W2 to previous tau  stationary")
+    print(" tau    passes    risk      J  K  W2 to previous tau  stationary")
     for r in rep["ladder"]:
         w2 = "" if r["w2_to_previous"] is None else f"{r['w2_to_previous']:.3f}"
         # J, K as measured in chain 0; "stationary" says whether the stage's counts are a
@@ -95,14 +98,16 @@ def main(argv=None) -> int:
     refs = rep["references"]
     for g in refs.get("gibbs", []):
         if "skipped" not in g:
-            # the distance, its combined error, the O(eta) allowance of the step, z with and
-            # without the allowance, verdict ("consistent" without the allowance; a bound, the
-            # allowance alone gives "within the step-bias bound (not a test)")
+            # the distance, its combined error (Monte Carlo and quadrature), z and the verdict
+            # in the words of `meanfield analyze` (docs/theory.md §2.4); an integrator with a
+            # step bias adds its allowance (the exact sampler has none)
+            bias, z, z0 = g["step_bias_allowance"], g["z"], g["z_without_allowance"]
+            allow = "" if not bias else f", step-bias allowance {bias:.1e}"
+            z = ("" if z != z else f", z = {z0:.2g}" if not bias     # nan: too few observations
+                 else f", z = {z:.2g} ({z0:.2g} without the allowance)")
             print(f" tau={g['tau']:.0e}: max |f_particles - f_Gibbs| = {g['max_abs_diff']:.2e}"
-                  f" (error {g['combined_error']:.1e}, step-bias allowance "
-                  f"{g['step_bias_allowance']:.1e}, z = {g['z']:.2f}, "
-                  f"{g.get('z_without_allowance', g['z']):.2g} without the allowance: "
-                  f"{g['verdict']})")
+                  f" (error {g['combined_error']:.1e}{allow}{z}): "
+                  f"{verdict_text(g, str(run_file))}")
     c = refs.get("convex")
     if c and "skipped" not in c:
         print(f" tau={c['tau']:.0e}: max |f_particles - f_convex| = {c['max_abs_diff']:.2e}")
