@@ -453,20 +453,24 @@ def main(args) -> int:
             else:
                 print(f"tau={c['tau']:.2e} particles vs convex tau->0 reference: max |diff| = "
                       f"{c['max_abs_diff']:.3e}")
-        sys.stderr.write(f"meanfield: report in {outdir}/report.md\n")
+        sys.stderr.write(f"meanfield: report in {one_line(outdir)}/report.md\n")
     return 0
 
 
 def gibbs_line(g: dict, run_path: str = "RUN.h5") -> str:
     """The line of one Gibbs comparison (a row of :func:`analysis.references.gibbs_distance`):
-    the distance, its errors and allowance, ``z`` (with the step-bias allowance, and without
-    it where there is one) and the verdict with what it needs said
+    the distance, its errors and allowance (none is stated for the exact sampler, whose
+    allowance is 0), ``z`` (with the step-bias allowance, and without it where there is one)
+    and the verdict with what it needs said
     (:func:`analysis.references.verdict_text`); without an MCSE, no allowance and no ``z``."""
     from analysis.references import VERDICT_TOO_FEW, verdict_text
     head = (f"tau={g['tau']:.2e} particles vs Gibbs reference: max |diff| = "
             f"{g['max_abs_diff']:.3e} (std. error {g['max_stderr']:.1e}")
     if g["verdict"] == VERDICT_TOO_FEW:
         return f"{head}): {verdict_text(g, run_path)}"
+    if not g.get("step_bias_allowance"):       # the exact sampler: no allowance to state
+        return (f"{head}; combined error {g['combined_error']:.1e}) z = {g['z']:.2g}: "
+                f"{verdict_text(g, run_path)}")
     return (f"{head}; allowance: combined error {g['combined_error']:.1e} + step bias "
             f"{g['step_bias_allowance']:.1e}) z = {g['z']:.2g}" + _z_raw(g)
             + f": {verdict_text(g, run_path)}")

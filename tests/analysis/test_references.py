@@ -229,6 +229,7 @@ def test_the_analyze_line_and_the_report_row_say_each_verdict():
     assert lines[1].endswith("z = 0 (5 without the allowance): within the step-bias bound "
                              "(not a test)")
     assert f"z = 5: inconsistent, {WIDTH_BIAS_NOTE} (it would be 0.64/N" in lines[2]
+    assert "allowance" not in lines[2] and "combined error 2.0e-03)" in lines[2]   # exact
     assert lines[2].endswith("meanfield analyze a.h5 --extrapolate-n B.h5 removes it, B the "
                              "same run at n_particles = 32")
     assert lines[3].endswith("(std. error 0.0e+00): too few observations (1 per chain in the "
