@@ -4,6 +4,8 @@ compared, so the tutorial cannot drift from the code.
 
 Timings (``35 s``) and the output folder are masked; every other character must match, except
 that numbers printed with more than 8 significant digits are compared to a relative 1e-9.
+With ``MEANFIELD_REGENERATE_DOCS=1`` the long tests write what the code printed into the
+tutorial's blocks instead of comparing (then review the diff and the prose around them).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 TUTORIAL = REPO / "docs" / "tutorial.md"
+REGENERATE = os.environ.get("MEANFIELD_REGENERATE_DOCS") == "1"
 NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
 
 
@@ -45,6 +48,20 @@ def python_steps(text: str):
             nxt = bl[i + 1] if i + 1 < len(bl) else None
             out.append((body, nxt[1] if nxt is not None and nxt[0] == "" else None))
     return out
+
+
+def replace_plain_blocks(text: str, start: str, end: str, bodies: list) -> str:
+    """``text`` with the plain fenced blocks between the headings ``start`` and ``end``
+    replaced, in order, by ``bodies`` (``None``: left as it is)."""
+    a, b = text.index(start), text.index(end)
+    sec, k = text[a:b], iter(bodies)
+
+    def sub(m):
+        if m.group(1) != "":
+            return m.group(0)
+        body = next(k, None)
+        return m.group(0) if body is None else "```\n" + body.rstrip("\n") + "\n```"
+    return text[:a] + re.sub(r"^```(\w*)\n(.*?)^```$", sub, sec, flags=re.S | re.M) + text[b:]
 
 
 def _mask(line: str) -> str:
@@ -91,6 +108,10 @@ def test_script_output_is_the_tutorials(workdir):
                          capture_output=True, text=True, timeout=1800, check=False)
     assert out.returncode == 0, out.stderr
     assert "\r" not in out.stderr               # progress in a log: plain lines
+    if REGENERATE:
+        TUTORIAL.write_text(replace_plain_blocks(TUTORIAL.read_text(), "## 1. Run the study",
+                                                 "## 2.", [out.stdout]))
+        return
     assert_same_output(script_output_block(TUTORIAL.read_text()), out.stdout,
                        "examples/low_temperature_study.py")
 
@@ -102,10 +123,15 @@ def test_python_steps_print_what_the_tutorial_shows(workdir, monkeypatch):
     namespace: dict = {}
     steps = python_steps(TUTORIAL.read_text())
     assert len(steps) >= 4
+    printed = []
     for code, shown in steps:
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):
             exec(compile(code, "docs/tutorial.md", "exec"), namespace)  # noqa: S102
+        if shown is not None:
+            printed.append(buf.getvalue())
+        if REGENERATE:
+            continue
         if shown is not None:
             assert_same_output(shown, buf.getvalue(), code.strip().splitlines()[0])
         # inline "print(...)   # expected, then a remark" comments: the comment starts with
@@ -115,11 +141,20 @@ def test_python_steps_print_what_the_tutorial_shows(workdir, monkeypatch):
             if shown is None:
                 comment = line.split("#", 1)[1].strip()
                 assert_same_output(comment[:len(got.strip())], got.strip(), line)
+    if REGENERATE:          # the output blocks; the inline comments are prose, edited by hand
+        TUTORIAL.write_text(replace_plain_blocks(TUTORIAL.read_text(), "## 3.", "## 4.",
+                                                 printed))
 
 
 def test_the_tutorial_parses():
-    """The fast half: the blocks this test compares exist where it looks for them."""
+    """The fast half: the blocks this test compares exist where it looks for them, and the
+    regeneration writes a block back where it was read."""
     text = TUTORIAL.read_text()
+    again = replace_plain_blocks(text, "## 1. Run the study", "## 2.",
+                                 [script_output_block(text)])
+    assert again == text
+    other = replace_plain_blocks(text, "## 1. Run the study", "## 2.", ["run: x\n"])
+    assert script_output_block(other) == "run: x\n" and other.count("```") == text.count("```")
     assert script_output_block(text).startswith("run: ")
     steps = python_steps(text)
     assert sum(shown is not None for _, shown in steps) >= 2
