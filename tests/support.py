@@ -161,3 +161,45 @@ def auto_walk(lengths, T, every):
                 frames.append((s, k, start + k))
         start += L
     return obs, frames
+
+
+def old_format(src, dst) -> Path:
+    """Copy the run file ``src`` to ``dst`` as the writer before checksums wrote it: every
+    string attribute variable-length (in HDF5's global heap), no Fletcher-32 filter,
+    ``/data/X`` and ``/data/y`` contiguous, the rows allocated early without fill."""
+    import h5py
+
+    def attrs(s, d):
+        for k, v in s.attrs.items():
+            d.attrs[k] = bytes(v).decode() if isinstance(v, (bytes, np.bytes_)) else v
+
+    with h5py.File(src, "r") as fs, h5py.File(dst, "w", libver="latest") as fd:
+        attrs(fs, fd)
+
+        def copy(name, obj):
+            if isinstance(obj, h5py.Group):
+                out = fd.create_group(name)
+            elif name.startswith("data/"):
+                out = fd.create_dataset(name, data=obj[()])
+            else:
+                dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+                dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+                dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)
+                out = fd.create_dataset(name, shape=obj.shape, maxshape=obj.maxshape,
+                                        dtype=obj.dtype, chunks=obj.chunks, dcpl=dcpl)
+                out[...] = obj[()]
+            attrs(obj, out)
+        fs.visititems(copy)
+    return Path(dst)
+
+
+def damage_global_heap(path) -> int:
+    """Zero the header of the first object of the first global heap collection (``GCOL``) of
+    ``path``, the damage on which HDF5 loops forever reading a variable-length string; returns
+    the collection's offset."""
+    raw = bytearray(Path(path).read_bytes())
+    at = raw.find(b"GCOL")
+    assert at >= 0, f"{path} has no global heap"
+    raw[at + 16:at + 32] = bytes(16)        # after the 16-byte collection header
+    Path(path).write_bytes(bytes(raw))
+    return at

@@ -16,7 +16,9 @@ Layout (documented in ``docs/format.md``)::
         eta_lambda_max, acceptance, jump_acceptance, cell_exchange, radial_acceptance
     root attrs  n_frames, n_observations (commit counters, written last), complete (bool)
 
-Readers trust only the first ``n_frames`` / ``n_observations`` rows, so a killed writer leaves a
+Every dataset is chunked with a Fletcher-32 checksum per chunk, and string attributes are
+fixed-length; :func:`open_run` treats a file as untrusted input (``docs/format.md``, "Reading a
+file from someone else"). Readers trust only the first ``n_frames`` / ``n_observations`` rows, so a killed writer leaves a
 readable file holding every committed row. The writer allocates every row of the run (and the
 disk space for it) when it creates the file, so appends never change the file's structure.
 Observations are buffered in memory and written as blocks (:data:`FLUSH_ROWS`,
@@ -32,7 +34,9 @@ mode HDF5 drops its own lock, so the writer holds a POSIX record lock on the fil
 The package, one module per concern: :mod:`~meanfield.store.layout` (the elements, their chunks
 and row writes), :mod:`~meanfield.store.writer` (:class:`RunWriter`),
 :mod:`~meanfield.store.reader` (:func:`open_run`, :class:`Run`), :mod:`~meanfield.store.locks`
-(SWMR opens and the writer lock), :mod:`~meanfield.store.disk` (disk reservation) and
+(SWMR opens and the writer lock), :mod:`~meanfield.store.trust` (the checks of a file from
+someone else: links, storage, sizes, shapes, variable-length attributes read in a child process
+with a deadline, checksums), :mod:`~meanfield.store.disk` (disk reservation) and
 :mod:`~meanfield.store.provenance`. Its public names are imported from ``meanfield.store``.
 """
 

@@ -41,6 +41,27 @@ def stored_chains(parameters) -> int:
     return int(np.asarray(parameters.attrs.get("chains", 1)).item())
 
 
+def set_text(obj, name: str, value: str) -> None:
+    """Write the string attribute ``name`` of ``obj`` as a fixed-length UTF-8 string.
+
+    Fixed-length strings are stored in the attribute itself. Variable-length ones (written
+    before, and by h5py for a ``str``) live in HDF5's global heap, and a damaged global heap
+    makes HDF5 loop forever reading them (``docs/format.md``, "Reading a file from someone
+    else")."""
+    raw = str(value).encode("utf-8")
+    obj.attrs.create(name, np.array(raw, dtype=h5py.string_dtype("utf-8", max(1, len(raw)))))
+
+
+def text(value) -> str:
+    """A string attribute as read by h5py: ``bytes`` of a fixed-length string (decoded as
+    UTF-8) or ``str`` of a variable-length one, as ``str``."""
+    if isinstance(value, np.ndarray) and value.shape == ():
+        value = value[()]
+    if isinstance(value, (bytes, np.bytes_)):
+        return bytes(value).decode("utf-8")
+    return str(value)
+
+
 def _value_chunk_rows(value_shape, chunk_rows):
     """Rows per chunk of a ``value`` dataset: ``chunk_rows``, capped at about 1 MiB a chunk."""
     if not value_shape:
@@ -61,21 +82,40 @@ def _elements(N, d, n):
 
 def estimate_size(n_particles, d, n, capacity, chains: int = 1) -> int:
     """Upper bound, in bytes, of a new run file of ``chains`` chains holding ``capacity =
-    (n_frames, n_observations)`` rows each (raw data of every allocated chunk, plus 2 KiB of
-    metadata per dataset and 64 KiB for the rest)."""
+    (n_frames, n_observations)`` rows each (raw data of every allocated chunk and its 4-byte
+    checksum, plus 2 KiB of metadata per dataset and 64 KiB for the rest)."""
     rows = {"n_frames": int(capacity[0]), "n_observations": int(capacity[1])}
-    total = 8 * n * (d + 1) + 65536
+    total = 8 * n * (d + 1) + 65536 + 4 * (-(-n // _data_chunk_rows(d)) + -(-n // 2**17))
     for _, shape, counter, crows, _ in _elements(n_particles, d, n):
         r = rows[counter]
         for shp, cr in (((), crows), ((), crows), (shape, _value_chunk_rows(shape, crows))):
-            total += chains * (-(-r // cr) * cr * 8 * int(np.prod(shp, dtype=np.int64)) + 2048)
+            chunks = -(-r // cr)
+            total += chains * (chunks * (cr * 8 * int(np.prod(shp, dtype=np.int64)) + 4)
+                               + 2048)
     return int(total)
+
+
+def _data_chunk_rows(width: int) -> int:
+    """Rows per chunk of ``/data/X`` (``width = d``) or ``/data/y`` (``width = 1``): about
+    1 MiB a chunk."""
+    return max(1, 2**20 // (8 * max(1, int(width))))
+
+
+def write_data(group, X, y) -> None:
+    """``/data/X`` and ``/data/y``, chunked (about 1 MiB a chunk) with a Fletcher-32 checksum
+    per chunk."""
+    for name, arr, width in (("X", X, X.shape[1]), ("y", y, 1)):
+        rows = max(1, min(arr.shape[0], _data_chunk_rows(width)))
+        group.create_dataset(name, data=arr, chunks=(rows,) + arr.shape[1:], fletcher32=True)
 
 
 def _time_element(group, name, value_shape, rows=0, dtype=np.float64, chunk_rows=64):
     """Create an H5MD time-dependent element ``{step, time, value}`` with ``rows`` rows
-    allocated up front (early allocation, no fill): appends then only write raw data into space
-    that already exists, so a crash never leaves half-updated chunk indices or dataset shapes."""
+    allocated up front (early allocation): appends then only write raw data into space that
+    already exists, so a crash never leaves half-updated chunk indices or dataset shapes.
+
+    Every chunk carries a Fletcher-32 checksum (HDF5 writes the allocated chunks at creation,
+    zeros with their checksum, and verifies the checksum on every read)."""
     g = group.create_group(name)
     value_shape = tuple(value_shape)
     for key, shape, dt, crows in (("step", (), np.int64, chunk_rows),
@@ -86,7 +126,7 @@ def _time_element(group, name, value_shape, rows=0, dtype=np.float64, chunk_rows
         dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
         dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)
         g.create_dataset(key, shape=(rows,) + shape, maxshape=(None,) + shape, dtype=dt,
-                         chunks=(crows,) + shape, dcpl=dcpl)
+                         chunks=(crows,) + shape, fletcher32=True, dcpl=dcpl)
     return g
 
 

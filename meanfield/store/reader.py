@@ -19,12 +19,22 @@ from meanfield.errors import ConfigError, RunFileError, StoredConfigWarning
 from meanfield.store.layout import (
     LATER_OBSERVABLES,
     OBSERVABLES,
+    PER_POINT,
     PLACE,
     SCHEMA_VERSION,
     chain_root,
     stored_chains,
+    text,
 )
 from meanfield.store.locks import _open_read, writer_alive
+from meanfield.store.trust import (
+    check_dataset,
+    check_shapes,
+    failed_read,
+    read_rows,
+    vet_attributes,
+    walk,
+)
 from solvers.schedule import Schedule
 
 #: What h5py raises on a file it cannot read: damaged metadata (a bad local heap or object
@@ -300,7 +310,13 @@ class Run:
         name = f"{self.prefix}particles/neurons/position/value"
         try:
             with _open_read(self._current_path(k)) as f:
-                theta = np.asarray(_need(f, name, self.path)[k], dtype=np.float64)
+                check_dataset(f, name, self.path)
+                ds = _need(f, name, self.path)
+                try:
+                    theta = np.asarray(ds[k], dtype=np.float64)
+                except OSError as exc:
+                    raise RunFileError(self.path, f"frame {k}",
+                                       f"{name}: {failed_read(ds, exc)}") from None
         except RunFileError:
             raise
         except READ_ERRORS as exc:
@@ -388,7 +404,7 @@ def _place(f, obs: dict, frame_step, nf: int, no: int, config: RunConfig, src: s
                 if ds.shape[0] < rows:
                     raise RunFileError(src, counter, f"damaged run file: {counter}={rows} but "
                                                      f"{ds.name} holds {ds.shape[0]} rows")
-                got[where + name] = np.asarray(ds[:rows], dtype=np.int64)
+                got[where + name] = np.asarray(read_rows(ds, rows, src), dtype=np.int64)
         return got, sch.as_run(got["stage"], obs["tau"]["step"])
     stage, in_stage = sch.stages_of_rows(obs["tau"]["step"], obs["tau"]["value"])
     sch = sch.as_run(stage, obs["tau"]["step"])
@@ -415,12 +431,59 @@ def _chain_rows(root, nf: int, no: int, config: RunConfig, src: str) -> dict:
     obs = {}
     for name in names:
         g = observables[name]
-        obs[name] = {k: np.asarray(g[k][:no]) for k in ("step", "time", "value")}
-    frame_step = np.asarray(pos["step"][:nf])
+        obs[name] = {k: read_rows(g[k], no, src) for k in ("step", "time", "value")}
+    frame_step = read_rows(pos["step"], nf, src)
     place, schedule = _place(root, obs, frame_step, nf, no, config, src)
-    return dict(frame_step=frame_step, frame_time=np.asarray(pos["time"][:nf]),
-                frame_tau=np.asarray(temp["value"][:nf]), observables=obs, **place,
+    return dict(frame_step=frame_step, frame_time=read_rows(pos["time"], nf, src),
+                frame_tau=read_rows(temp["value"], nf, src), observables=obs, **place,
                 schedule=schedule)
+
+
+def check_untrusted(f, src: str):
+    """The checks of a run file from someone else (:mod:`meanfield.store.trust`) on the open
+    file ``f``, in the order :func:`open_run` makes them: links, storage and sizes, the
+    variable-length attributes (in a child process with a deadline), the schema, the shapes.
+    Returns the :class:`~meanfield.store.trust.Walk`.
+
+    Raises
+    ------
+    RunFileError
+        What :func:`open_run` refuses before reading data.
+    """
+    found = walk(f, src)
+    vet_attributes(src, found)
+    check_schema(f, src)
+    check_shapes(f, found, src, PLACE + OBSERVABLES, PER_POINT)
+    return found
+
+
+def _check_parameters(p, config: RunConfig, src: str) -> None:
+    """Refuse a file whose ``/parameters`` attributes ``n_particles`` and ``chains`` disagree
+    with its stored config (the shapes of its datasets were checked against the attributes)."""
+    for attr, want in (("n_particles", config.model.n_particles),
+                       ("chains", config.dynamics.chains)):
+        if attr not in p.attrs:
+            continue
+        got = np.asarray(p.attrs[attr])
+        if got.shape not in ((), (1,)) or got.dtype.kind not in "iu" \
+                or int(got.reshape(-1)[0]) != int(want):
+            raise RunFileError(src, f"parameters.{attr}",
+                               f"{got.tolist()!r} disagrees with the stored config "
+                               f"({want}); the file is damaged or was edited")
+
+
+def _check_data_hash(X, y, stored: str, src: str) -> None:
+    """Refuse ``/data/X``, ``/data/y`` whose values do not give the stored ``data_hash``
+    (absent in files written before it was stored: nothing to check)."""
+    if not stored:
+        return
+    from meanfield.data import data_hash
+    got = data_hash(X, y)
+    if got != stored:
+        raise RunFileError(src, "data/X, data/y",
+                           f"the values do not match the stored data_hash ({got} != "
+                           f"{stored}): the data was changed after the run wrote it; the file "
+                           "is damaged or was edited")
 
 
 def open_run(path: str | os.PathLike) -> Run:
@@ -447,7 +510,10 @@ def open_run(path: str | os.PathLike) -> Run:
     ------
     RunFileError
         Missing, unreadable, truncated or foreign file, inconsistent commit counters, or a newer
-        schema version.
+        schema version; an external, soft or user-defined link, external or virtual storage, a
+        dataset whose shape disagrees with the file's parameters or declares more bytes than
+        the file holds, a checksum (Fletcher-32) or ``data_hash`` that does not match, an
+        attribute HDF5 does not finish reading (:mod:`meanfield.store.trust`).
     """
     src = str(path)
     p = Path(path)
@@ -461,9 +527,12 @@ def open_run(path: str | os.PathLike) -> Run:
         raise RunFileError(src, "", f"not a readable HDF5 file ({_h5_reason(exc)})") from None
     try:
         with f:
-            check_schema(f, src)
+            # the file is untrusted input: its links, storage, sizes and attributes are
+            # checked before anything is read from it (docs/format.md, "Reading a file from
+            # someone else")
+            check_untrusted(f, src)
             p = f["parameters"]
-            cfg_json = str(_need_attr(p, "config_json", src))
+            cfg_json = text(_need_attr(p, "config_json", src))
             nf = int(f.attrs.get("n_frames", 0))
             no = int(f.attrs.get("n_observations", 0))
             try:
@@ -474,16 +543,19 @@ def open_run(path: str | os.PathLike) -> Run:
                 warnings.warn(StoredConfigWarning(
                     f"{src}: the stored config no longer validates ({invalid}); read as "
                     f"stored, unchecked, with defaults for missing keys"), stacklevel=2)
+            _check_parameters(p, config, src)
             rows = [_chain_rows(f if k == 0 else _need(f, chain_root(k), src), nf, no,
                                 config, src) for k in range(stored_chains(p))]
-            shared = dict(path=src, config=config, config_json=cfg_json,
-                          X=np.asarray(_need(f, "data/X", src)),
-                          y=np.asarray(_need(f, "data/y", src)),
+            X = read_rows(_need(f, "data/X", src), None, src)
+            y = read_rows(_need(f, "data/y", src), None, src)
+            stored_hash = text(p.attrs.get("data_hash", ""))
+            _check_data_hash(X, y, stored_hash, src)
+            shared = dict(path=src, config=config, config_json=cfg_json, X=X, y=y,
                           complete=bool(f.attrs.get("complete", False)),
-                          provenance=json.loads(str(p.attrs.get("provenance", "{}"))),
+                          provenance=json.loads(text(p.attrs.get("provenance", "{}"))),
                           schema_version=int(p.attrs["schema_version"]),
-                          physics_hash=str(p.attrs.get("physics_hash", "")),
-                          data_hash=str(p.attrs.get("data_hash", "")),
+                          physics_hash=text(p.attrs.get("physics_hash", "")),
+                          data_hash=stored_hash,
                           identity=_identity(f, src))
             others = tuple(Run(**shared, **r, prefix=f"{chain_root(k)}/", chain_index=k)
                            for k, r in enumerate(rows[1:], start=1))

@@ -25,11 +25,20 @@ from meanfield.store.layout import (
     _write_rows,
     chain_root,
     estimate_size,
+    set_text,
     stored_chains,
+    text,
+    write_data,
 )
-from meanfield.store.locks import _is_open_for_write, _rebuild, _take_writer_lock, writer_alive
+from meanfield.store.locks import (
+    _is_open_for_write,
+    _open_read,
+    _rebuild,
+    _take_writer_lock,
+    writer_alive,
+)
 from meanfield.store.provenance import provenance
-from meanfield.store.reader import _h5_reason, check_schema
+from meanfield.store.reader import READ_ERRORS, _h5_reason, check_schema, check_untrusted
 
 #: Buffered observations are written and committed as one block once this many are waiting
 #: (a commit costs about 5-10 ms whatever its size: one write per dataset of every observable,
@@ -120,6 +129,7 @@ class RunWriter:
             if writer_alive(self.path):
                 raise RunFileError(str(self.path), "", "locked: another process is writing "
                                                        "this run")
+            _check_before_append(self.path)
             try:
                 try:
                     self.f = h5py.File(self.path, "a", libver="latest")
@@ -164,33 +174,35 @@ class RunWriter:
         cap_frames, cap_obs = (int(c) for c in capacity)
         h = f.create_group("h5md")
         h.attrs["version"] = np.array([1, 1], dtype=np.int32)
-        h.create_group("author").attrs["name"] = os.environ.get("USER", "unknown")
+        set_text(h.create_group("author"), "name", os.environ.get("USER", "unknown"))
         cr = h.create_group("creator")
         prov = provenance()
-        cr.attrs["name"] = CREATOR
-        cr.attrs["version"] = prov["meanfield"] + (f"+{prov['git_commit'][:12]}"
-                                                   if "git_commit" in prov else "")
+        set_text(cr, "name", CREATOR)
+        set_text(cr, "version", prov["meanfield"] + (f"+{prov['git_commit'][:12]}"
+                                                     if "git_commit" in prov else ""))
         p = f.create_group("parameters")
         p.attrs["schema_version"] = SCHEMA_VERSION
-        p.attrs["config_json"] = cfg.canonical_json()
-        p.attrs["config_hash"] = cfg.hash()
-        p.attrs["physics_hash"] = cfg.physics_hash()
-        p.attrs["data_hash"] = dataset.hash()
+        set_text(p, "config_json", cfg.canonical_json())
+        set_text(p, "config_hash", cfg.hash())
+        set_text(p, "physics_hash", cfg.physics_hash())
+        set_text(p, "data_hash", dataset.hash())
         p.attrs["lam"] = cfg.dynamics.lam
         p.attrs["eta"] = cfg.dynamics.eta
         p.attrs["taus"] = np.asarray(cfg.taus, dtype=np.float64)
-        p.attrs["steps_per_tau"] = cfg.dynamics.steps_per_tau
+        if isinstance(cfg.dynamics.steps_per_tau, str):
+            set_text(p, "steps_per_tau", cfg.dynamics.steps_per_tau)
+        else:
+            p.attrs["steps_per_tau"] = cfg.dynamics.steps_per_tau
         p.attrs["n_particles"] = N
         p.attrs["d"] = d
         p.attrs["n"] = n
         p.attrs["seed"] = cfg.dynamics.seed
         p.attrs["chains"] = cfg.dynamics.chains
-        p.attrs["activation"] = cfg.model.activation
-        p.attrs["provenance"] = json.dumps(prov, sort_keys=True)
+        set_text(p, "activation", cfg.model.activation)
+        set_text(p, "provenance", json.dumps(prov, sort_keys=True))
         g = f.create_group("data")
-        g.create_dataset("X", data=dataset.X)
-        g.create_dataset("y", data=dataset.y)
-        g.attrs["name"] = dataset.name
+        write_data(g, dataset.X, dataset.y)
+        set_text(g, "name", dataset.name)
         rows = {"n_frames": cap_frames, "n_observations": cap_obs}
         for k in range(cfg.dynamics.chains):
             root = f if k == 0 else f.create_group(chain_root(k))
@@ -203,8 +215,8 @@ class RunWriter:
                 parent, name = path.rsplit("/", 1)
                 _time_element(root[parent], name, shape, rows=rows[counter], dtype=dtype,
                               chunk_rows=crows)
-            root["particles/neurons/position/value"].attrs["columns"] = (
-                "a," + ",".join(f"w{j + 1}" for j in range(d)) + ",b")
+            set_text(root["particles/neurons/position/value"], "columns",
+                     "a," + ",".join(f"w{j + 1}" for j in range(d)) + ",b")
         f.attrs["n_frames"] = 0
         f.attrs["n_observations"] = 0
         f.attrs["complete"] = False
@@ -359,7 +371,7 @@ class RunWriter:
     @property
     def physics_hash(self) -> str:
         """The ``physics_hash`` of the config that created the file."""
-        return str(self.f["parameters"].attrs.get("physics_hash", ""))
+        return text(self.f["parameters"].attrs.get("physics_hash", ""))
 
     def close(self, commit=True):
         """Commit the buffered rows (unless ``commit`` is false or a write failed), close the
@@ -394,6 +406,24 @@ class RunWriter:
             self.close()
         except Exception:           # noqa: BLE001
             self.close(commit=False)
+
+
+def _check_before_append(path) -> None:
+    """The checks :func:`meanfield.store.open_run` makes of a file from someone else
+    (:func:`meanfield.store.reader.check_untrusted`), before HDF5 opens it for appending."""
+    src = str(path)
+    try:
+        f = _open_read(path)
+    except OSError as exc:
+        raise RunFileError(src, "", f"not a readable HDF5 file ({_h5_reason(exc)})") from None
+    try:
+        with f:
+            check_untrusted(f, src)
+    except RunFileError:
+        raise
+    except READ_ERRORS as exc:
+        raise RunFileError(src, "", f"damaged or incomplete run file ({_h5_reason(exc)})") \
+            from None
 
 
 class _WriteGuard:

@@ -25,7 +25,7 @@ from meanfield import cli
 
 REPO = Path(__file__).resolve().parents[2]
 
-from support import TINY, checksums, one_line
+from support import TINY, checksums, damage_global_heap, old_format, one_line
 
 
 def run_cli(*argv, env=None, timeout=300, cwd=None):
@@ -114,21 +114,30 @@ def test_pairs_of_runs_on_one_output(tiny_run_file, tmp_path):
 
 # ------------------------------------------------------------ 2. damaged metadata, readers
 
-@pytest.mark.parametrize("signature", [b"HEAP", b"FRHP", b"OHDR"])
+@pytest.mark.parametrize("signature", [b"HEAP", b"FRHP", b"OHDR", b"GCOL"])
 @pytest.mark.parametrize("command", ["inspect", "analyze", "dichotomies"])
 def test_a_damaged_heap_is_one_line_for_every_reader(tiny_run_file, tmp_path, capsys, command,
-                                                     signature):
+                                                     signature, monkeypatch):
     """A damaged name heap (the local heap ``HEAP`` of the old file format, the fractal heap
-    ``FRHP`` of the SWMR format) or object header: one line naming the file, exit 2."""
+    ``FRHP`` of the SWMR format), object header, or global heap (``GCOL``, of the
+    variable-length strings of files written before fixed-length ones, on which HDF5 loops
+    forever: its attributes are read in a child process with a deadline first): one line
+    naming the file, exit 2."""
+    from meanfield.store import trust
     _, run = tiny_run_file
     bad = tmp_path / "heap.h5"
-    data = bytearray(run.read_bytes())
-    i = data.find(signature)
-    if i < 0:
-        assert signature == b"HEAP", f"{signature!r} not in a run file"
-        pytest.skip("run files are written in the SWMR format (no local heap)")
-    data[i:i + 4] = b"XXXX"
-    bad.write_bytes(bytes(data))
+    if signature == b"GCOL":
+        monkeypatch.setattr(trust, "ATTRIBUTE_DEADLINE", 2.0)
+        old_format(run, bad)
+        damage_global_heap(bad)
+    else:
+        data = bytearray(run.read_bytes())
+        i = data.find(signature)
+        if i < 0:
+            assert signature == b"HEAP", f"{signature!r} not in a run file"
+            pytest.skip("run files are written in the SWMR format (no local heap)")
+        data[i:i + 4] = b"XXXX"
+        bad.write_bytes(bytes(data))
     argv = [command, str(bad)] + (["-o", str(tmp_path / "rep")] if command == "analyze" else [])
     line = one_line(capsys, cli.main(argv))
     assert "heap.h5" in line
