@@ -133,7 +133,15 @@ def walk(f, src: str) -> Walk:
     def seen(name, info):
         links.append((name, info.type))
 
-    f.id.links.visit(seen, info=True)
+    try:
+        f.id.links.visit(seen, info=True)
+    except SystemError as exc:
+        # a signal handler's exception (SIGTERM, Ctrl-C) raised inside the callback reaches
+        # here wrapped by h5py's lock: raise it as it is, so it ends the command as a signal
+        inner = exc.__cause__ or exc.__context__
+        if inner is not None and not isinstance(inner, Exception):
+            raise inner from None
+        raise
     for name, kind in links:
         if kind == h5py.h5l.TYPE_HARD:
             continue
