@@ -15,7 +15,11 @@ A neuron contributes ``a σ(u·x̃) = a|u| σ(v·x̃)`` with direction ``v = u/|
    linkage on the mutual-reachability chord distance ``max(|v_i − v_j|, core_i, core_j)``
    (``core`` = distance to the k-th nearest neighbour, ``k ≤ max(3, n_plateau − 1)`` with
    ``n_plateau = max(3, ⌈√N/2⌉)``, so a sparse halo particle cannot chain two rays), over the
-   minimum spanning tree of the k-nearest-neighbour graph (scales to 10⁵ particles and more).
+   minimum spanning tree of the k-nearest-neighbour graph (scales to 10⁵ particles and more;
+   above :data:`analysis.ray_linkage.LINKAGE_MAX_PARTICLES` particles of one sign the graph is
+   that of a mass-weighted sample, the others hanging from it, so that the neighbour queries
+   take a bounded time: accuracy in :func:`analysis.ray_linkage._linkage_tree` and
+   docs/theory.md §6.1).
    The linkage threshold is scanned on a log grid and the geometric middle of the widest
    plateau of the count of rays of at least ``n_plateau`` particles is used (the rays that many
    particles resolve fix the resolution; from the first threshold at which a cluster that is
@@ -247,8 +251,11 @@ def _first_join(scans, thresholds) -> float:
         lab, ray = scans[i]
         had = last >= 0
         if np.any(had):
-            pairs = np.unique(np.stack([lab[had], last[had]], axis=1), axis=0)
-            rays_held = np.bincount(pairs[:, 0], minlength=ray.size)
+            # distinct (cluster, earlier ray) pairs, as one int64 key each (a 1-D sort)
+            b = last[had]
+            base = int(b.max()) + 1
+            key = np.unique(lab[had].astype(np.int64) * base + b)
+            rays_held = np.bincount(key // base, minlength=ray.size)
             if np.any(~ray & (rays_held >= 2)):
                 return float(thresholds[i])
         now = ray[lab]
@@ -265,7 +272,7 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
               thresholds: ArrayLike | None = None, pattern_tol: PatternTolerance | None = None,
               pattern_mass_tol: float | None = None, thermal_gap: float = THERMAL_GAP,
               weight_scale: float | None = None, merge: bool = True,
-              knn: int = 12) -> RayResult:
+              knn: int = 12, progress=None) -> RayResult:
     """Cluster particles into rays (THEORY §6; method in the module docstring).
 
     Parameters
@@ -345,6 +352,10 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
         Neighbours per particle in the linkage graph (at most ``max(3, n − 1)``, ``n`` =
         :func:`min_particles_default`, so that a ray of ``n`` particles has small core
         distances).
+    progress : callable ``(done, total)``, optional
+        Told after each chunk of the k-nearest-neighbour queries of the linkage (above
+        :data:`analysis.ray_linkage.LINKAGE_MAX_PARTICLES` kept particles of one sign they run
+        on a mass-weighted sample of that many; docs/theory.md §6.1).
 
     Returns
     -------
@@ -436,7 +447,7 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
     cell_all = cells(sign, V, X)
     M = idx.size
     k_nn = max(1, min(int(knn), max(3, n_plateau - 1)))
-    ei, ej, ew, core_median = _linkage_tree(Vk, sk, mk, k_nn)
+    ei, ej, ew, core_median = _linkage_tree(Vk, sk, mk, k_nn, progress)
     if thresholds is None:
         lo_t = core_median if np.isfinite(core_median) and 0 < core_median < 0.5 else 1e-4
         thresholds = np.logspace(np.log10(lo_t), 0, 50)

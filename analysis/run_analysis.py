@@ -22,7 +22,12 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from analysis import ternary, transport, two_point
-from analysis.dichotomies import DichotomyCount, count_dichotomies
+from analysis.dichotomies import (
+    DEFAULT_MAX_REGIONS,
+    DichotomyCount,
+    TooManyRegions,
+    count_dichotomies,
+)
 from analysis.kinks import ray_kinks
 from analysis.protocols import RunLike
 from analysis.ray_checks import averaged_residuals, convex_comparison, convex_counts
@@ -316,6 +321,7 @@ class RunAnalysis:
         rep = {"schema_version": REPORT_SCHEMA_VERSION, "run": self.run, "d": self.d, "n": self.n, "P": P, "cover": dc.cover,
                "general_position": dc.general_position, "P_exact": dc.exact,
                "P_tol_range": None if dc.tol_range is None else list(dc.tol_range),
+               "P_closed_form": dc.closed_form,
                "bound_2P_minus_1": 2 * P - 1, "bound_P_minus_1": P - 1,
                "complete": self.complete, "integrator": self.integrator,
                "step_unit": integrator_named(self.integrator).step_unit,
@@ -349,7 +355,8 @@ def _obs_at(run, name, step):
     return o["value"][sel[0]] if sel.size else None
 
 
-def analyze_frame(run: RunLike, k: int, **ray_kw) -> FrameAnalysis:
+def analyze_frame(run: RunLike, k: int, *, progress: Callable | None = None,
+                  **ray_kw) -> FrameAnalysis:
     """Rays, kinks, patterns and fit of frame ``k`` of a run.
 
     Parameters
@@ -358,6 +365,9 @@ def analyze_frame(run: RunLike, k: int, **ray_kw) -> FrameAnalysis:
         The run.
     k : int
         Frame index.
+    progress : callable ``(done, total)``, optional
+        Told after each chunk of the neighbour queries of the ray linkage
+        (:func:`analysis.rays.find_rays`).
     **ray_kw
         Passed to :func:`analysis.rays.find_rays` (the run's ``y`` and ``lam`` are passed, so
         the certificate filters are on).
@@ -373,7 +383,7 @@ def analyze_frame(run: RunLike, k: int, **ray_kw) -> FrameAnalysis:
     """
     theta = run.frame(k)
     kw = frame_ray_kw(run, k, **ray_kw)
-    res = find_rays(theta, run.X, **kw)
+    res = find_rays(theta, run.X, **kw, progress=progress)
     kinks = ray_kinks(res.rays, run.X, res.pattern_tol.angle_tol)
     step = int(run.frame_step[k])
     risk = _obs_at(run, "risk", step)
@@ -479,7 +489,8 @@ def _chain_counts(run: RunLike, rows: list[LadderRow], frames: list[FrameAnalysi
 
 def analyze(run: RunLike, *, reference: ArrayLike | Callable | None = None, w2: bool = True,
             references: bool = False, convex: bool | None = None, sensitivity: bool = False,
-            progress: Any = None, **ray_kw) -> RunAnalysis:
+            progress: Any = None, max_regions: int | None = DEFAULT_MAX_REGIONS,
+            **ray_kw) -> RunAnalysis:
     """Analyse every snapshot frame of a run and its temperature ladder.
 
     Parameters
@@ -507,7 +518,13 @@ def analyze(run: RunLike, *, reference: ArrayLike | Callable | None = None, w2: 
     progress : object, optional
         Told of each part done: ``update(1)`` after each frame, the ladder and the references,
         ``set_postfix(doing=...)`` before each (``n_frames + 1 + references`` parts; a tqdm
-        bar fits).
+        bar fits). While ``P`` is counted, its postfix says how many regions are done and
+        ``update(0)`` is called after each slice of the enumeration.
+    max_regions : int or None
+        Limit on the regions the count of ``P`` may enumerate
+        (:func:`analysis.dichotomies.count_dichotomies`; default
+        :data:`analysis.dichotomies.DEFAULT_MAX_REGIONS`). When the float count is ambiguous
+        and the exact recount would exceed it, the float count is kept.
     **ray_kw
         Passed to :func:`analysis.rays.find_rays`.
 
@@ -519,6 +536,8 @@ def analyze(run: RunLike, *, reference: ArrayLike | Callable | None = None, w2: 
     ------
     ValueError
         A reference with another number of values than training points.
+    analysis.dichotomies.TooManyRegions
+        Counting ``P`` would exceed ``max_regions`` (a ``ValueError``).
     """
     def tell(doing=None, done=0):
         if progress is not None:
@@ -527,14 +546,28 @@ def analyze(run: RunLike, *, reference: ArrayLike | Callable | None = None, w2: 
             if doing:
                 progress.set_postfix(doing=doing)
 
+    def regions(done, bound):
+        if progress is not None:
+            progress.set_postfix(doing=f"P: {done:.3g} of at most {bound:.3g} regions")
+            progress.update(0)
+
     tell("P")
-    dc = count_dichotomies(run.X)
+    dc = count_dichotomies(run.X, max_regions=max_regions, progress=regions)
     if dc.ambiguous:
-        dc = count_dichotomies(run.X, exact=True)
+        try:
+            dc = count_dichotomies(run.X, exact=True, max_regions=max_regions, progress=regions)
+        except TooManyRegions:
+            pass            # the float count stays, flagged near its tolerance in the report
     frames = []
     for k in range(run.n_frames):
-        tell(f"rays of frame {k + 1}/{run.n_frames}")
-        frames.append(analyze_frame(run, k, **ray_kw))
+        doing = f"rays of frame {k + 1}/{run.n_frames}"
+        tell(doing)
+
+        def queries(done, total, doing=doing):
+            if progress is not None and total:
+                progress.set_postfix(doing=f"{doing}: neighbours {100 * done // total}%")
+                progress.update(0)
+        frames.append(analyze_frame(run, k, progress=queries, **ray_kw))
         tell(done=1)
     tell("W2 between temperatures" if w2 else "ladder")
     if convex is None:

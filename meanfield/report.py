@@ -59,7 +59,7 @@ def analyze_run(path: str | os.PathLike, outdir: str | os.PathLike | None = None
                 figures: bool = True, *, reference: ArrayLike | Callable | None = None,
                 w2: bool = True, references: bool = True, convex: bool | None = None,
                 sensitivity: bool = True, fmt: str = "png", progress=False,
-                **ray_kw) -> Report:
+                max_regions: int | None = None, **ray_kw) -> Report:
     """Analyse every snapshot frame of a run file and its temperature ladder.
 
     The defaults are those of ``meanfield analyze`` (``w2``, ``references`` and
@@ -95,6 +95,9 @@ def analyze_run(path: str | os.PathLike, outdir: str | os.PathLike | None = None
         range of each threshold (THEORY §6.4).
     progress : bool or None
         Progress on stderr (:func:`meanfield.progress.progress_bar`; default none).
+    max_regions : int, optional
+        Limit on the regions the count of ``P`` may enumerate (default
+        :data:`analysis.dichotomies.DEFAULT_MAX_REGIONS`; ``meanfield analyze --max-regions``).
     **ray_kw
         Passed to :func:`analysis.rays.find_rays`.
 
@@ -111,7 +114,11 @@ def analyze_run(path: str | os.PathLike, outdir: str | os.PathLike | None = None
     meanfield.errors.RunFileError
         The run file is missing, damaged or foreign, or holds no frame yet
         (:func:`meanfield.store.no_frames_yet`).
+    analysis.dichotomies.TooManyRegions
+        Counting ``P`` would exceed ``max_regions`` (a ``ValueError``; the command line
+        reports it as bad input).
     """
+    from analysis.dichotomies import DEFAULT_MAX_REGIONS
     from meanfield.progress import progress_bar
     run = open_run(path)
     empty = no_frames_yet(run)
@@ -120,7 +127,9 @@ def analyze_run(path: str | os.PathLike, outdir: str | os.PathLike | None = None
     with progress_bar(run.n_frames + 1 + bool(references), "analyze", "part",
                       enabled=progress) as bar:
         result = analyze(run, reference=reference, w2=w2, references=references,
-                         convex=convex, sensitivity=sensitivity, progress=bar, **ray_kw)
+                         convex=convex, sensitivity=sensitivity, progress=bar,
+                         max_regions=DEFAULT_MAX_REGIONS if max_regions is None else max_regions,
+                         **ray_kw)
     rep = Report(result.as_dict())
     if outdir is not None:
         write_report(rep, result, outdir, figures, fmt=fmt, run=run)
@@ -197,6 +206,7 @@ def markdown(rep, figs=()) -> str:
     P = rep["P"]
     L.append(f"- data: n = {rep['n']} points in d = {rep['d']}")
     how = ("exact integer count" if rep["P_exact"] else
+           "Cover's closed form, general position checked" if rep.get("P_closed_form") else
            f"same for any tolerance in [{rep['P_tol_range'][0]:.2g}, {rep['P_tol_range'][1]:.2g})")
     L.append(f"- P = {P} affine dichotomies ({how}); Cover's general-position value "
              f"{rep['cover']}, general position: {rep['general_position']}")

@@ -351,10 +351,12 @@ def _radial_proposal(A, B, m, tau, h_kind, h_gamma):
     bounded, so that a particle far from ``t*``, where the first one's ratio is not, is moved.
     ``B = 0``: both are the law itself, Gamma(``m + 1``, ``τ/A``)."""
     disc = math.sqrt(A * A + 8.0 * B * m * tau)
-    if A >= 0.0:
+    if A >= 0.0 and A + disc > 0.0:
         tstar = 2.0 * m * tau / (A + disc)
-    else:
+    elif A < 0.0 and B > 0.0:
         tstar = (disc - A) / (4.0 * B)
+    else:                   # A ≤ 0 and B = 0 (B underflowed): no finite mode, no move
+        return 0.0, 0.0, 0.0
     if not (tstar > 0.0 and tstar < math.inf):
         return 0.0, 0.0, 0.0
     kap = 2.0 * B * tstar * tstar / tau

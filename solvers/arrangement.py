@@ -9,6 +9,9 @@ incremental deletion–restriction recursion (THEORY §6.2)::
 
 with the hyperplanes of every restriction merged when they coincide. Base cases: no hyperplane
 gives 1 region; in ``R^2`` ``m`` distinct lines give ``2m``; in ``R^1`` one point gives 2.
+``region_count`` does it in one call; :func:`distinct_normals` and :func:`walk` do it in slices
+whose state lives in arrays, so that a caller returns to Python between two (signals, progress;
+:func:`analysis.dichotomies.count_dichotomies`).
 
 Numerics: every normal is a unit vector. The restriction to ``H_k`` is computed in an
 orthonormal basis of ``H_k`` (a Householder reflection), so angles are preserved. Two hyperplanes
@@ -151,33 +154,34 @@ def _lines_in_plane(buf, depth, k, ang, tol, stats):
 
 
 @nb.njit(cache=True)
-def _regions(buf, m0, D0, ang, tol, stats):
-    """Regions of the central arrangement of the ``m0`` distinct unit normals
-    ``buf[0, :m0, :D0]`` in ``R^D0``.
+def walk(buf, D0, ang, tol, stats, mm, kk, st, budget):
+    """Advance the depth-first traversal that counts the regions of the central arrangement of
+    the distinct unit normals ``buf[0, :mm[0], :D0]`` in ``R^D0`` (``D0 >= 3``) by at most
+    about ``budget`` units of work, and return the work done.
 
-    The recursion ``r = 1 + Σ_k r(restriction to H_k)`` is run as a depth-first traversal with
-    an explicit stack (numba's cache cannot hold recursive functions): level ``l`` holds its
-    normals in ``buf[l]`` and lives in ``R^(D0 − l)``; every level with hyperplanes adds its
-    ``1``, and a level in ``R^3`` adds the ``2 × lines`` (or 1) of each restriction directly.
+    The recursion ``r = 1 + Σ_k r(restriction to H_k)`` is run with an explicit stack (numba's
+    cache cannot hold recursive functions): level ``l`` holds its normals in ``buf[l]`` and lives
+    in ``R^(D0 − l)``; every level with hyperplanes adds its ``1``, and a level in ``R^3`` adds
+    the ``2 × lines`` (or 1) of each restriction directly. The whole state lives in the arrays
+    passed, so a caller can run the traversal in slices (and handle signals and report progress
+    in between): ``mm[l]``, ``kk[l]`` the number of normals of level ``l`` and the next one to
+    restrict to; ``st = [depth, total]`` the current level (``−1`` when done) and the regions
+    counted so far. Start with ``mm[0] = m0``, ``kk[0] = 0``, ``st = [0, 1]``.
+
+    A unit of work is one hyperplane handled in one restriction (a restriction to ``H_k``
+    costs ``k + 1``), so the time of a slice is roughly proportional to its work.
     """
-    if m0 == 0:
-        return np.int64(1)
-    if D0 == 1:
-        return np.int64(2)
-    if D0 == 2:
-        return np.int64(2 * m0)
-    mm = np.zeros(D0, dtype=np.int64)
-    kk = np.zeros(D0, dtype=np.int64)
-    mm[0] = m0
-    total = np.int64(1)
-    depth = 0
-    while depth >= 0:
+    depth = st[0]
+    total = st[1]
+    work = 0
+    while depth >= 0 and work < budget:
         if kk[depth] == mm[depth]:
             depth -= 1
             continue
         k = kk[depth]
         kk[depth] += 1
         D = D0 - depth
+        work += k + 1
         if D == 3:
             lines = _lines_in_plane(buf, depth, k, ang, tol, stats)
             total += 2 * lines if lines > 0 else 1
@@ -188,7 +192,47 @@ def _regions(buf, m0, D0, ang, tol, stats):
                 mm[depth + 1] = cnt
                 kk[depth + 1] = 0
                 depth += 1
-    return total
+    st[0] = depth
+    st[1] = total
+    return work
+
+
+@nb.njit(cache=True)
+def _regions(buf, m0, D0, ang, tol, stats):
+    """Regions of the central arrangement of the ``m0`` distinct unit normals
+    ``buf[0, :m0, :D0]`` in ``R^D0``: :func:`walk` to the end in one call."""
+    if m0 == 0:
+        return np.int64(1)
+    if D0 == 1:
+        return np.int64(2)
+    if D0 == 2:
+        return np.int64(2 * m0)
+    mm = np.zeros(D0, dtype=np.int64)
+    kk = np.zeros(D0, dtype=np.int64)
+    mm[0] = m0
+    st = np.array([0, 1], dtype=np.int64)
+    while st[0] >= 0:
+        walk(buf, D0, ang, tol, stats, mm, kk, st, np.int64(1) << 62)
+    return st[1]
+
+
+@nb.njit(cache=True)
+def distinct_normals(normals, buf0, cnt, lo, hi, tol, stats):
+    """Add the unit normals of rows ``lo:hi`` of ``normals`` (n, D) to the distinct unit
+    normals ``buf0[:cnt]`` (each one unless it coincides with one there, within chord distance
+    ``tol`` up to sign); returns the new count. Rows in slices, so a caller can stop between
+    them: the cost is ``O((hi − lo) · cnt · D)``."""
+    D = normals.shape[1]
+    p = np.empty(D)
+    for i in range(lo, hi):
+        nrm = 0.0
+        for c in range(D):
+            nrm += normals[i, c] * normals[i, c]
+        nrm = np.sqrt(nrm)
+        for c in range(D):
+            p[c] = normals[i, c] / nrm
+        cnt = _add_if_new(p, buf0, cnt, D, tol, stats)
+    return cnt
 
 
 @nb.njit(cache=True)
@@ -214,14 +258,5 @@ def region_count(normals, tol):
     buf = np.zeros((D + 1, n + 1, D))
     ang = np.empty(n + 1)
     stats = np.array([0.0, 4.0])
-    cnt = 0
-    p = np.empty(D)
-    for i in range(n):
-        nrm = 0.0
-        for c in range(D):
-            nrm += normals[i, c] * normals[i, c]
-        nrm = np.sqrt(nrm)
-        for c in range(D):
-            p[c] = normals[i, c] / nrm
-        cnt = _add_if_new(p, buf[0], cnt, D, tol, stats)
+    cnt = distinct_normals(normals, buf[0], 0, 0, n, tol, stats)
     return _regions(buf, cnt, D, ang, tol, stats), stats, cnt

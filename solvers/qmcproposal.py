@@ -268,11 +268,11 @@ def build_proposal(peaks: list, d: int, M: int, one_minus_G2=None,
             sig = sd
             while True:
                 mine.append(Cone(pk.v, B, Nt, Fb, sig, pk.delta, b))
-                if sig >= 0.25 or Fb.shape[1] == 0:
+                if sig >= 0.25 or Fb.shape[1] == 0 or not sig > 0:   # δ = 0: no ladder
                     break
                 sig *= LADDER
             sc = pk.delta / b
-            while sc < 0.25:
+            while 0 < sc < 0.25:                  # δ = 0 (a peak at the barrier): none
                 if not 0.5 * sd < sc < 2 * sd:
                     mine.append(Cauchy(pk.v, B, sc))
                 sc *= LADDER

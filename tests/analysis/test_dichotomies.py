@@ -155,3 +155,132 @@ def test_cli_json_on_data_file_and_config(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["P"] == 58 and out["exact"] is True
     assert cli_main(["dichotomies", str(tmp_path / "missing.csv")]) == 2
+
+
+# ------------------------------------------------ bounded counts: closed form, limit, signals
+
+def test_closed_form_matches_the_enumeration_in_general_position():
+    """Random sets in general position where checking it is cheaper than enumerating
+    (n <= d + 1, and n a little above d + 1): Cover's closed form, equal to the exact integer
+    enumeration and to the float enumeration."""
+    from analysis.dichotomies import count_dichotomies as count
+    rng = np.random.default_rng(11)
+    for n, d in [(8, 7), (9, 9), (12, 10), (13, 11), (15, 12), (16, 14)]:
+        X = rng.standard_normal((n, d))
+        res = count(X)
+        assert res.closed_form and res.tol_range is None and res.method == "closed-form"
+        assert res.P == cover(n, d) and res.general_position
+        assert count(X, closed_form=False).P == res.P
+        if n <= 13:                                      # pure Python: 8190 regions at most
+            assert count(X, exact=True).P == res.P
+
+
+def test_no_closed_form_off_general_position():
+    rng = np.random.default_rng(12)
+    X = rng.standard_normal((8, 9))
+    X[3] = X[1]                                          # a duplicate
+    res = count_dichotomies(X)
+    assert not res.closed_form and res.P == count_dichotomies(X, exact=True).P < cover(8, 9)
+    Y = rng.standard_normal((12, 10))
+    Y[:, 0] = Y[:, 1] + Y[:, 2]                          # on a hyperplane: rank d (rounded)
+    res = count_dichotomies(Y)
+    assert not res.closed_form and not res.general_position
+    assert res.P == cover(12, 9) == 4072                 # generic within that hyperplane
+
+
+def test_a_count_beyond_the_limit_is_refused_in_one_line(tmp_path, capsys):
+    """A degenerate set (no closed form) whose count takes seconds on any machine (bound
+    ~1e8 regions) is refused after the 0.25 s probe, with the bound and the time."""
+    from analysis.dichotomies import TooManyRegions
+    rng = np.random.default_rng(13)
+    X = rng.standard_normal((60, 6))
+    X[1] = X[0]
+    with pytest.raises(TooManyRegions) as e:
+        count_dichotomies(X, max_regions=10**5)
+    assert e.value.bound == cover(59, 6) and e.value.seconds > 0
+    path = tmp_path / "deg.npy"
+    np.save(path, np.c_[X, np.zeros(60)])
+    assert cli_main(["dichotomies", str(path), "--max-regions", "1e5"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith(f"meanfield: error: {path}: --max-regions: counting P would "
+                             f"enumerate up to {cover(59, 6):.3g} regions")
+    assert " s at " in err[0] and "regions/s" in err[0] and "raise --max-regions" in err[0]
+    assert cli_main(["dichotomies", str(path), "--max-regions", "0"]) == 2
+    assert capsys.readouterr().err.startswith("meanfield: error: --max-regions: must be >= 1")
+    # a small degenerate set over the same limit ends within the probe: counted
+    small = tmp_path / "small.npy"
+    np.save(small, np.c_[X[:12, :3], np.zeros(12)])
+    assert cli_main(["dichotomies", str(small), "--max-regions", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["P"] == count_dichotomies(X[:12, :3]).P
+
+
+def test_analyze_refuses_a_count_beyond_the_limit_and_leaves_nothing(tmp_path, capsys):
+    from conftest import tiny_toml
+    cfg = tmp_path / "wide.toml"
+    cfg.write_text(tiny_toml({"data": {"kind": "gaussian", "n": 60, "d": 6, "seed": 1},
+                              "model.n_particles": 16, "dynamics.steps_per_tau": 20,
+                              "output.observe_every": 10, "output.snapshots_per_tau": 1}))
+    run = tmp_path / "wide.h5"
+    assert cli_main(["run", str(cfg), "-o", str(run), "--quiet", "--threads", "1"]) == 0
+    capsys.readouterr()
+    rep = tmp_path / "rep"
+    assert cli_main(["analyze", str(run), "-o", str(rep), "--max-regions", "1e5", "--quiet",
+                     "--no-references", "--no-figures"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"meanfield: error: {run}: --max-regions: "
+                                               "counting P would enumerate up to "), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["wide.h5", "wide.toml"]
+
+
+def test_the_exact_mode_is_refused_below_the_float_limit():
+    from analysis.dichotomies import EXACT_SLOWDOWN, TooManyRegions
+    X = np.random.default_rng(14).standard_normal((30, 4))
+    limit = cover(30, 4) * EXACT_SLOWDOWN - 1
+    with pytest.raises(TooManyRegions, match="exact mode"):
+        count_dichotomies(X, exact=True, max_regions=limit)
+    assert count_dichotomies(X, exact=True, max_regions=limit + 1).P == cover(30, 4)
+
+
+def test_the_enumeration_reports_progress_in_slices(monkeypatch):
+    import analysis.dichotomies as dm
+    monkeypatch.setattr(dm, "SLICE_SECONDS", 1e-4)        # many short slices
+    X = np.random.default_rng(15).standard_normal((30, 5))
+    X[1] = X[0]
+    seen = []
+    res = count_dichotomies(X, progress=lambda done, bound: seen.append((done, bound)))
+    assert len(seen) > 5
+    assert all(b == cover(29, 5) for _, b in seen)
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen) and seen[-1][0] == res.P
+
+
+def test_sigterm_stops_a_long_enumeration_at_once(tmp_path):
+    """A count of tens of seconds (the kernel in slices of about 0.2 s): SIGTERM ends it within
+    2 s with exit 130 and one line, as every other command (tests/faults)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    X = np.random.default_rng(16).standard_normal((60, 8))
+    X[1] = X[0]                              # no closed form; bound cover(59, 8) ~ 3e9 regions
+    path = tmp_path / "long.npy"
+    np.save(path, np.c_[X, np.zeros(60)])
+    p = subprocess.Popen([sys.executable, "-m", "meanfield", "dichotomies", str(path),
+                          "--max-regions", "1e12"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                         env={**os.environ, "COLUMNS": "80"})
+    try:
+        line = p.stderr.readline()           # the note when progress starts (after 2 s)
+        assert line.startswith("meanfield: counting P: up to "), line
+        t = time.monotonic()
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=30)
+        took = time.monotonic() - t
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 130, err
+    assert took < 2.0, took
+    assert err.strip().splitlines()[-1] == "meanfield: terminated by SIGTERM"
+    assert "Traceback" not in err
