@@ -29,7 +29,9 @@ cannot be written (read-only or full disk) is skipped silently: the result is co
 without a cache.
 
 Location: ``$MEANFIELD_CACHE_DIR``, else ``$XDG_CACHE_HOME/meanfield/references``, else
-``~/.cache/meanfield/references``. Disabled by ``MEANFIELD_NO_CACHE=1`` (``meanfield analyze
+``~/.cache/meanfield/references``; with no home folder (``HOME`` unset and a user id without a
+passwd entry, as in containers) ``meanfield-cache-UID/references`` under the temporary folder,
+said once by a :class:`CacheLocationWarning` (the command line prints it as a note). Disabled by ``MEANFIELD_NO_CACHE=1`` (``meanfield analyze
 --no-cache``) or :func:`disable`.
 """
 
@@ -53,7 +55,12 @@ FORMAT = 1
 ENV_DIR = "MEANFIELD_CACHE_DIR"
 ENV_OFF = "MEANFIELD_NO_CACHE"
 
-_state = {"disabled": False, "code": None}
+_state = {"disabled": False, "code": None, "fallback": None}
+
+
+class CacheLocationWarning(UserWarning):
+    """The cache is not where the module docstring says (no home folder): one line, printed
+    by the command line as a ``meanfield: note:``."""
 
 
 def disable(off: bool = True) -> None:
@@ -67,12 +74,48 @@ def enabled() -> bool:
 
 
 def cache_dir() -> Path:
-    """The cache folder (see the module docstring); not created here."""
+    """The cache folder (see the module docstring); not created here (but for the fallback
+    without a home folder, :func:`_temporary_cache`)."""
     explicit = os.environ.get(ENV_DIR, "").strip()
-    if explicit:
-        return Path(explicit).expanduser()
     base = os.environ.get("XDG_CACHE_HOME", "").strip() or os.path.join("~", ".cache")
-    return Path(base).expanduser() / "meanfield" / "references"
+    try:
+        if explicit:
+            return Path(explicit).expanduser()
+        return Path(base).expanduser() / "meanfield" / "references"
+    except RuntimeError:        # no home folder: no HOME, no passwd entry for this user
+        pass
+    if _state.get("fallback") is None:
+        _state["fallback"] = _temporary_cache()
+        import warnings
+        warnings.warn(CacheLocationWarning(
+            f"no home folder (HOME is unset and user id {_uid()} has no passwd entry): the "
+            f"reference cache is in {_state['fallback']}; set {ENV_DIR} to keep it elsewhere"),
+            stacklevel=2)
+    return _state["fallback"]
+
+
+def _uid():
+    return os.getuid() if hasattr(os, "getuid") else "user"
+
+
+def _temporary_cache() -> Path:
+    """The cache folder without a home folder: ``meanfield-cache-UID/references`` under the
+    temporary folder, when that folder is this user's own (made here with mode 0700); else, as
+    one another user could fill, a fresh folder for this process only."""
+    top = Path(tempfile.gettempdir()) / f"meanfield-cache-{_uid()}"
+    try:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(top, 0o700)
+        st = os.lstat(top)
+        import stat
+        if stat.S_ISDIR(st.st_mode) and (not hasattr(os, "getuid") or st.st_uid == os.getuid()):
+            return top / "references"
+    except OSError:
+        pass
+    try:
+        return Path(tempfile.mkdtemp(prefix="meanfield-cache-")) / "references"
+    except OSError:
+        return top / "references"       # unwritable: every write is skipped (module docstring)
 
 
 #: Source files outside the ``solvers`` package whose code shapes a cached result.

@@ -20,7 +20,9 @@ for _name in ("solvers", "analysis"):
     _spec = importlib.util.find_spec(_name)
     _origin = Path(_spec.origin).resolve() if _spec and _spec.origin else None
     if _origin is None or _origin.parent.parent != _ROOT:
-        sys.stderr.write(f"meanfield: error: {_origin or _name}: shadows the package "
+        # one line whatever the path holds (solvers.errors.one_line cannot be imported here)
+        _where = str(_origin or _name).encode("unicode_escape").decode("ascii")
+        sys.stderr.write(f"meanfield: error: {_where}: shadows the package "
                          f"'{_name}' that meanfield needs; rename or move it\n")
         sys.exit(2)
 

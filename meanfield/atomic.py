@@ -148,7 +148,8 @@ def replacing_dir(final, field: str = "-o", replaceable=None):
     Parameters
     ----------
     final : path-like
-        The folder to produce. The caller owns it (:func:`meanfield.ownership.claim`).
+        The folder to produce. The caller owns it (:func:`meanfield.ownership.claim`). A
+        symbolic link is written through: the folder it points to is produced, the link stays.
     field : str
         The option that named it, for messages.
     replaceable : callable(Path) -> bool, optional
@@ -162,6 +163,8 @@ def replacing_dir(final, field: str = "-o", replaceable=None):
         names it, under its final name, and the reason, e.g. "File too large").
     """
     final = Path(final)
+    if final.is_symlink():      # written through: the link stays, its target is replaced
+        final = Path(os.path.realpath(final))
     parent = final.absolute().parent
     if final.exists() and not final.is_dir():
         raise InputError(str(final), field, "is a file, expected a folder")

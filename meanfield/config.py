@@ -265,14 +265,67 @@ def read_toml(path, err=ConfigError) -> dict:
         raise err(str(path), "", "not a UTF-8 text file (expected TOML)") from None
     except OSError as exc:
         raise err(str(path), "", f"cannot read: {exc.strerror or exc}") from None
+    hint = ""
+    if Path(path).suffix.lower() in (".csv", ".npy", ".npz", ".txt"):
+        hint = (" (a data file? a config names it in its [data] table: "
+                "data.kind = \"file\", data.path = ...)")
+    return parse_toml(text, str(path), err, hint)
+
+
+#: The deepest nesting of tables and arrays a config or study file may hold (the deepest the
+#: schema uses is 4: ``[data] X = [[...]]``, a sweep axis of lists).
+MAX_DEPTH = 32
+
+
+def parse_toml(text: str, source: str, err=ConfigError, hint: str = "") -> dict:
+    """Parse TOML ``text`` (from ``source``) into a dict, within bounds.
+
+    Nesting deeper than :data:`MAX_DEPTH` (``a = [[[[...`` would otherwise exhaust Python's
+    recursion limit in the parser, or later) and integers longer than Python's limit on
+    integer-string conversion (``sys.get_int_max_str_digits()``, 4300 digits) are refused.
+
+    Raises
+    ------
+    err (default ConfigError)
+        Malformed TOML, or either bound exceeded, naming ``source`` (one line).
+    """
     try:
-        return tomllib.loads(text)
+        raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        hint = ""
-        if Path(path).suffix.lower() in (".csv", ".npy", ".npz", ".txt"):
-            hint = (" (a data file? a config names it in its [data] table: "
-                    "data.kind = \"file\", data.path = ...)")
-        raise err(str(path), "", f"malformed TOML: {exc}{hint}") from None
+        raise err(source, "", f"malformed TOML: {exc}{hint}") from None
+    except RecursionError:
+        raise err(source, "", f"nested too deeply (tables or arrays more than {MAX_DEPTH} "
+                              "levels deep)") from None
+    except ValueError as exc:       # an integer beyond Python's int-string limit
+        raise err(source, "", _int_limit(exc)) from None
+    depth = nesting_depth(raw)
+    if depth > MAX_DEPTH:
+        raise err(source, "", f"nested too deeply ({depth} levels of tables or arrays, at "
+                              f"most {MAX_DEPTH})")
+    return raw
+
+
+def _int_limit(exc: ValueError) -> str:
+    """The reason for a ``ValueError`` of Python's integer-string conversion limit."""
+    if "integer string conversion" in str(exc) and hasattr(sys, "get_int_max_str_digits"):
+        return (f"holds an integer of more than {sys.get_int_max_str_digits()} digits, "
+                "beyond any value a config takes")
+    first = (str(exc).splitlines() or [type(exc).__name__])[0]
+    return f"malformed TOML: {first}"
+
+
+def nesting_depth(value) -> int:
+    """How deeply dicts and lists nest in ``value`` (a scalar is 0), without recursion."""
+    depth, stack = 0, [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        items = v.values() if isinstance(v, dict) else v if isinstance(v, list) else None
+        if items is None:
+            continue
+        depth = max(depth, d)
+        if d <= MAX_DEPTH:                   # one level past the bound is enough to report
+            stack.extend((x, d + 1) for x in items)
+    return depth
 
 
 def from_dict(raw: dict, source: str = "<dict>", base_dir: str | os.PathLike = ".") -> RunConfig:
@@ -314,9 +367,16 @@ def from_canonical_json(text: str, source: str = "<run file>") -> RunConfig:
 
 def _stored_json(text: str, source: str) -> dict:
     try:
-        return json.loads(text)
+        raw = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(source, "parameters/config", f"not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ConfigError(source, "parameters/config", "nested too deeply") from None
+    except ValueError as exc:       # an integer beyond Python's int-string limit
+        raise ConfigError(source, "parameters/config", _int_limit(exc)) from None
+    if nesting_depth(raw) > MAX_DEPTH:
+        raise ConfigError(source, "parameters/config", "nested too deeply")
+    return raw
 
 
 def stored_config(text: str, source: str = "<run file>") -> tuple[RunConfig, str | None]:

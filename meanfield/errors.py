@@ -4,15 +4,18 @@
 file, the field and the reason, and exits with code 2 without a traceback. ``InputError``,
 ``DataError`` and ``DivergenceError`` are those of :mod:`solvers.errors` (the solvers raise
 them); this module adds the errors of the run files, configs, checkpoints and studies.
+
+:func:`one_line` escapes the control characters of a message (a file name may hold a newline):
+every line the command line prints on stderr goes through it, so one message is one line.
 """
 
 from __future__ import annotations
 
-from solvers.errors import DataError, DivergenceError, InputError, UnstableStepError
+from solvers.errors import DataError, DivergenceError, InputError, UnstableStepError, one_line
 
 __all__ = ["InputError", "ConfigError", "DataError", "RunFileError", "CheckpointError",
            "RunMismatch", "Interrupted", "DivergenceError", "UnstableStepError", "StudyError",
-           "MissingDependencyError", "StoredConfigWarning"]
+           "MissingDependencyError", "StoredConfigWarning", "one_line"]
 
 
 class ConfigError(InputError):

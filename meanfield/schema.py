@@ -38,6 +38,13 @@ MAX_DIM = 10**5
 MAX_FLOAT = 1e15
 #: Smallest lam: the stationary scale tau/lam and mean(y**2)/lam must stay finite.
 MIN_LAM = 1e-15
+#: Smallest positive temperature (``0`` stays allowed for ``"em"`` and ``"lm"``: plain gradient
+#: descent). Below it the noise ``sqrt(2 eta tau)`` of a step (``eta <= 1``) is under the
+#: rounding unit of coordinates of order 1, so the run is numerically the ``tau = 0`` one, while
+#: the quantities formed from ``1/tau`` leave the floats: at ``tau = 2.2e-308`` (subnormal) the
+#: radial move of ``"mala"`` divided by zero, and the Gibbs reference spent minutes in its
+#: continuation ladder before giving up (docs/cli.md).
+MIN_TAU = 1e-30
 #: Most independent chains (``dynamics.chains``) in one run.
 MAX_CHAINS = 64
 #: Most snapshot frames of a run.
@@ -63,6 +70,15 @@ def _is_num(v) -> bool:
     return (isinstance(v, (int, float)) and not isinstance(v, bool))
 
 
+def _as_float(v) -> float:
+    """``float(v)``; an integer beyond the float range (TOML integers are unbounded) is
+    ``±inf``, so that the finiteness check names the field instead of raising."""
+    try:
+        return float(v)
+    except OverflowError:
+        return math.inf if v > 0 else -math.inf
+
+
 def _check(cond: bool, src: str, fld: str, reason: str) -> None:
     if not cond:
         raise ConfigError(src, fld, reason)
@@ -79,7 +95,7 @@ def _num(tbl, key, src, sec, *, positive=False, nonneg=False, integer=False, min
         _check(_is_int(v), src, fld, f"must be an integer, got {_type_name(v)} {v!r}")
     else:
         _check(_is_num(v), src, fld, f"must be a number, got {_type_name(v)} {v!r}")
-        _check(math.isfinite(float(v)), src, fld, f"must be finite, got {v!r}")
+        _check(math.isfinite(_as_float(v)), src, fld, f"must be finite, got {v!r}")
     if positive:
         _check(v > 0, src, fld, f"must be > 0, got {v!r}")
     if nonneg:
@@ -154,6 +170,18 @@ def _nums(table, src: str, **checks) -> None:
         _num(values, key, src, "data", **kw)
 
 
+def _absolute(path: Path) -> Path:
+    """``path`` made absolute, its links resolved, but keeping the name the user gave when it
+    is a link to a file of another suffix: the file type comes from that name (a data file in a
+    content store, git-annex, DataLad or DVC, is a link to a file named by its hash, with no
+    ``.csv``). A link whose target keeps the suffix resolves as before (the config's hash, which
+    holds the path, is unchanged)."""
+    full = path.resolve()
+    if full.suffix.lower() == path.suffix.lower():
+        return full
+    return path.parent.resolve() / path.name
+
+
 @dataclass(frozen=True)
 class FileData:
     """``kind = "file"``: a CSV, ``.npy`` or ``.npz`` file (``meanfield.data.load_file``)."""
@@ -171,6 +199,8 @@ class FileData:
         path = Path(p)
         if not path.is_absolute():
             path = Path(base_dir) / path
+        _check(not path.is_dir(), src, "data.path", f"{p} is a folder, expected a data file "
+                                                    "(.csv, .npy or .npz)")
         t, fs = self.target, self.features
         _check(isinstance(t, str), src, "data.target",
                f"must be a column name (a non-empty string), got {t!r}")
@@ -180,7 +210,7 @@ class FileData:
         if t or fs:
             _check(path.suffix.lower() == ".csv", src, "data.target" if t else "data.features",
                    "columns are chosen by name only in a .csv file with a header line")
-        return FileData(str(path.resolve()), t, tuple(fs))
+        return FileData(str(_absolute(path)), t, tuple(fs))
 
 
 @dataclass(frozen=True)
@@ -260,8 +290,12 @@ class InlineData:
         for i, r in enumerate(rows):
             for v in r:
                 _check(_is_num(v), src, f"data.X[{i}]", f"must hold numbers, got {v!r}")
+                _check(not math.isinf(_as_float(v)) or isinstance(v, float), src,
+                       f"data.X[{i}]", f"must hold numbers within the float range, got {v!r}")
         for i, v in enumerate(self.y):
             _check(_is_num(v), src, f"data.y[{i}]", f"must be a number, got {v!r}")
+            _check(not math.isinf(_as_float(v)) or isinstance(v, float), src, f"data.y[{i}]",
+                   f"must be a number within the float range, got {v!r}")
         return InlineData([[float(v) for v in r] for r in rows], [float(v) for v in self.y])
 
 
@@ -383,8 +417,8 @@ class DynamicsConfig(_Table):
         passes over the particles that sample ``π_N ∝ exp(−U/τ)`` exactly (full batch,
         ``τ > 0``; docs/theory.md).
     taus : tuple of float
-        Temperatures ``τ >= 0`` in the order run (hot to cold; cold to hot from
-        ``init = "convex"``).
+        Temperatures ``τ = 0`` or ``τ >=`` :data:`MIN_TAU` in the order run (hot to cold; cold
+        to hot from ``init = "convex"``).
     steps_per_tau : int or "auto"
         Steps per temperature, ``>= 1``; ``"auto"``: each temperature runs in chunks until its
         stationarity verdict holds, at most ``max_steps_per_tau`` steps (docs/cli.md).
@@ -439,9 +473,13 @@ class DynamicsConfig(_Table):
         _check(isinstance(taus, (list, tuple)) and len(taus) > 0, src, "dynamics.taus",
                "must be a non-empty list of temperatures")
         for i, t in enumerate(taus):
-            _check(_is_num(t) and math.isfinite(float(t)), src, f"dynamics.taus[{i}]",
+            _check(_is_num(t) and math.isfinite(_as_float(t)), src, f"dynamics.taus[{i}]",
                    f"must be a finite number, got {t!r}")
             _check(t >= 0, src, f"dynamics.taus[{i}]", f"temperature must be >= 0, got {t!r}")
+            _check(t == 0 or t >= MIN_TAU, src, f"dynamics.taus[{i}]",
+                   f"must be 0 or at least {MIN_TAU:g} (below it a step's noise is under the "
+                   f"rounding of the particles and 1/tau leaves the floats; 0 is plain gradient "
+                   f"descent), got {t!r}")
             # the noise variance 2*eta*tau and the stationary scale tau/lam are formed: both
             # must be finite floats (a noise that overflows later is reported as a divergence)
             _check(math.isfinite(2.0 * float(dyn["eta"]) * t) and math.isfinite(t / dyn["lam"]),

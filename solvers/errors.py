@@ -8,6 +8,34 @@ the regime the step size can integrate.
 
 from __future__ import annotations
 
+import unicodedata
+
+#: Escapes of the control characters that have a short one.
+_SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def one_line(text) -> str:
+    r"""``text`` with every control character (``\n``, ``\r``, ``\x1b``, ...) and every
+    Unicode line or paragraph separator escaped: a file name holding one cannot split a message
+    into lines (nor forge a second ``meanfield: error:`` line, nor redraw a terminal line).
+
+    >>> one_line("a\nb.toml")
+    'a\\nb.toml'
+    """
+    text = str(text)
+    if text.isprintable():                    # the usual case: nothing to escape
+        return text
+    out = []
+    for ch in text:
+        if ch in _SHORT:
+            out.append(_SHORT[ch])
+        elif unicodedata.category(ch) in ("Cc", "Zl", "Zp"):
+            code = ord(ch)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
 
 class InputError(Exception):
     """Bad input: a value, an array or a file that cannot be used.
@@ -31,12 +59,13 @@ class InputError(Exception):
         super().__init__(self.line())
 
     def line(self) -> str:
-        """The one-line message printed by the CLI: ``FILE: FIELD: REASON``."""
+        """The one-line message printed by the CLI: ``FILE: FIELD: REASON``, its control
+        characters escaped (:func:`one_line`: a file name holding a newline stays one line)."""
         parts = [self.source]
         if self.field:
             parts.append(self.field)
         parts.append(self.reason)
-        return ": ".join(parts)
+        return one_line(": ".join(parts))
 
 
 class DataError(InputError):

@@ -7,8 +7,16 @@ list it in :data:`COMMANDS`.
 Exit codes (README, ``docs/cli.md``): 0 success; 2 bad input (one line naming the file, the field and the
 reason, no traceback); 130 interrupted (SIGINT, SIGTERM or SIGHUP; a run keeps its checkpoint,
 any other command removes its temporary files); 1 the environment (stdout cannot be written, a
-compiled dependency does not load, out of memory) or anything else. A closed stdout (``| head``)
-ends the command quietly with 0, as ``cat`` and ``grep`` do under a shell that ignores SIGPIPE.
+compiled dependency does not load, out of memory, no thread can be started) or anything else. A
+closed stdout (``| head``) ends the command quietly with 0, as ``cat`` and ``grep`` do under a
+shell that ignores SIGPIPE.
+
+Standard streams: a standard descriptor (0, 1, 2) that is closed when the command starts
+(``>&-``, ``2>&-``) is opened on ``os.devnull`` first, so that no file the command opens (a run's
+lock file) takes its number and receives what is written there; a stderr that fails (closed
+pipe, full disk) is dropped. Neither changes a command's exit code or its files. Every line
+written on stderr has its control characters escaped (:func:`meanfield.errors.one_line`): a
+file name holding a newline cannot split one error into two lines.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ import warnings
 
 from meanfield import interrupts
 from meanfield._version import __version__
-from meanfield.errors import DivergenceError, InputError, Interrupted
+from meanfield.errors import DivergenceError, InputError, Interrupted, one_line
 from meanfield.interrupts import AbortedRun, Terminated
 
 #: Modules (under ``meanfield.cli``) that each register one command, in ``--help`` order.
@@ -58,7 +66,8 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message):
-        sys.stderr.write(f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+        sys.stderr.write(one_line(f"{self.prog}: error: {message} (see '{self.prog} --help')")
+                         + "\n")
         raise SystemExit(2)
 
 
@@ -155,6 +164,60 @@ class _Stdout:
         return getattr(self._stream, name)
 
 
+class _Stderr:
+    """``sys.stderr`` whose write failures (closed pipe, full disk) are dropped: the messages
+    are lost, the command's work and exit code are not. After the first failure the descriptor
+    is pointed at ``os.devnull`` (the interpreter's flush at exit then succeeds too)."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self.failed = False
+
+    def _call(self, name, *args):
+        if not self.failed:
+            try:
+                return getattr(self._stream, name)(*args)
+            except (OSError, ValueError):
+                self.failed = True
+                _silence_stdout(self._stream)
+        return None
+
+    def write(self, text):
+        out = self._call("write", text)
+        return len(text) if out is None else out
+
+    def writelines(self, lines):
+        self._call("writelines", lines)
+
+    def flush(self):
+        self._call("flush")
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def _standard_streams() -> None:
+    """Open each closed standard descriptor (0, 1, 2) on ``os.devnull``, and give Python a
+    stream for it, before anything else is opened: a file opened later (a lock file, a run
+    file) would otherwise take descriptor 1 or 2, and what is written to stdout or stderr, by
+    this process or by a child (git), would land in it."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+            continue
+        except OSError:
+            pass
+        with contextlib.suppress(OSError):
+            null = os.open(os.devnull, os.O_RDONLY if fd == 0 else os.O_WRONLY)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+    for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
+        if getattr(sys, name) is None:
+            with contextlib.suppress(OSError, ValueError):
+                setattr(sys, name, open(fd, mode, closefd=False, errors="backslashreplace"))
+
+
 def _silence_stdout(stream) -> None:
     """Drop what is left in a failed stdout so that the interpreter's exit does not write it
     again (which would print a second error)."""
@@ -167,8 +230,12 @@ def _silence_stdout(stream) -> None:
 
 def _show_note(message, category, filename, lineno, file=None, line=None, _old=None):
     from solvers._numba_cache import NumbaCacheWarning
-    if issubclass(category, NumbaCacheWarning):
-        sys.stderr.write(f"meanfield: note: {message}\n")
+    notes = [NumbaCacheWarning]
+    refcache = sys.modules.get("analysis.refcache")      # loaded where it warned
+    if refcache is not None and hasattr(refcache, "CacheLocationWarning"):
+        notes.append(refcache.CacheLocationWarning)
+    if issubclass(category, tuple(notes)):
+        sys.stderr.write(f"meanfield: note: {one_line(message)}\n")
         sys.stderr.flush()
     else:
         _old(message, category, filename, lineno, file, line)
@@ -188,8 +255,10 @@ def _import_failure(exc: ImportError) -> str:
 
 def main(argv=None) -> int:
     """Entry point of the ``meanfield`` console script; returns the exit code."""
-    out = sys.stdout
+    _standard_streams()
+    out, err = sys.stdout, sys.stderr
     sys.stdout = _Stdout(out)
+    sys.stderr = _Stderr(err)
     old_show = warnings.showwarning
     warnings.showwarning = lambda *a, **kw: _show_note(*a, **kw, _old=old_show)
     try:
@@ -198,6 +267,13 @@ def main(argv=None) -> int:
         warnings.showwarning = old_show
         if isinstance(sys.stdout, _Stdout):
             sys.stdout = out
+        if isinstance(sys.stderr, _Stderr):
+            sys.stderr = err
+
+
+def _error(text) -> None:
+    """Write ``meanfield: error: TEXT`` as one line on stderr."""
+    sys.stderr.write(f"meanfield: error: {one_line(text)}\n")
 
 
 def _main(argv) -> int:
@@ -208,15 +284,17 @@ def _main(argv) -> int:
         if not getattr(args, "func", None):
             parser.print_help()
             return 2
+        from meanfield.environment import check_numba_settings
+        check_numba_settings()              # before any file is created
         with _signals_unwind():
             code = int(args.func(args) or 0)
             sys.stdout.flush()
         return code
     except InputError as exc:
-        sys.stderr.write(f"meanfield: error: {exc.line()}\n")
+        _error(exc.line())
         return 2
     except Interrupted as exc:
-        sys.stderr.write(f"meanfield: {exc}\n")
+        sys.stderr.write(f"meanfield: {one_line(exc)}\n")
         return 130
     except Terminated as exc:
         sys.stderr.write(f"meanfield: terminated by {exc}\n")
@@ -228,24 +306,37 @@ def _main(argv) -> int:
                          f"{RESUME_HINT}\n")
         return 130
     except KeyboardInterrupt:
+        # OpenBLAS, unable to start its threads while NumPy loads, raises SIGINT on itself:
+        # a resource limit, not a Ctrl-C
+        from meanfield.environment import thread_limit
+        limit = thread_limit()
+        if limit is not None:
+            _error(limit)
+            return 1
         sys.stderr.write("meanfield: interrupted\n")
         return 130
     except DivergenceError as exc:
-        sys.stderr.write(f"meanfield: error: {exc}\n")
+        _error(exc)
         return 1
     except (BrokenPipeError, StdoutError) as exc:
         _silence_stdout(stdout)
         if isinstance(exc, BrokenPipeError) or exc.errno == errno.EPIPE:
             return 0              # e.g. `meanfield inspect x.h5 --json | head`
-        sys.stderr.write(f"meanfield: error: cannot write the standard output "
-                         f"({exc.strerror})\n")
+        _error(f"cannot write the standard output ({exc.strerror})")
         return 1
     except ImportError as exc:
-        sys.stderr.write(f"meanfield: error: {_import_failure(exc)}\n")
+        _error(_import_failure(exc))
         return 1
     except MemoryError:
-        sys.stderr.write("meanfield: error: out of memory; use fewer particles, a smaller data "
-                         "set or fewer snapshot frames\n")
+        _error("out of memory; use fewer particles, a smaller data set or fewer snapshot "
+               "frames")
+        return 1
+    except RuntimeError as exc:
+        from meanfield.environment import thread_limit
+        limit = thread_limit() if "can't start new thread" in str(exc) else None
+        if limit is None:
+            raise
+        _error(limit)
         return 1
 
 

@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from meanfield.errors import InputError
+from meanfield.errors import InputError, one_line
 from solvers.integrators import INTEGRATORS
 
 # Deferred on purpose: the modules behind this command load numba, h5py, SciPy, POT or
@@ -47,6 +47,10 @@ def register(sub):
     p.add_argument("--halo-ratio", type=float, default=3.0,
                    help="a ray's mean particle mass |a||u| is at least HALO_RATIO times the "
                         "free-particle baseline (d+1) tau/lam (default 3)")
+    p.add_argument("--max-regions", type=float, default=None, metavar="N",
+                   help="most regions the count of P may enumerate, judged by its upper bound "
+                        "(Cover's count of the distinct data points); a larger count is "
+                        "refused with its estimated time (default 1e9, about a minute)")
     p.add_argument("--no-w2", action="store_true",
                    help="skip the Wasserstein distances between successive temperatures "
                         "(exact W2 takes about 40 s at 10^4 particles)")
@@ -114,9 +118,15 @@ def _holds_only(names):
 def _writing_report(outdir: Path, names, inputs=()):
     """Own ``outdir`` and write the report into a temporary folder (yielded) that replaces
     it when complete (a failure leaves ``outdir`` as it was and names the file it could not
-    write); ``outdir`` may not be or hold one of ``inputs``. The checks run on entering."""
+    write); ``outdir`` may not be or hold one of ``inputs``. The checks run on entering. An
+    ``outdir`` that is a symbolic link is written through, as ``run -o LINK`` is: the report
+    replaces the folder it points to, and the link stays."""
+    import os
+
     from meanfield import atomic, ownership
     _check_outdir(outdir, inputs)
+    if outdir.is_symlink():
+        outdir = Path(os.path.realpath(outdir))
     # nested ``with``s: the lock and the folder are released whenever a signal arrives
     with ownership.claim(outdir, "-o"), \
             atomic.replacing_dir(outdir, "-o", _holds_only(names)) as tmp:
@@ -126,12 +136,17 @@ def _writing_report(outdir: Path, names, inputs=()):
 def _study(args) -> int:
     from meanfield.sweep.summary import analyze_study, format_markdown, to_json, write_report
     outdir = Path(args.outdir) if args.outdir else Path(str(Path(args.run).resolve()) + "-report")
+    from analysis.dichotomies import TooManyRegions
     with _writing_report(outdir, {"study.json", "study.md", "*.png"}, [args.run]) as tmp:
-        res = analyze_study(args.run, w2=not args.no_w2)
+        try:
+            res = analyze_study(args.run, w2=not args.no_w2)
+        except TooManyRegions as exc:     # a study's runs are counted with the default limit
+            raise InputError(args.run, "", exc.reason("the limit (analyse the runs one by one "
+                                                      "with --max-regions)")) from None
         write_report(res, tmp, figures=not args.no_figures)
     print(to_json(res) if args.json else format_markdown(res))
     if not args.json:
-        sys.stderr.write(f"meanfield: report in {outdir}/study.md\n")
+        sys.stderr.write(f"meanfield: report in {one_line(outdir)}/study.md\n")
     return 0
 
 
@@ -151,10 +166,9 @@ def _ladder(run):
             continue
         if ess < MIN_ESS:
             which = " in its weakest chain" if len(chains_of(run)) > 1 else ""
-            sys.stderr.write(f"meanfield: warning: {run.path}: tau={tau:g}: {ess:.1f} effective "
-                             f"samples{which} ({M} observations) in the second half of "
-                             f"stage {s}, "
-                             f"fewer than the {MIN_ESS:g} its MCSE needs: its z values are not "
+            sys.stderr.write(f"meanfield: warning: {one_line(run.path)}: tau={tau:g}: "
+                             f"{ess:.1f} effective samples{which} ({M} observations) in "
+                             f"the second half of stage {s}, fewer than the {MIN_ESS:g} its MCSE needs: its z values are not "
                              "to be trusted (observe more often or run longer)\n")
         out.append((float(tau), m, se, s))
     return out
@@ -189,8 +203,8 @@ def _two_runs(args, option):
         raise InputError(other, "", f"not the same training data as {args.run}")
     for run in (a, b):
         if not run.complete:
-            sys.stderr.write(f"meanfield: warning: {run.path} is an incomplete run (its last "
-                             "stage is averaged as far as it got)\n")
+            sys.stderr.write(f"meanfield: warning: {one_line(run.path)} is an incomplete run "
+                             "(its last stage is averaged as far as it got)\n")
     return a, b
 
 
@@ -379,21 +393,27 @@ def main(args) -> int:
         raise InputError("--g-ray", "", f"must be in [-1, 1], got {args.g_ray}")
     if not args.halo_ratio >= 0:
         raise InputError("--halo-ratio", "", f"must be >= 0, got {args.halo_ratio}")
+    from analysis.dichotomies import TooManyRegions
+    from meanfield.cli.dichotomies import max_regions_of
+    limit = max_regions_of(args.max_regions)
     outdir = Path(args.outdir) if args.outdir else Path(str(Path(args.run).with_suffix("")) + "-report")
     # a previous report (any figure format, with or without its tables) may be replaced
     names = {"report.json", "report.md", "ladder.csv", "rays.csv", "kinks.csv",
              *(f"{stem}.{ext}" for stem in FIGURES for ext in ("png", "pdf", "svg"))}
     with _writing_report(outdir, names, [args.run]) as tmp:
-        rep = analyze_run(args.run, tmp, figures=not args.no_figures, w2=not args.no_w2,
-                          references=not args.no_references, min_mass_frac=args.min_mass,
-                          sensitivity=not args.no_sensitivity,
-                          g_ray=args.g_ray, halo_ratio=args.halo_ratio, fmt=args.format,
-                          progress=False if args.quiet else None)
+        try:
+            rep = analyze_run(args.run, tmp, figures=not args.no_figures, w2=not args.no_w2,
+                              references=not args.no_references, min_mass_frac=args.min_mass,
+                              sensitivity=not args.no_sensitivity,
+                              g_ray=args.g_ray, halo_ratio=args.halo_ratio, fmt=args.format,
+                              progress=False if args.quiet else None, max_regions=limit)
+        except TooManyRegions as exc:
+            raise InputError(args.run, "--max-regions", exc.reason("--max-regions")) from None
         if args.csv:
             from meanfield.tidy import write_csv
             write_csv(rep, tmp)
     if not rep["complete"]:
-        sys.stderr.write(f"meanfield: warning: {args.run} is an incomplete run "
+        sys.stderr.write(f"meanfield: warning: {one_line(args.run)} is an incomplete run "
                          f"({len(rep['snapshots'])} snapshot frames so far)\n")
     if args.json:
         print(json.dumps(rep))

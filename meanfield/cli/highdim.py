@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from meanfield.errors import InputError
+from meanfield.errors import InputError, one_line
 
 # Deferred on purpose: the modules behind this command load numba, h5py, SciPy, POT or
 # Matplotlib, so they are imported when the command runs, not when `meanfield --help` or
@@ -144,7 +144,7 @@ def main(args) -> int:
     else:
         _print_table(summary)
     sys.stdout.flush()
-    sys.stderr.write(f"meanfield: wrote {h5} and {png}\n")
+    sys.stderr.write(f"meanfield: wrote {one_line(h5)} and {one_line(png)}\n")
     return 0
 
 

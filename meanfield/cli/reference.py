@@ -14,7 +14,7 @@ import time
 
 from meanfield import config as _config
 from meanfield import data as _data
-from meanfield.errors import ConfigError, InputError
+from meanfield.errors import ConfigError, InputError, one_line
 
 # Deferred on purpose: the modules behind this command load numba, h5py, SciPy, POT or
 # Matplotlib, so they are imported when the command runs, not when `meanfield --help` or
@@ -89,6 +89,12 @@ def main_gibbs(args) -> int:
             raise InputError(args.config, "--tau", f"must be a finite number > 0, got "
                                                    f"{args.tau!r} (the tau -> 0 limit is "
                                                    "'meanfield reference convex')")
+        from meanfield.schema import MIN_TAU
+        if args.tau < MIN_TAU:
+            raise InputError(args.config, "--tau", f"must be at least {MIN_TAU:g} (below it "
+                                                   "the fixed point is the tau -> 0 limit to "
+                                                   "float precision: 'meanfield reference "
+                                                   f"convex'), got {args.tau!r}")
         taus = [args.tau]
     else:
         taus = [t for t in cfg.taus if t > 0]
@@ -97,7 +103,7 @@ def main_gibbs(args) -> int:
                              "'meanfield reference convex')\n")
         if not taus:
             raise InputError(cfg.source, "dynamics.taus", "no temperature > 0")
-    t0 = time.time()
+    t0 = time.monotonic()
     try:
         with numerical_failures(GibbsConvergenceError, "Gibbs reference", ds.X,
                                 keep=(GibbsAccuracyError,)):
@@ -110,7 +116,7 @@ def main_gibbs(args) -> int:
         _reraise(exc, cfg)
     except GibbsAccuracyError as exc:
         if exc.solved:                           # keep the hotter temperatures solved
-            _print_gibbs(args, cfg, ds, method, exc.solved, time.time() - t0)
+            _print_gibbs(args, cfg, ds, method, exc.solved, time.monotonic() - t0)
         field = "dynamics.taus" if args.tau is None else "--tau"
         if exc.error == exc.error:               # accuracy: a larger --rtol helps
             hint = "a larger --rtol" + (" or that temperature" if exc.coldest else "")
@@ -119,9 +125,9 @@ def main_gibbs(args) -> int:
             hint = "that temperature or a hotter one" if exc.coldest else "a hotter temperature"
         raise InputError(cfg.source, field, f"{exc} (ask for {hint})") from None
     except GibbsConvergenceError as exc:
-        sys.stderr.write(f"meanfield: error: {cfg.source}: {exc}\n")
+        sys.stderr.write(f"meanfield: error: {one_line(f'{cfg.source}: {exc}')}\n")
         return 1
-    _print_gibbs(args, cfg, ds, method, sols, time.time() - t0)
+    _print_gibbs(args, cfg, ds, method, sols, time.monotonic() - t0)
     return 0
 
 
@@ -148,15 +154,15 @@ def main_convex(args) -> int:
     """Run ``meanfield reference convex`` with the parsed ``args``; returns the exit code."""
     from solvers.convex import ConvexInputError, ConvexSolverError, convex
     cfg, ds = _problem(args.config)
-    t0 = time.time()
+    t0 = time.monotonic()
     try:
         sol = convex(ds.X, ds.y, cfg.dynamics.lam)
     except ConvexInputError as exc:
         _reraise(exc, cfg)
     except ConvexSolverError as exc:
-        sys.stderr.write(f"meanfield: error: {cfg.source}: {exc}\n")
+        sys.stderr.write(f"meanfield: error: {one_line(f'{cfg.source}: {exc}')}\n")
         return 1
-    secs = time.time() - t0
+    secs = time.monotonic() - t0
     doc = sol.as_dict()
     doc["seconds"] = round(secs, 3)
     if args.json:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 
-from meanfield.errors import InputError
+from meanfield.errors import InputError, one_line
 
 # Deferred on purpose: the modules behind this command load numba, h5py, SciPy, POT or
 # Matplotlib, so they are imported when the command runs, not when `meanfield --help` or
@@ -61,15 +61,15 @@ def main(args) -> int:
         raise InputError("command line", "CONFIG", "the config path is empty")
 
     def log(msg):
-        sys.stderr.write(f"meanfield: {msg}\n")
+        sys.stderr.write(f"meanfield: {one_line(msg)}\n")
         sys.stderr.flush()
 
-    t0 = time.time()
+    t0 = time.monotonic()        # a duration: immune to a step of the wall clock
     outcome = {}
     out = runner.run(args.config, args.output, overwrite=args.overwrite, resume=args.resume,
                      progress=False if args.quiet else None, threads=args.threads, log=log,
                      outcome=outcome)
     if outcome.get("plan") != "done":       # "already complete" was said; nothing written
-        log(f"wrote {out} in {time.time() - t0:.1f} s")
+        log(f"wrote {out} in {time.monotonic() - t0:.1f} s")
     print(out)
     return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from meanfield.errors import InputError, MissingDependencyError
+from meanfield.errors import InputError, MissingDependencyError, one_line
 
 # Deferred on purpose: the modules behind this command load numba, h5py, SciPy, POT or
 # Matplotlib, so they are imported when the command runs, not when `meanfield --help` or
@@ -66,13 +66,13 @@ def main(args) -> int:
         try:                  # before the study folder is made: a refusal leaves nothing
             require_distributed()
         except MissingDependencyError as exc:
-            sys.stderr.write(f"meanfield: error: {exc}\n")
+            sys.stderr.write(f"meanfield: error: {one_line(exc)}\n")
             return 2
     try:
         summary = study.run(args.workers, scheduler=args.scheduler, serial=args.serial,
                             threads=args.threads, progress=False if args.quiet else None)
     except MissingDependencyError as exc:     # the environment, not a failed job: exit 2
-        sys.stderr.write(f"meanfield: error: {exc}\n")
+        sys.stderr.write(f"meanfield: error: {one_line(exc)}\n")
         return 2
     except KeyboardInterrupt as exc:          # Ctrl-C, or Terminated (SIGTERM, SIGHUP)
         from meanfield.interrupts import Terminated

@@ -25,10 +25,18 @@ def import_matplotlib():
 
     The figures never need the backend named by ``MPLBACKEND``; a value that matplotlib
     rejects (``MPLBACKEND=nonsense`` makes ``import matplotlib`` raise ``ValueError``) is
-    set aside while importing, so that the figures are still written.
+    set aside while importing, so that the figures are still written. Without a home folder
+    (``HOME`` unset, a user id with no passwd entry) matplotlib's configuration and font cache
+    go to a temporary folder, as matplotlib would put them, without its multi-line warning.
     """
     import os
     import sys
+    if "matplotlib" not in sys.modules and not os.environ.get("MPLCONFIGDIR"):
+        try:
+            Path.home()
+        except RuntimeError:
+            import tempfile
+            os.environ["MPLCONFIGDIR"] = tempfile.mkdtemp(prefix="matplotlib-")
     if "matplotlib" not in sys.modules and "MPLBACKEND" in os.environ:
         try:
             import matplotlib

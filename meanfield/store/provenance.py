@@ -22,8 +22,10 @@ def provenance() -> dict:
             "python": platform.python_version()}
     try:
         here = Path(__file__).resolve().parent
+        # every standard stream of git is its own (a pipe, os.devnull): it writes into no
+        # file of the run, whatever descriptors this process was started with
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True,
-                             text=True, timeout=5)
+                             stdin=subprocess.DEVNULL, text=True, timeout=5)
         if out.returncode == 0:
             info["git_commit"] = out.stdout.strip()
     except (OSError, subprocess.SubprocessError):

@@ -503,7 +503,7 @@ def run_study(spec, directory, *, workers=None, scheduler=None, client=None, ser
     KeyboardInterrupt
         After marking running jobs pending again and saving the manifest.
     """
-    t0 = time.time()
+    t0 = time.monotonic()         # a duration: immune to a step of the wall clock
     directory = Path(directory)
     if not serial and scheduler is None and client is None:
         _check_main_guard()
@@ -535,7 +535,7 @@ def run_study(spec, directory, *, workers=None, scheduler=None, client=None, ser
             finally:
                 tracker.close(directory)
                 summary.done = man.counts()["done"]
-                summary.wall_s = time.time() - t0
+                summary.wall_s = time.monotonic() - t0
         summary.done = man.counts()["done"]
-        summary.wall_s = time.time() - t0
+        summary.wall_s = time.monotonic() - t0
     return summary

@@ -191,9 +191,9 @@ def run_job(config_json: str, output: str, *, job_id: str = "", threads=None,
         data); ``note`` says when the thread count was capped at the worker's
         ``NUMBA_NUM_THREADS``.
     """
-    t0 = time.time()
+    started = time.monotonic()    # wall_s: a duration, immune to a step of the wall clock
     info = {"id": job_id, "host": socket.gethostname(), "pid": os.getpid()}
-    _announce(topic, {**info, "event": "start", "time": t0})
+    _announce(topic, {**info, "event": "start", "time": time.time()})   # a timestamp
     result = {**info, "status": "done", "skipped": False, "error": None, "traceback": None}
     try:
         cfg = _config.from_canonical_json(config_json, source=f"<job {job_id}>")
@@ -221,5 +221,5 @@ def run_job(config_json: str, output: str, *, job_id: str = "", threads=None,
                       retryable=isinstance(exc, OutputBusy) or not isinstance(exc, InputError))
     numba = sys.modules.get("numba")
     result["threads"] = int(numba.get_num_threads()) if numba is not None else None
-    result["wall_s"] = time.time() - t0
+    result["wall_s"] = time.monotonic() - started
     return result

@@ -28,15 +28,9 @@ import hashlib
 import itertools
 import json
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 from meanfield import config as _config
 from meanfield import schema
@@ -290,8 +284,4 @@ def load(path: str | os.PathLike) -> StudySpec:
 
 def loads(text: str, source: str = "<string>", base_dir: str | os.PathLike = ".") -> StudySpec:
     """Parse and expand a study given as TOML text."""
-    try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise StudyError(source, "", f"malformed TOML: {exc}") from None
-    return expand(raw, source, base_dir)
+    return expand(_config.parse_toml(text, source, StudyError), source, base_dir)

@@ -286,3 +286,29 @@ def test_the_run_says_the_ladder_runs_cold_to_hot(tmp_path):
         warned = [ln for ln in lines[before:] if "cold to hot" in ln]
         assert len(warned) == (1 if name == "up" else 0), lines
     assert warned == [] and lines[0].startswith("warning: dynamics.taus runs cold to hot")
+
+
+@pytest.mark.parametrize("tau", [2.2e-308, 5e-324, 1e-200, 9.9e-31])
+def test_a_temperature_below_the_floor_is_refused_in_one_line(tmp_path, capsys, tau):
+    """A denormal temperature used to make the radial move divide by zero (``"mala"``) and the
+    Gibbs reference run for minutes; it is refused at the config, naming the entry."""
+    from meanfield.cli import main
+    from meanfield.schema import MIN_TAU
+    for integrator in ("em", "mala"):
+        text = BASE.replace("taus = [1e-2, 1e-3]",
+                            f"taus = [1e-2, {tau!r}]\nintegrator = \"{integrator}\"")
+        with pytest.raises(ConfigError) as ei:
+            _cfg(text, tmp_path)
+        assert ei.value.field == "dynamics.taus[1]"
+        assert f"must be 0 or at least {MIN_TAU:g}" in ei.value.line()
+        (tmp_path / "low.toml").write_text(text)
+        assert main(["run", str(tmp_path / "low.toml"), "-o", str(tmp_path / "r.h5")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [f"meanfield: error: {ei.value.line()}".replace("c.toml", "low.toml")]
+        assert not list(tmp_path.glob("r.h5*"))
+
+
+def test_the_floor_and_zero_are_accepted(tmp_path):
+    from meanfield.schema import MIN_TAU
+    cfg = _cfg(BASE.replace("taus = [1e-2, 1e-3]", f"taus = [1e-2, {MIN_TAU!r}, 0.0]"), tmp_path)
+    assert cfg.taus == [1e-2, MIN_TAU, 0.0]
