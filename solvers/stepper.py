@@ -105,7 +105,7 @@ except (AttributeError, OSError):
     pass
 from solvers.stepper import _ahead_lock, compile_variant
 root, integrator, relu = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
-with _ahead_lock(root) as mine:
+with _ahead_lock(root, integrator, relu) as mine:
     if mine:
         for d in sys.argv[4:]:
             compile_variant(int(d), integrator, relu)
@@ -155,7 +155,7 @@ def compile_ahead(ds, jobs=None, cancel=None, *, integrator="em", relu=True) -> 
         The dimensions whose subprocess failed (their kernels then compile on first use).
     """
     root = _root()
-    with _ahead_lock(root) as mine:
+    with _ahead_lock(root, integrator, relu) as mine:
         if not mine:
             return []
         return _compile_in_subprocesses(root, [int(d) for d in ds], jobs, cancel,
@@ -202,15 +202,20 @@ def compile_in_background(ds, *, integrator="em", relu=True):
 
 
 @contextlib.contextmanager
-def _ahead_lock(root):
+def _ahead_lock(root, integrator="", relu=True):
     """Yield True when this process holds the compile-ahead lock of the installation at
-    ``root``, False when another process holds it (no lock on systems without ``fcntl``)."""
+    ``root`` for ``integrator``'s kernels in the current numba cache folder
+    (``NUMBA_CACHE_DIR``), False when another process holds it (no lock on systems without
+    ``fcntl``). One lock per installation, integrator, activation kind and cache folder: a
+    background compile of one never keeps another from starting."""
     try:
         import fcntl
     except ImportError:                      # pragma: no cover - not POSIX
         yield True
         return
-    key = hashlib.sha256(root.encode()).hexdigest()[:16]
+    what = "\0".join([root, str(integrator), str(bool(relu)),
+                       os.environ.get("NUMBA_CACHE_DIR", "")])
+    key = hashlib.sha256(what.encode()).hexdigest()[:16]
     path = os.path.join(tempfile.gettempdir(), f"meanfield-compile-{key}.lock")
     try:
         fh = open(path, "a")

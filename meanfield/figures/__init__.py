@@ -79,7 +79,7 @@ RUN_FIGURES: dict[str, RunFigure] = {
         "exact references."),
     "trajectory": RunFigure(
         plot_trajectory,
-        "The run against time: risk (log axis), mean |θ|² and the stationarity statistic "
+        "The run against time (passes for the exact sampler): risk (log axis), mean |θ|² and the stationarity statistic "
         "(drift of the time-averaged predictor, with the drift each stage's verdict allows "
         "dashed), temperatures shaded, snapshot frames dotted."),
 }

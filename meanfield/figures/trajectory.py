@@ -111,7 +111,7 @@ def plot_trajectory(rep, run, *, axes=None):
         for tau, (lo, hi) in zip(taus, bounds):
             top.text((lo + hi) / 2 * eta, 1.02, f"τ = {tau:.0e}",
                      transform=top.get_xaxis_transform(), ha="center", va="bottom", fontsize=7)
-        axes[-1].set_xlabel("passes of the exact sampler (dotted: snapshot frames)" if passes
+        axes[-1].set_xlabel("passes (dotted: snapshot frames)" if passes
                             else "time t = step · η  (dotted: snapshot frames)")
         axes[-1].set_xlim(0, bounds[-1][1] * eta)
         if not run.complete:

@@ -54,6 +54,7 @@ from meanfield.runner.identity import _check_checkpoint, check_same_run
 from meanfield.runner.loop import integrate, make_stepper
 from meanfield.runner.signals import _StopRequest
 from meanfield.store import RunWriter, open_run
+from solvers.integrators import integrator_named
 from solvers.langevin import SolverState
 
 __all__ = [
@@ -204,7 +205,8 @@ def _run_owned(cfg, dataset, out, *, overwrite, resume, progress, threads, log, 
         except BaseException:
             writer.close()
             raise
-        log(f"resuming {paths.part} from step {states[0].step}")
+        unit = integrator_named(cfg.dynamics.integrator).step_unit     # "pass": mala
+        log(f"resuming {paths.part} from {unit} {states[0].step}")
     else:
         if resume:
             log(_nothing_to_resume(paths))
@@ -246,7 +248,9 @@ def _run_owned(cfg, dataset, out, *, overwrite, resume, progress, threads, log, 
             lead = state[0] if isinstance(state, list) else state
             if lead.stage < cfg.schedule.n_stages:
                 raise Interrupted(lead.step, str(paths.ckpt),
-                                  f"interrupted at step {lead.step}; checkpoint "
+                                  f"interrupted at "
+                                  f"{integrator_named(cfg.dynamics.integrator).step_unit} "
+                                  f"{lead.step}; checkpoint "
                                   f"{paths.ckpt} written; continue with: "
                                   f"{_resume_command(cfg, out)}")
             writer.mark_complete()

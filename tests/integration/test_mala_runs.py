@@ -111,7 +111,7 @@ def test_a_pass_is_no_time_step_in_inspect_the_report_and_the_figure(mala_ref, t
     assert "| τ | pass | stationary |" in markdown(rep)
     fig = plot_trajectory(rep, run)
     ax = fig.axes[2]
-    assert ax.get_xlabel().startswith("passes")
+    assert ax.get_xlabel().startswith("passes (")
     # the x axis ends at the last pass, not at passes · eta
     assert ax.get_xlim()[1] == pytest.approx(run.schedule.stage_bounds(len(run.taus) - 1)[1])
 

@@ -383,8 +383,10 @@ def test_compile_ahead_reports_failed_subprocesses_and_defers_to_a_holder_of_the
     # d = -1 cannot be built and is reported
     assert stepper_mod._compile_in_subprocesses(root, [D_IN, -1], 2) == [-1]
     # while the lock is held (here, or by a run compiling ahead), nothing is started
-    with stepper_mod._ahead_lock(root):
+    with stepper_mod._ahead_lock(root, "em", True):
         assert stepper_mod.compile_ahead([-1]) == []
+        # one lock per integrator (and cache folder): the exact sampler's compile still runs
+        assert stepper_mod.compile_ahead([-1], integrator="mala") == [-1]
     # cancelled while its subprocess still imports numba, it ends it before it can fail
     import threading
     cancel = threading.Event()
