@@ -21,9 +21,10 @@ dimension ``d`` (the loops over coordinates unrolled at compile time), used for 
 one kernel for every other ``d`` (read at run time). The two give bitwise equal results. numba
 caches every compiled kernel on disk. :meth:`Stepper.prepare` compiles only the kernel variant
 the run needs (its integrator, activation kind and ``d``) and starts stepping; when that was a
-first compile, one detached subprocess at the lowest CPU priority compiles the same
-integrator's other kinds (:func:`compile_in_background`), so that a later run on data of
-another ``d`` loads them from the cache.
+first compile, the run calls :meth:`Stepper.compile_others` when its stepping is done: one
+detached subprocess at the lowest CPU priority compiles the same integrator's other kinds
+(:func:`compile_in_background`), so that a later run on data of another ``d`` loads them from
+the cache.
 """
 
 from __future__ import annotations
@@ -166,10 +167,9 @@ def compile_in_background(ds, *, integrator="em", relu=True):
     """Start one detached subprocess, at the lowest CPU priority, that compiles the kernels of
     ``integrator`` for each input dimension of ``ds`` into numba's cache, and return at once.
 
-    A run calls this after its own kernel's first compile: the other input dimensions are
-    then in the cache for the next run, while this one steps (the subprocess runs at
-    ``nice 19``, so it takes the cores only when the run leaves them idle, and it goes on
-    after the run ends). It runs in a process group of its own (an interrupt of the run does
+    A run calls this (:meth:`Stepper.compile_others`) when its stepping is done, after its own
+    kernel's first compile: the other input dimensions are then in the cache for the next run
+    (the subprocess runs at ``nice 19`` and goes on after the run ends). It runs in a process group of its own (an interrupt of the run does
     not reach it) and leaves at once when another process compiles ahead for this
     installation.
 
@@ -405,6 +405,7 @@ class Stepper:
         self.sum_sq = 0.0
         self.counts = np.zeros(len(_mala.COUNTS), dtype=np.int64)
         self.f_sum = np.zeros(n)
+        self.others: list[int] = []     # input dimensions to compile after a first compile
         if integrator == "mala":
             self.XT = np.ascontiguousarray(self.X.T)
             self.sub = np.empty(_mala.JUMP_SUBSET, dtype=np.int64)
@@ -485,9 +486,9 @@ class Stepper:
 
     def prepare(self, theta, step0=0, *, ahead=True) -> bool:
         """Compile the kernels of this stepper (or load them from numba's cache) by a zero-step
-        :meth:`advance` on a copy of ``theta``; when that compiled them (a first run), also
-        start the compile of the same integrator's kernels for the other input dimensions in
-        the background (:func:`compile_in_background`), without waiting for it.
+        :meth:`advance` on a copy of ``theta``; when that compiled them (a first run), note the
+        same integrator's other input dimensions for :meth:`compile_others`, which the run
+        calls when its stepping is done.
 
         Only this stepper's kernel variant (integrator, activation kind, input dimension) is
         compiled before the first step: measured on two idle cores, the exact sampler's
@@ -516,9 +517,27 @@ class Stepper:
         if ahead:
             kinds = kernel_variants()
             mine = self.d if self.d in SPECIALISED_DIMS else kinds[-1]
-            compile_in_background([d for d in kinds if d != mine],
-                                  integrator=self.integrator, relu=bool(self.relu))
+            self.others = [d for d in kinds if d != mine]
         return True
+
+    def compile_others(self):
+        """Start the background compile (:func:`compile_in_background`) of the input
+        dimensions that :meth:`prepare` noted after a first compile, once; nothing otherwise.
+
+        A run calls this when its stepping is done, not before: beside a run of two chains on
+        two cores, even at ``nice 19``, the compile slowed the stepping by a third (46 s
+        against 34 s for the default run, measured), since the chains meet at every
+        observation and leave a core idle for it while they wait.
+
+        Returns
+        -------
+        subprocess.Popen or None
+            As :func:`compile_in_background`.
+        """
+        others, self.others = self.others, []
+        if not others:
+            return None
+        return compile_in_background(others, integrator=self.integrator, relu=bool(self.relu))
 
     def noise(self, step):
         """The noise ``ξ`` of shape (N, d+2) that step ``step`` adds (before the factor

@@ -103,8 +103,9 @@ COMPILE_SECONDS = {"mala": 15, "em": 50, "lm": 50}
 def _warm_up(stepper: Stepper, state: SolverState, progress) -> None:
     """Compile the kernels (or load them from numba's cache) before the progress clock starts,
     so that the first progress line's rate is the stepping rate (it read "about 100 h left" on
-    a first run). Only the run's own kernel variant is compiled here; a first compile starts
-    the other input dimensions' in the background (:meth:`solvers.stepper.Stepper.prepare`). Preparing works on a copy of the particles and
+    a first run). Only the run's own kernel variant is compiled here; after a first compile
+    the other input dimensions' compile in the background once the ladder is done
+    (:meth:`solvers.stepper.Stepper.compile_others`). Preparing works on a copy of the particles and
     leaves the run unchanged. When it takes longer than :data:`COMPILE_NOTE_AFTER` seconds and
     progress is shown, one line on stderr says why nothing moves yet and for how long, and a
     line every :data:`COMPILE_HEARTBEAT` seconds after it gives the time so far."""
@@ -238,6 +239,9 @@ def integrate(cfg: _config.RunConfig, dataset: _data.Dataset, writer: RunWriter 
         else:
             if schedule.auto:
                 _retotal(bar, bar.n)     # the last stage ended on its verdict: 100 %
+    # the ladder is done: a first compile's other input dimensions now compile in the
+    # background (while the run stepped, even at nice 19, they slowed it by a third)
+    getattr(steppers[0], "compile_others", lambda: None)()
     return state
 
 

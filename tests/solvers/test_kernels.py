@@ -407,6 +407,8 @@ X, y, theta = rng.standard_normal((5, d)), rng.standard_normal(5), rng.standard_
 st = S.Stepper(X, y, 16, lam=0.1, eta=0.1, integrator=integrator)
 t0 = time.monotonic()
 compiled = st.prepare(theta)
+assert not started          # nothing in the background while the run steps
+st.compile_others()         # what the run does when its stepping is done
 print(int(compiled), round(time.monotonic() - t0, 2), len(started))
 if started and started[0] is not None:
     started[0].wait()
@@ -417,9 +419,9 @@ if started and started[0] is not None:
 @pytest.mark.slow
 def test_a_first_run_compiles_its_own_variant_and_the_next_dimension_compiles_nothing(tmp_path):
     """On an empty numba cache a ``"mala"`` run on 2-D data compiles its own kernel alone
-    before stepping (Euler-Maruyama's kernels, which it does not need, are not compiled) and
-    starts the other input dimensions in the background; a run on 1-D (or 3-D, or run-time
-    d) data after it finds them in the cache."""
+    before stepping (Euler-Maruyama's kernels, which it does not need, are not compiled) and,
+    once its stepping is done, starts the other input dimensions in the background; a run on
+    1-D (or 3-D, or run-time d) data after it finds them in the cache."""
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"), TMPDIR=str(tmp_path))
 
     def first_run(d, integrator):
