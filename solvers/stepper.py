@@ -169,9 +169,9 @@ def compile_in_background(ds, *, integrator="em", relu=True):
 
     A run calls this (:meth:`Stepper.compile_others`) when its stepping is done, after its own
     kernel's first compile: the other input dimensions are then in the cache for the next run
-    (the subprocess runs at ``nice 19`` and goes on after the run ends). It runs in a process group of its own (an interrupt of the run does
-    not reach it) and leaves at once when another process compiles ahead for this
-    installation.
+    (the subprocess runs at ``nice 19`` and goes on after the run ends). It runs in a process
+    group of its own (an interrupt of the run does not reach it) and leaves at once when
+    another process compiles the same integrator ahead for this installation and cache.
 
     Parameters
     ----------
