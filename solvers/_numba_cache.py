@@ -11,11 +11,19 @@ not the user's fault:
   available`` when the module is imported;
 
 and silently ignores an unwritable ``NUMBA_CACHE_DIR`` (it caches elsewhere, or nowhere).
+A third failure is a race: numba's ``save`` reads a kernel's index, picks the first free data
+file number and writes both without a lock, so two processes compiling different signatures
+of one kernel into one cache (two runs on data of different ``d``, or a run and the background
+compile of the other dimensions, ``solvers.stepper.compile_in_background``) can give both the
+same number; the index then names machine code of another signature, and the next process to
+load it crashes (SIGSEGV, seen in the test suite on an empty cache).
 
 :func:`install` (run when ``solvers._kernels`` or ``solvers.arrangement`` is imported) makes a
 damaged file a cache miss (the file is removed, the kernel compiled again and the cache
-rewritten), a missing cache folder a compilation without cache, and notes where the kernels
-are cached when ``NUMBA_CACHE_DIR`` cannot be written. Each case is reported once
+rewritten), a missing cache folder a compilation without cache, notes where the kernels
+are cached when ``NUMBA_CACHE_DIR`` cannot be written, and serialises every save and load of a
+kernel's cache entries with a file lock next to its index (``flock``: exclusive to save,
+shared to load), so that concurrent processes never share a data file. Each case is reported once
 as a :class:`NumbaCacheWarning` of one line; the command line prints it as a note. Writing the
 cache is left as it is: a failure to write (full disk) is an error that names the cache file.
 """
@@ -25,6 +33,11 @@ from __future__ import annotations
 import contextlib
 import os
 import warnings
+
+try:
+    import fcntl
+except ImportError:                          # pragma: no cover - not POSIX: numba's own
+    fcntl = None  # type: ignore[assignment]
 
 __all__ = ["NumbaCacheWarning", "install"]
 
@@ -72,6 +85,28 @@ def _check_user_dir(dispatcher) -> None:
                       f"kernels in {locator.get_cache_path()} instead")
 
 
+@contextlib.contextmanager
+def _locked(cache_file, exclusive: bool):
+    """Hold the lock of ``cache_file``'s index (``<index>.lock`` beside it) while the body
+    runs: exclusive for a save, shared for a load. Where the lock file cannot be opened (a
+    read-only cache folder: nothing is saved there) or ``fcntl`` is missing, no lock."""
+    fh = None
+    if fcntl is not None:
+        try:
+            fh = open(cache_file._index_path + ".lock", "a")
+        except OSError:
+            fh = None
+    if fh is None:
+        yield
+        return
+    with fh:
+        fcntl.flock(fh, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def install() -> None:
     """Patch numba's cache classes once (idempotent); see the module docstring.
 
@@ -87,6 +122,7 @@ def install() -> None:
         from numba.core import caching, dispatcher
         cache_file = caching.IndexDataCacheFile
         load_index, load_data = cache_file._load_index, cache_file._load_data
+        save, load = cache_file.save, cache_file.load
         enable_caching = dispatcher.Dispatcher.enable_caching
     except (ImportError, AttributeError):     # pragma: no cover - another numba layout
         return
@@ -124,6 +160,16 @@ def install() -> None:
                   "kernels are compiled again on every run; set NUMBA_CACHE_DIR to a writable "
                   "folder")
 
+    def _save(self, key, data):
+        with _locked(self, exclusive=True):      # one number per data file, see above
+            return save(self, key, data)
+
+    def _load(self, key):
+        with _locked(self, exclusive=False):
+            return load(self, key)
+
     cache_file._load_index = _load_index
     cache_file._load_data = _load_data
+    cache_file.save = _save
+    cache_file.load = _load
     dispatcher.Dispatcher.enable_caching = _enable_caching

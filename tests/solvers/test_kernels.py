@@ -459,3 +459,48 @@ def test_inline_helpers_accept_the_run_time_dims():
     assert d_spec == d_rt == 3
     assert z_spec.tobytes() == z_rt.tobytes()
     np.testing.assert_allclose(z_rt, T[1:4].T @ XT + T[4][:, None], rtol=0, atol=1e-13)
+
+
+_RACE_MODULE = '''
+import numba
+
+@numba.njit(cache=True)
+def scaled(x):
+    return x * 3 + 1
+'''
+
+_RACE_CHILD = '''
+import sys
+sys.path.insert(0, sys.argv[1])
+from solvers import _numba_cache
+_numba_cache.install()
+import racemod
+import numpy as np
+kind = sys.argv[2]
+value = {"i": np.int64(2), "f": 2.5, "a": np.arange(3.0), "b": np.arange(3)}[kind]
+out = racemod.scaled(value)
+print(repr(np.asarray(out).tolist()))
+'''
+
+
+def test_processes_compiling_other_signatures_into_one_cache_never_share_a_data_file(tmp_path):
+    """numba's save numbers a signature's data file from an index read without a lock; the
+    cache patch locks it, so four processes compiling four signatures of one function at once
+    leave an index whose every entry loads its own machine code (before the lock, a crossed
+    entry crashed the next process with SIGSEGV)."""
+    (tmp_path / "racemod.py").write_text(_RACE_MODULE)
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    want = {"i": "7", "f": "8.5", "a": "[1.0, 4.0, 7.0]", "b": "[1, 4, 7]"}
+
+    def start(kind):
+        return subprocess.Popen([sys.executable, "-c", _RACE_CHILD, str(tmp_path), kind],
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+    procs = {k: start(k) for k in want}                 # compiling at the same time
+    for k, p in procs.items():
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0 and out.strip() == want[k], (k, p.returncode, err[-500:])
+    for k in want:                                      # every entry loads its own code
+        p = start(k)
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0 and out.strip() == want[k], (k, p.returncode, err[-500:])
