@@ -291,6 +291,11 @@ def test_meanfield_analyze_prints_the_verdict_and_its_note(analysed, name, verdi
     assert g["verdict"] == verdict
     line = next(ln for ln in stdout if "particles vs Gibbs reference" in ln)
     text = verdict_text(g, f"{name}.h5")
+    # a stage whose stationarity verdict failed says so on its Gibbs line
+    moving = rep["ladder"][0]["stationary"] is False
+    from meanfield.cli.analyze import NOT_STATIONARY_NOTE
+    assert line.endswith(NOT_STATIONARY_NOTE) == moving
+    line = line.removesuffix(NOT_STATIONARY_NOTE)
     assert line.endswith(": " + text) and f"| {text} |" in md
     if name == "mala":
         # the exact sampler: the width bias named, estimated from the 10 frames' particles
