@@ -79,6 +79,24 @@ def pytest_addoption(parser):
                           "study); CI runs them with --long -m long")
 
 
+def pytest_configure(config):
+    """Fill numba's cache with every stepping kernel variant once, in clean subprocesses,
+    before any test runs (in the controller only: xdist workers start after it).
+
+    The tests call the kernels in-process in many ways, on data of every input dimension; on
+    an empty cache the first of them compiles a variant and saves it, and a run of the suite
+    on a fresh clone then saw ten processes die of SIGSEGV loading Euler's ``d = 2`` kernel
+    (an entry whose machine code differed from a clean compile of the same signature; not
+    reproduced outside the suite). Compiling each variant once here, as the installation's
+    first run did before kernels compiled lazily, keeps the suite independent of which test
+    comes first."""
+    if hasattr(config, "workerinput"):      # an xdist worker: the controller has done it
+        return
+    from solvers.stepper import compile_ahead, kernel_variants
+    for integrator, relu in (("em", True), ("mala", True), ("mala", False)):
+        compile_ahead(kernel_variants(), integrator=integrator, relu=relu)
+
+
 def pytest_collection_modifyitems(config, items):
     """Leave out the tests marked ``long`` unless ``--long`` is given (deselected, not skipped:
     the default command is the README's test command, and they are a tier of their own)."""
