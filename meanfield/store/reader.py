@@ -3,6 +3,7 @@ running or killed run, and one-line errors for files that cannot be read."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import numbers
 import os
@@ -486,6 +487,40 @@ def _check_data_hash(X, y, stored: str, src: str) -> None:
                            "is damaged or was edited")
 
 
+@contextlib.contextmanager
+def opened_untrusted(path):
+    """The run file at ``path`` opened read-only, after the checks of a file from someone else
+    (:func:`check_untrusted`: its links, storage, sizes and attributes, before anything is
+    read from it; docs/format.md, "Reading a file from someone else"); every HDF5 failure in
+    the block is one :class:`RunFileError` line. :func:`open_run` reads through it, and the
+    writer checks a file with it before opening it for appending.
+
+    Yields
+    ------
+    h5py.File
+
+    Raises
+    ------
+    RunFileError
+        Not a readable HDF5 file, a check of :func:`check_untrusted`, or a damaged or
+        incomplete file.
+    """
+    src = str(path)
+    try:
+        f = _open_read(path)
+    except OSError as exc:
+        raise RunFileError(src, "", f"not a readable HDF5 file ({_h5_reason(exc)})") from None
+    try:
+        with f:
+            check_untrusted(f, src)
+            yield f
+    except RunFileError:
+        raise
+    except READ_ERRORS as exc:
+        raise RunFileError(src, "", f"damaged or incomplete run file ({_h5_reason(exc)})") \
+            from None
+
+
 def open_run(path: str | os.PathLike) -> Run:
     """Read a run file's metadata, data, frame index and observables.
 
@@ -521,49 +556,36 @@ def open_run(path: str | os.PathLike) -> Run:
         raise RunFileError(src, "", "no such file")
     if p.is_dir():
         raise RunFileError(src, "", "is a directory, expected a run file (.h5)")
-    try:
-        f = _open_read(path)
-    except OSError as exc:
-        raise RunFileError(src, "", f"not a readable HDF5 file ({_h5_reason(exc)})") from None
-    try:
-        with f:
-            # the file is untrusted input: its links, storage, sizes and attributes are
-            # checked before anything is read from it (docs/format.md, "Reading a file from
-            # someone else")
-            check_untrusted(f, src)
-            p = f["parameters"]
-            cfg_json = text(_need_attr(p, "config_json", src))
-            nf = int(f.attrs.get("n_frames", 0))
-            no = int(f.attrs.get("n_observations", 0))
-            try:
-                config, invalid = stored_config(cfg_json, src)
-            except ConfigError as exc:
-                raise RunFileError(src, "parameters.config_json", str(exc)) from None
-            if invalid is not None:
-                warnings.warn(StoredConfigWarning(
-                    f"{src}: the stored config no longer validates ({invalid}); read as "
-                    f"stored, unchecked, with defaults for missing keys"), stacklevel=2)
-            _check_parameters(p, config, src)
-            rows = [_chain_rows(f if k == 0 else _need(f, chain_root(k), src), nf, no,
-                                config, src) for k in range(stored_chains(p))]
-            X = read_rows(_need(f, "data/X", src), None, src)
-            y = read_rows(_need(f, "data/y", src), None, src)
-            stored_hash = text(p.attrs.get("data_hash", ""))
-            _check_data_hash(X, y, stored_hash, src)
-            shared = dict(path=src, config=config, config_json=cfg_json, X=X, y=y,
-                          complete=bool(f.attrs.get("complete", False)),
-                          provenance=json.loads(text(p.attrs.get("provenance", "{}"))),
-                          schema_version=int(p.attrs["schema_version"]),
-                          physics_hash=text(p.attrs.get("physics_hash", "")),
-                          data_hash=stored_hash,
-                          identity=_identity(f, src))
-            others = tuple(Run(**shared, **r, prefix=f"{chain_root(k)}/", chain_index=k)
-                           for k, r in enumerate(rows[1:], start=1))
-            return Run(**shared, **rows[0], chain_runs=others)
-    except RunFileError:
-        raise
-    except READ_ERRORS as exc:
-        raise RunFileError(src, "", f"damaged or incomplete run file ({_h5_reason(exc)})") from None
+    with opened_untrusted(path) as f:
+        p = f["parameters"]
+        cfg_json = text(_need_attr(p, "config_json", src))
+        nf = int(f.attrs.get("n_frames", 0))
+        no = int(f.attrs.get("n_observations", 0))
+        try:
+            config, invalid = stored_config(cfg_json, src)
+        except ConfigError as exc:
+            raise RunFileError(src, "parameters.config_json", str(exc)) from None
+        if invalid is not None:
+            warnings.warn(StoredConfigWarning(
+                f"{src}: the stored config no longer validates ({invalid}); read as "
+                f"stored, unchecked, with defaults for missing keys"), stacklevel=2)
+        _check_parameters(p, config, src)
+        rows = [_chain_rows(f if k == 0 else _need(f, chain_root(k), src), nf, no,
+                            config, src) for k in range(stored_chains(p))]
+        X = read_rows(_need(f, "data/X", src), None, src)
+        y = read_rows(_need(f, "data/y", src), None, src)
+        stored_hash = text(p.attrs.get("data_hash", ""))
+        _check_data_hash(X, y, stored_hash, src)
+        shared = dict(path=src, config=config, config_json=cfg_json, X=X, y=y,
+                      complete=bool(f.attrs.get("complete", False)),
+                      provenance=json.loads(text(p.attrs.get("provenance", "{}"))),
+                      schema_version=int(p.attrs["schema_version"]),
+                      physics_hash=text(p.attrs.get("physics_hash", "")),
+                      data_hash=stored_hash,
+                      identity=_identity(f, src))
+        others = tuple(Run(**shared, **r, prefix=f"{chain_root(k)}/", chain_index=k)
+                       for k, r in enumerate(rows[1:], start=1))
+        return Run(**shared, **rows[0], chain_runs=others)
 
 
 if TYPE_CHECKING:       # the type check of .ci/run: a Run is what the analysis reads

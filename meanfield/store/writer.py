@@ -32,13 +32,12 @@ from meanfield.store.layout import (
 )
 from meanfield.store.locks import (
     _is_open_for_write,
-    _open_read,
     _rebuild,
     _take_writer_lock,
     writer_alive,
 )
 from meanfield.store.provenance import provenance
-from meanfield.store.reader import READ_ERRORS, _h5_reason, check_schema, check_untrusted
+from meanfield.store.reader import _h5_reason, check_schema, opened_untrusted
 
 #: Buffered observations are written and committed as one block once this many are waiting
 #: (a commit costs about 5-10 ms whatever its size: one write per dataset of every observable,
@@ -410,20 +409,9 @@ class RunWriter:
 
 def _check_before_append(path) -> None:
     """The checks :func:`meanfield.store.open_run` makes of a file from someone else
-    (:func:`meanfield.store.reader.check_untrusted`), before HDF5 opens it for appending."""
-    src = str(path)
-    try:
-        f = _open_read(path)
-    except OSError as exc:
-        raise RunFileError(src, "", f"not a readable HDF5 file ({_h5_reason(exc)})") from None
-    try:
-        with f:
-            check_untrusted(f, src)
-    except RunFileError:
-        raise
-    except READ_ERRORS as exc:
-        raise RunFileError(src, "", f"damaged or incomplete run file ({_h5_reason(exc)})") \
-            from None
+    (:func:`meanfield.store.reader.opened_untrusted`), before HDF5 opens it for appending."""
+    with opened_untrusted(path):
+        pass
 
 
 class _WriteGuard:
