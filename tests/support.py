@@ -135,14 +135,18 @@ def checksums(root: Path) -> dict:
             for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def one_line(capsys, code, want=2):
-    """The command's stderr is one line (no traceback) and it exited with ``want``."""
-    err = capsys.readouterr().err
+def the_line(err: str, code: int, want: int) -> str:
+    """``err`` is one line without a traceback and the exit code is ``want``; the line."""
     assert code == want, err
     assert "Traceback" not in err, err
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
     return lines[0]
+
+
+def one_line(capsys, code, want=2):
+    """The command's stderr is one line (no traceback) and it exited with ``want``."""
+    return the_line(capsys.readouterr().err, code, want)
 
 
 def auto_walk(lengths, T, every):

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from conftest import DATA, tiny_toml
-from support import assert_identical, leftovers
+from support import assert_identical, leftovers, the_line
 
 from meanfield import cli
 
@@ -36,15 +36,6 @@ def cli_proc(args, cwd, env=None, **kw):
     kw.setdefault("capture_output", True)
     return subprocess.run([sys.executable, "-m", "meanfield", *map(str, args)], cwd=cwd,
                           env=e, text=True, timeout=300, **kw)
-
-
-def the_line(err: str, code: int, want: int) -> str:
-    """``err`` is one line without a traceback and the exit code is ``want``."""
-    assert code == want, err
-    assert "Traceback" not in err, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    return lines[0]
 
 
 def in_process(capsys, argv, want):
