@@ -30,4 +30,5 @@ chains = 2
 
 [output]
 observe_every = 5
+snapshots_per_tau = 4
 """

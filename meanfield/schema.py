@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 from meanfield.errors import ConfigError
 from solvers.integrators import INTEGRATORS
 from solvers.limits import ACTIVATIONS, DEFAULT_JUMPS, DEFAULT_RADIAL, MAX_STEPS
+from solvers.schedule import AUTO_CHUNKS
 
 #: Initialisations: i.i.d. Gaussian, or the convex τ → 0 solution's rays (THEORY §2.2).
 INITS = ("random", "convex")
@@ -547,7 +548,10 @@ class OutputConfig(_Table):
     observe_every : int
         An observation every this many steps, ``>= 1``.
     snapshots_per_tau : int
-        Snapshot frames per temperature, ``1 <= snapshots_per_tau <= steps_per_tau``.
+        Snapshot frames per temperature, ``1 <= snapshots_per_tau <= steps_per_tau``; with
+        ``steps_per_tau = "auto"`` frames per chunk of ``max_steps_per_tau / 8`` steps, evenly
+        spaced, the last at the chunk's end (the analysis pools the frames of a stage's
+        stationary part, docs/theory.md §6.1).
     checkpoint_every : int
         A checkpoint every this many steps, ``>= 1``.
     """
@@ -561,13 +565,20 @@ class OutputConfig(_Table):
         _num(out, "observe_every", src, "output", integer=True, minimum=1)
         _num(out, "snapshots_per_tau", src, "output", integer=True, minimum=1)
         _num(out, "checkpoint_every", src, "output", integer=True, minimum=1)
+        per_stage = out["snapshots_per_tau"]
         if dynamics.steps_per_tau != "auto":
             _check(out["snapshots_per_tau"] <= dynamics.steps_per_tau, src,
                    "output.snapshots_per_tau",
                    f"must be <= dynamics.steps_per_tau ({dynamics.steps_per_tau})")
+        else:           # frames per chunk of max_steps_per_tau // AUTO_CHUNKS steps
+            chunk = dynamics.max_steps_per_tau // AUTO_CHUNKS
+            _check(out["snapshots_per_tau"] <= chunk, src, "output.snapshots_per_tau",
+                   f"with steps_per_tau = \"auto\" it counts frames per chunk and must be <= "
+                   f"the chunk's {chunk} steps (dynamics.max_steps_per_tau / {AUTO_CHUNKS})")
+            per_stage *= AUTO_CHUNKS
         n_taus = len(dynamics.taus)
-        _check(n_taus * out["snapshots_per_tau"] <= MAX_FRAMES, src, "output.snapshots_per_tau",
-               f"{n_taus} temperatures * {out['snapshots_per_tau']} snapshots exceed "
+        _check(n_taus * per_stage <= MAX_FRAMES, src, "output.snapshots_per_tau",
+               f"{n_taus} temperatures * {per_stage} snapshots exceed "
                f"{MAX_FRAMES} frames (each frame holds every particle)")
         return out
 

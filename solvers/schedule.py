@@ -76,8 +76,8 @@ class Schedule:
     observe_every : int
         An observation every this many steps of a stage, ``>= 1``.
     snapshots_per_tau : int
-        Snapshot frames per stage, ``1 <= snapshots_per_tau <= steps_per_tau`` (ignored with
-        ``"auto"``: a frame at every chunk end).
+        Snapshot frames per stage, ``1 <= snapshots_per_tau <= steps_per_tau`` (with
+        ``"auto"``: per chunk, evenly spaced, the last at the chunk's end).
     max_steps_per_tau : int
         ``"auto"`` only: the most steps of a stage, ``>= 16``.
     lengths : tuple of int
@@ -261,10 +261,19 @@ class Schedule:
 
     def snapshots(self, stage: int) -> list[int]:
         """Steps within stage ``stage`` (1-based) after which a frame is written (``"auto"``:
-        the chunk ends within the stage and its end)."""
+        ``snapshots_per_tau`` frames evenly spaced over every chunk within the stage, the
+        last at the chunk's end; a chunk's end is always a frame, so a stage that ends early
+        ends on one)."""
         if self.auto:
             T = self.stage_length(stage)
-            return [e for e in self.chunk_ends() if e < T] + [T]
+            k = int(self.snapshots_per_tau)
+            out, lo = [], 0
+            for e in self.chunk_ends():
+                if lo >= T:
+                    break
+                out += [lo + int(round((e - lo) * (i + 1) / k)) for i in range(k)]
+                lo = e
+            return sorted({s for s in out if 0 < s <= T} | {T})
         return snapshot_steps(self.stage_length(stage), int(self.snapshots_per_tau))
 
     def boundaries(self, stage: int) -> list[int]:
