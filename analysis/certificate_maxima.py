@@ -1,0 +1,128 @@
+"""The local maxima of ``|G|`` on the sphere and their basins, exactly (docs/theory.md §6.7).
+
+``G_R(v) = (1/λ) Σ_j R_j (v·x̃_j)_+`` (:mod:`analysis.certificate`) is linear on every
+activation cell; the maximum of ``±G`` on a closed cell and its maximiser are a cone projection
+(:func:`solvers.convex.cell_maxima`). A linear function has one local maximum on a convex
+spherical cell, so a point is a local maximum of ``±G`` on the sphere exactly when it is the
+maximiser of every closed cell that contains it. Ascending from cell to cell (from a cell to
+its maximiser, from there to the highest maximiser of the closed cells containing it) ends at
+one, which is how they are found. The rays of a measure sit at these maxima
+(THEORY §4–5): :mod:`analysis.gibbs_rays` finds the Gibbs measure's, and
+:func:`analysis.rays.find_rays` splits a cluster of particles that spans two basins.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from solvers.activation_regions import activation_patterns
+from solvers.convex import cell_maxima
+from solvers.geometry import lifted
+
+#: Two local maxima closer than this (chord) are one point found from two cells.
+SAME_POINT = 1e-7
+
+
+class CellAscent:
+    """Ascent of ``±G_R`` from activation cell to activation cell (the module docstring): from a cell, to its maximiser; from a maximiser, to the highest maximiser of
+    the closed cells that contain it, until none is higher (a local maximum). Every hop
+    increases ``±G``, so it ends; the hops of a cell are remembered."""
+
+    def __init__(self, R, X, lam, patterns):
+        self.Xt = lifted(X)
+        self.nx = np.linalg.norm(self.Xt, axis=1)
+        self.patterns = patterns
+        self.vals, self.args, _ = cell_maxima(R, X, lam, patterns)
+        self.index = {p.tobytes(): k for k, p in enumerate(np.packbits(patterns, axis=1))}
+        self._next: dict = {}
+
+    def cell_of(self, V) -> np.ndarray:
+        """Index of the activation cell of each direction of ``V`` (m, d+1); −1 when its
+        pattern is not among the realisable ones (a direction on a hyperplane)."""
+        bits = np.packbits((V @ self.Xt.T) > 0, axis=1)
+        return np.array([self.index.get(b.tobytes(), -1) for b in bits], dtype=int)
+
+    def next_cell(self, k: int, col: int) -> int:
+        """The cell of highest maximum among the closed cells containing cell ``k``'s
+        maximiser (``k`` itself when none is higher: a local maximum)."""
+        key = (k, col)
+        if key not in self._next:
+            v = self.args[k, col]
+            z = self.Xt @ v
+            tol = 1e-9 * self.nx
+            P = self.patterns
+            inside = np.all((P & (z[None, :] >= -tol)) | (~P & (z[None, :] <= tol)), axis=1)
+            cand = np.nonzero(inside)[0]
+            best = int(cand[np.argmax(self.vals[cand, col])]) if cand.size else k
+            top = self.vals[k, col]
+            self._next[key] = best if self.vals[best, col] > top * (1 + 1e-12) + 1e-15 else k
+        return self._next[key]
+
+    def top_cell(self, k: int, col: int) -> int:
+        """The cell whose maximiser is the local maximum that cell ``k`` ascends to."""
+        while True:
+            nxt = self.next_cell(k, col)
+            if nxt == k:
+                return k
+            k = nxt
+
+
+def local_maxima(R, X, lam, patterns=None) -> list:
+    """The local maxima of ``|G_R|`` on ``S^d`` (the module docstring).
+
+    Returns
+    -------
+    list of (v (d+1,), s) with ``s = +1`` for a maximum of ``G`` and ``−1`` for one of ``−G``;
+    points where ``G = 0`` are not maxima of ``|G|`` and are left out.
+    """
+    return [(v, s) for v, s, _ in maxima_of(ascent(R, X, lam, patterns))]
+
+
+def ascent(R, X, lam, patterns=None) -> CellAscent:
+    """The :class:`CellAscent` of ``G_R`` on the data ``X`` (patterns computed when omitted)."""
+    R = np.asarray(R, dtype=float).ravel()
+    X = np.asarray(X, dtype=float).reshape(R.size, -1)
+    if patterns is None:
+        patterns, _ = activation_patterns(X)
+    return CellAscent(R, X, lam, np.asarray(patterns, dtype=bool))
+
+
+def maxima_of(asc: CellAscent) -> list:
+    """``(v, s, cells)``: each local maximum, its sign and the top cells (one per column and
+    cell whose maximiser it is)."""
+    out = []
+    scale = float(asc.vals.max(initial=0.0))          # both signs: a column may be all 0
+    for col, s in ((0, 1), (1, -1)):
+        top = asc.vals[:, col]
+        for k in np.nonzero(top > 1e-12 * scale)[0] if scale > 0 else []:
+            if asc.next_cell(int(k), col) != k:
+                continue
+            v = asc.args[k, col]
+            for entry in out:
+                if entry[1] == s and float(np.linalg.norm(v - entry[0])) <= SAME_POINT:
+                    entry[2].append(int(k))
+                    break
+            else:
+                out.append((v, s, [int(k)]))
+    return out
+
+
+def nearest_maximum(maxima: list, V, s) -> np.ndarray:
+    """For each direction of ``V`` (m, d+1), the index into ``maxima`` (:func:`maxima_of`) of
+    the nearest (by angle) local maximum of ``s·G`` (``s`` (m,) ±1); −1 where there is none of
+    that sign. Used on directions already near the top of their hill (the end of an ascent,
+    or the particles of one concentration): hopping from a cell to its maximiser would pick,
+    for a cell whose closure touches two maxima, the higher one whatever the nearer."""
+    V = np.atleast_2d(np.asarray(V, dtype=float))
+    s = np.broadcast_to(np.asarray(s), (V.shape[0],))
+    out = -np.ones(V.shape[0], dtype=int)
+    if not maxima:
+        return out
+    Vm = np.array([v for v, _, _ in maxima])
+    sm = np.array([sg for _, sg, _ in maxima])
+    cos = V @ Vm.T
+    cos[s[:, None] != sm[None, :]] = -np.inf
+    best = np.argmax(cos, axis=1)
+    ok = np.isfinite(cos[np.arange(V.shape[0]), best])
+    out[ok] = best[ok]
+    return out

@@ -1,0 +1,293 @@
+"""Rays of the exact mean-field Gibbs measure at a finite temperature (docs/theory.md §6.7).
+
+At temperature ``τ`` the stationary measure of the mean-field dynamics has, for its fixed
+residuals ``R``, the direction density ``π_R(v) ∝ (1 − G(v)²)^{−p}``, ``p = (d+1)/2``, and given
+``v`` the radial law ``E[a r | v] = −G(v) (d+1)τ / (λ (1 − G(v)²))`` (THEORY §5,
+:mod:`solvers.gibbs`). The signed mass density over directions ``π_R(v) E[a r | v]`` is an
+increasing function of ``−G`` where ``G < 0`` (rays with ``a > 0``) and of ``G`` where ``G > 0``
+(rays with ``a < 0``); so the concentrations of the measure are at the local maxima of ``|G|``,
+the sign of ``a`` opposite to that of ``G``. This module finds them exactly and weighs them:
+
+1. **Local maxima.** Exactly, from cell to cell (:mod:`analysis.certificate_maxima`).
+2. **Basins.** The directions of an integration rule on ``S^d`` (the Gibbs solver's adaptive
+   quadrature for ``d ≤ 2``, its importance-sampling proposal centred on the peaks of ``|G|``
+   for ``d ≥ 3``) ascend ``|G|`` (projected steps of decreasing length along the cell's
+   gradient) and join the local maximum they reach. A basin's weight is
+   ``c_k = ∫_basin π_R(v) E[a r | v] dv`` and its mass ``∫_basin π_R(v) E[|a| r | v] dv`` (the
+   folded-normal mean of ``a`` given ``r``, integrated over the radial law by Gauss–Laguerre
+   quadrature), the analogues of a particle ray's ``(1/N) Σ a_i |u_i|`` and ``Σ |a_i||u_i|/N``.
+3. **The ray rule the particles get** (:func:`analysis.rays.find_rays`, docs/theory.md §6.5): a
+   local maximum is a ray when its basin holds at least ``min_mass_frac`` of the mass, it passes
+   the certificate (``|G(v*)| ≥ g_ray``), its mean particle mass at ``v*`` is at least
+   ``halo_ratio`` times the free-particle baseline ``(d+1)τ/λ``, and its certificate gap
+   ``1 − |G(v*)|`` is at most ``ε(τ) = κ (d+1)τ/(λ c_y)``. The others are listed with the reason.
+
+Patterns and kink hyperplanes of the rays are those of their exact directions (a zero entry
+where the direction lies on the data point's hyperplane to ``ZERO_TOL``), by the rule of the
+particles' (:func:`analysis.kinks.data_kinks`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.special import erf, gammaln, roots_genlaguerre
+
+from analysis.certificate import certificate
+from analysis.certificate_maxima import ascent, maxima_of, nearest_maximum
+from analysis.kinks import data_kinks
+from analysis.ray_thresholds import THERMAL_GAP, halo_baseline, thermal_gap_threshold
+from solvers.geometry import lifted
+
+#: A pattern entry of an exact Gibbs ray is 0 when ``|v*·x̃_j| ≤ ZERO_TOL |x̃_j|``: the cone
+#: projection puts a maximiser on a face to round-off.
+ZERO_TOL = 1e-9
+#: Relative tolerance of the quadrature rule of the basins (``d ≤ 2``).
+RULE_RTOL = 1e-6
+#: Points of the importance-sampling rule of the basins (``d ≥ 3``).
+SAMPLE_POINTS = 2 ** 16
+
+
+@dataclass
+class GibbsRay:
+    """One local maximum of ``|G|`` of the Gibbs measure at ``τ`` and its basin.
+
+    Attributes
+    ----------
+    direction : ndarray of shape (d+1,)   the maximiser ``v*`` (unit vector)
+    sign : int                            sign of ``a`` (``−sign G(v*)``)
+    weight : float                        ``c_k = ∫_basin π E[a r | v] dv`` (signed)
+    mass_fraction : float                 basin mass over the total mass
+    spread : float                        mass-weighted RMS angle (radians) of the basin to ``v*``
+    G : float                             ``G(v*)``
+    gap : float                           certificate gap ``1 − |G(v*)|``
+    pattern : ndarray of shape (n,) int8  ternary pattern of ``v*``
+    is_ray : bool                         passes the ray rule (module docstring)
+    reason : str                          why not, "" for a ray
+    """
+
+    direction: np.ndarray
+    sign: int
+    weight: float
+    mass_fraction: float
+    spread: float
+    G: float
+    gap: float
+    pattern: np.ndarray
+    is_ray: bool = True
+    reason: str = ""
+
+    def as_dict(self) -> dict:
+        return {"direction": [float(x) for x in self.direction], "sign": int(self.sign),
+                "weight": float(self.weight), "mass_fraction": float(self.mass_fraction),
+                "spread": float(self.spread), "G": float(self.G), "gap": float(self.gap),
+                "pattern": [int(t) for t in self.pattern], "is_ray": bool(self.is_ray),
+                "reason": self.reason}
+
+
+@dataclass
+class GibbsRays:
+    """Output of :func:`gibbs_rays`.
+
+    Attributes
+    ----------
+    tau : float
+    rays : list of GibbsRay                the rays, by decreasing mass
+    maxima : list of GibbsRay              every local maximum of ``|G|`` (rays and refused)
+    kinks : list of solvers.geometry.Kink  kink hyperplanes of the rays
+    gap_threshold : float or None          ``ε(τ)`` (None: no gap test)
+    unassigned_mass : float                mass fraction whose ascent reached no maximum
+                                           (flat ``G = 0`` regions)
+    rule : str                             "quadrature" or "importance sample"
+    n_nodes : int                          directions of the rule
+    """
+
+    tau: float
+    rays: list
+    maxima: list
+    kinks: list
+    gap_threshold: float | None
+    unassigned_mass: float
+    rule: str
+    n_nodes: int
+    thresholds: dict = field(default_factory=dict)
+
+    @property
+    def J(self) -> int:
+        return len(self.rays)
+
+    @property
+    def K(self) -> int:
+        return len(self.kinks)
+
+    def as_dict(self) -> dict:
+        return {"tau": float(self.tau), "J": self.J, "K": self.K,
+                "rays": [q.as_dict() for q in self.rays],
+                "maxima": [q.as_dict() for q in self.maxima],
+                "kinks": [k.as_dict() for k in self.kinks],
+                "gap_threshold": self.gap_threshold,
+                "unassigned_mass": float(self.unassigned_mass), "rule": self.rule,
+                "n_nodes": int(self.n_nodes), "thresholds": dict(self.thresholds)}
+
+
+def _mean_abs_a_r(G, tau, lam, d, order: int = 48):
+    """``E[|a| r | v]`` at certificates ``G`` (m,): ``a | r ~ N(−rG, τ/λ)``,
+    ``t = λ(1 − G²) r²/(2τ) ~ Gamma((d+1)/2)`` (THEORY §5). With ``r = c√t`` the integrand is
+    ``c √t · fold(|G| c √t)``, the folded-normal mean ``fold(μ) = σ√(2/π) e^{−μ²/2σ²} +
+    μ erf(μ/σ√2)`` an even function of ``μ``, so smooth in ``t``: Gauss–Laguerre with the
+    weight ``t^{p−1/2} e^{−t}``."""
+    p = 0.5 * (d + 1)
+    t, w = roots_genlaguerre(order, p - 0.5)
+    w = w / math.exp(gammaln(p))
+    G = np.asarray(G, dtype=float)
+    om = (1.0 - G) * (1.0 + G)
+    sigma = math.sqrt(tau / lam)
+    c = np.sqrt(2.0 * tau / (lam * om))[:, None]                        # r = c √t
+    mu = c * np.sqrt(t)[None, :] * np.abs(G)[:, None]                    # (m, order)
+    fold = sigma * math.sqrt(2.0 / math.pi) * np.exp(-0.5 * (mu / sigma) ** 2) \
+        + mu * erf(mu / (sigma * math.sqrt(2.0)))
+    return (c[:, 0]) * (fold @ w)
+
+
+def _rule(sol, X, y, lam, R):
+    """Directions and weights (surface measure) of ``S^d`` adapted to the peaks of ``|G_R|``."""
+    d = X.shape[1]
+    if d <= 2:
+        from solvers.gibbs import GibbsReference
+        ref = GibbsReference(X, y, lam)
+        rule = ref._rule(R, RULE_RTOL)
+        return rule.V, rule.W, "quadrature"
+    from solvers.gibbsqmc import QMCGibbsReference
+    from solvers.qmcproposal import build_proposal
+    ref = QMCGibbsReference(X, y, lam)
+    peaks = ref.peaks(R)
+    prop = build_proposal(peaks, d, SAMPLE_POINTS, ref._one_minus_G2(R))
+    V, W = prop.sample([0, 1, 0])
+    return V, W, "importance sample"
+
+
+def _basins(V, value, s, maxima: list, k: int = 16):
+    """The index into ``maxima`` (from :func:`analysis.certificate_maxima.maxima_of`) of the local maximum each direction of
+    ``V`` (m, d+1) ascends to (−1: none).
+
+    Discrete ascent first: every direction points to its neighbour (among its ``k`` nearest
+    of the same sign of ``G``) of highest ``value = |G|`` when that is higher than its own,
+    and the pointers are followed to their ends; this follows the flow of ``|G|`` up to the
+    node set's resolution, along the ridges (kinks) too. An end, a local maximum of the
+    nodes, joins the nearest exact maximum of its sign
+    (:func:`analysis.certificate_maxima.nearest_maximum`)."""
+    from scipy.spatial import cKDTree
+    m = V.shape[0]
+    out = -np.ones(m, dtype=int)
+    if m == 0 or not maxima:
+        return out
+    kk = min(k + 1, m)
+    _, nb = cKDTree(V).query(V, k=kk)
+    nb = nb.reshape(m, kk)
+    vals = np.where(s[nb] == s[:, None], value[nb], -np.inf)
+    best = np.argmax(vals, axis=1)
+    parent = nb[np.arange(m), best]
+    parent = np.where(vals[np.arange(m), best] > value, parent, np.arange(m))
+    while True:
+        nxt = parent[parent]
+        if np.array_equal(nxt, parent):
+            break
+        parent = nxt
+    ends, inverse = np.unique(parent, return_inverse=True)
+    return nearest_maximum(maxima, V[ends], s[ends])[inverse]
+
+
+def gibbs_rays(sol, *, min_mass_frac: float = 1e-2, g_ray: float = 0.5, halo_ratio: float = 3.0,
+               thermal_gap: float = THERMAL_GAP, weight_scale: float | None = None,
+               patterns=None) -> GibbsRays:
+    """Rays of the exact Gibbs measure at one temperature (module docstring).
+
+    Parameters
+    ----------
+    sol : solvers.gibbs.GibbsSolution
+        The fixed point at ``sol.tau`` (attributes ``tau``, ``lam``, ``X`` (n, d), ``y`` (n,),
+        ``R`` (n,) are read; one from the disk cache will do).
+    min_mass_frac, g_ray, halo_ratio, thermal_gap : float
+        The ray rule of :func:`analysis.rays.find_rays` (same defaults).
+    weight_scale : float, optional
+        ``c_y`` of the gap threshold (default :func:`analysis.rays.label_weight_scale`).
+    patterns : ndarray of shape (P, n) bool, optional
+        The realisable activation patterns of ``X`` (computed when omitted).
+
+    Returns
+    -------
+    GibbsRays
+
+    Raises
+    ------
+    solvers.activation_regions.TooManyPatterns
+        More activation cells than the enumeration takes.
+    """
+    from analysis.ray_thresholds import label_weight_scale
+    X = np.asarray(sol.X, dtype=float)
+    y = np.asarray(sol.y, dtype=float).ravel()
+    R = np.asarray(sol.R, dtype=float).ravel()
+    lam, tau = float(sol.lam), float(sol.tau)
+    d = X.shape[1]
+    Xt = lifted(X)
+    asc = ascent(R, X, lam, patterns)
+    maxima = maxima_of(asc)
+    V, W, rule_name = _rule(sol, X, y, lam, R)
+    G = certificate(V, X, R, lam)
+    om = (1.0 - G) * (1.0 + G)
+    p = 0.5 * (d + 1)
+    h = W * np.exp(-p * np.log(om))
+    pi_w = h / h.sum()                              # probability of each node
+    w_node = pi_w * (-G) * (d + 1) * tau / (lam * om)
+    m_node = pi_w * _mean_abs_a_r(G, tau, lam, d)
+    total = float(m_node.sum())
+    s = np.where(G >= 0, 1, -1)
+    flat = np.abs(G) <= 1e-12
+    label = -np.ones(V.shape[0], dtype=int)
+    if maxima:
+        label[~flat] = _basins(V[~flat], s[~flat] * G[~flat], s[~flat], maxima)
+    if weight_scale is None:
+        weight_scale = label_weight_scale(X, y)
+    baseline = halo_baseline(d, tau, lam)
+    eps = None
+    if weight_scale is not None and thermal_gap > 0:
+        eps = thermal_gap_threshold(d, tau, lam, weight_scale, thermal_gap)
+    nx = np.linalg.norm(Xt, axis=1)
+    found = []
+    for k, (v, sg, _) in enumerate(maxima):
+        mem = label == k
+        mk = float(m_node[mem].sum())
+        angk = np.arccos(np.clip(V[mem] @ v, -1.0, 1.0))
+        spread = float(np.sqrt(np.sum(m_node[mem] * angk ** 2) / mk)) if mk > 0 else 0.0
+        g = float(certificate(v[None], X, R, lam)[0])
+        z = Xt @ v
+        pat = np.where(np.abs(z) <= ZERO_TOL * nx, 0, np.sign(z)).astype(np.int8)
+        frac = mk / total if total > 0 else 0.0
+        peak_mass = float(_mean_abs_a_r(np.array([g]), tau, lam, d)[0])
+        reasons = []
+        if frac < min_mass_frac:
+            reasons.append(f"mass fraction {frac:.3g} < {min_mass_frac:g}")
+        if abs(g) < g_ray:
+            reasons.append(f"|G| {abs(g):.3g} < g_ray {g_ray:g}")
+        if peak_mass < halo_ratio * baseline:
+            reasons.append(f"mean particle mass {peak_mass:.3g} < {halo_ratio:g} x baseline "
+                           f"{baseline:.3g}")
+        if eps is not None and 1.0 - abs(g) > eps:
+            reasons.append(f"gap {1.0 - abs(g):.3g} > {eps:.3g}")
+        found.append(GibbsRay(direction=v, sign=-int(sg), weight=float(w_node[mem].sum()),
+                              mass_fraction=frac, spread=spread, G=g, gap=1.0 - abs(g),
+                              pattern=pat, is_ray=not reasons, reason="; ".join(reasons)))
+    found.sort(key=lambda q: -q.mass_fraction)
+    rays = [q for q in found if q.is_ray]
+    kinks = data_kinks([q.direction for q in rays], X, [q.pattern for q in rays],
+                       zero_tol=[1e-6] * len(rays)) if rays else []
+    unassigned = float(m_node[label < 0].sum() / total) if total > 0 else 0.0
+    return GibbsRays(tau=tau, rays=rays, maxima=found, kinks=kinks, gap_threshold=eps,
+                     unassigned_mass=unassigned, rule=rule_name, n_nodes=int(V.shape[0]),
+                     thresholds={"min_mass_frac": float(min_mass_frac), "g_ray": float(g_ray),
+                                 "halo_ratio": float(halo_ratio),
+                                 "thermal_gap": float(thermal_gap),
+                                 "weight_scale": None if weight_scale is None
+                                 else float(weight_scale)})
