@@ -164,7 +164,11 @@ def sensitivity(theta, X, ray_kw: dict, kink_kw: dict | None = None, conv=None,
     if ray_kw.get("tau") is not None:
         defaults["halo_ratio"] = ray_kw.get("halo_ratio", 3.0)
         defaults["particle_halo"] = ray_kw.get("particle_halo", 1.0)
-    defaults["min_particles"] = res0.min_particles
+    # per snapshot (find_rays scales it by the snapshots pooled, ``replicas``)
+    F = res0.replicas
+    defaults["min_particles"] = (res0.min_particles if F == 1 else
+                                 1 if res0.min_particles <= -(-F // 2) else
+                                 res0.min_particles // F)
     defaults["max_spread"] = ray_kw.get("max_spread", 0.3)
     for name, v0 in defaults.items():
         for sc in scales:

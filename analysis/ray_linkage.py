@@ -10,6 +10,7 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import minimum_spanning_tree
 from scipy.spatial import cKDTree
 
+from analysis.certificate import certificate
 from analysis.ternary import ray_pattern, ternary_pattern
 from solvers.geometry import lifted
 
@@ -373,3 +374,72 @@ def cell_classes(theta, X, ptol, max_spread: float = 0.3, absorb: float = 3.0,
         labels, _, _ = _merge_across_data_points(labels, signs, V, mass, X, ptol, max_spread,
                                                  absorb, cell=cid)
     return np.where(labels >= 0, labels, len(cand) + cid)
+
+
+def _split_by_basins(labels, signs, V, mass, X, R, lam, floor_mass):
+    """Split a ray whose particles gather at two or more local maxima of ``−sign(a) G_R``
+    (:mod:`analysis.certificate_maxima`) separated by a valley of the certificate: two
+    concentrations with a valley between them are two rays, whatever their angle
+    (docs/theory.md §6.7).
+
+    Each particle goes to the nearest maximum of its sign. A part counts when its particles
+    hold at least ``floor_mass`` of the mass, its mass-weighted mean direction is nearer its
+    own maximum than any other part's (a smear over a shallow saddle has its means between the
+    maxima), and a valley of ``−sign(a) G`` lies on the arc between its maximum and every
+    other part's (:func:`_no_valley`); particles of the other maxima join the part whose
+    maximum is nearest. Skipped (nothing split) when the data have more activation cells than
+    the enumeration takes.
+
+    Returns
+    -------
+    labels : ndarray of shape (N,) int
+    signs : list of int
+    split : list of dict
+        ``{"ray", "parts", "directions", "masses"}`` per split ray (indices before the split
+        for ``ray``; ``parts``: the new ray indices, the first the old one).
+    """
+    from analysis.certificate_maxima import ascent, maxima_of, nearest_maximum
+    from solvers.activation_regions import TooManyPatterns
+    try:
+        asc = ascent(R, X, lam)
+    except TooManyPatterns:
+        return labels, list(signs), []
+    maxima = maxima_of(asc)
+    labels, signs, split = labels.copy(), list(signs), []
+    if len(maxima) < 2:
+        return labels, signs, split
+    for k in range(len(signs)):
+        mem = np.nonzero(labels == k)[0]
+        if mem.size < 2:
+            continue
+        b = nearest_maximum(maxima, V[mem], -signs[k])
+        mm = mass[mem]
+        heavy = [int(i) for i in np.unique(b[b >= 0]) if mm[b == i].sum() >= floor_mass]
+        if len(heavy) < 2:
+            continue
+        Vm = np.array([maxima[i][0] for i in heavy])
+        means = np.array([_summary(mem[b == i], V, mass)[0] for i in heavy])
+        own = np.argmax(means @ Vm.T, axis=1)
+        if not np.array_equal(own, np.arange(len(heavy))):
+            continue
+        # the parts must be separated by a valley of −sign(a) G (else one maximum's smear)
+        def gap_of(arc, sign):
+            return 1.0 + sign * certificate(arc, X, R, lam)
+        keep = [0]
+        for p in range(1, len(heavy)):
+            if all(not _no_valley(Vm[p], Vm[q], float(np.arccos(np.clip(Vm[p] @ Vm[q], -1, 1))),
+                                  signs[k], gap_of) for q in keep):
+                keep.append(p)
+        if len(keep) < 2:
+            continue
+        heavy, Vm = [heavy[p] for p in keep], Vm[keep]
+        part = np.array([heavy.index(i) if i in heavy else -1 for i in b])
+        loose = part < 0
+        part[loose] = np.argmax(V[mem[loose]] @ Vm.T, axis=1)
+        new = [k] + list(range(len(signs), len(signs) + len(heavy) - 1))
+        labels[mem] = np.array(new)[part]
+        signs += [signs[k]] * (len(heavy) - 1)
+        split.append({"ray": int(k), "parts": [int(x) for x in new],
+                      "directions": [[float(x) for x in v] for v in Vm],
+                      "masses": [float(mm[part == p].sum()) for p in range(len(heavy))]})
+    return labels, signs, split

@@ -66,6 +66,7 @@ from analysis.ray_linkage import (
     _cell_conflicts,
     _linkage_tree,
     _merge_across_data_points,
+    _split_by_basins,
     _widest_plateau,
     cells,
     directions,
@@ -81,7 +82,7 @@ from analysis.ray_thresholds import (
     min_particles_default,
     thermal_gap_threshold,
 )
-from analysis.ternary import PatternTolerance, ray_pattern
+from analysis.ternary import PatternTolerance, pattern_realisable, ray_pattern, ternary_pattern
 from solvers.geometry import lifted
 
 #: The public names; the building blocks live in :mod:`analysis.ray_linkage` and
@@ -153,7 +154,11 @@ class RayResult:
     particle_halo : float or None         particles lighter than this × baseline are halo
     min_particles : int                   smallest number of particles of a ray
     plateau_particles : int               smallest number of particles of a ray that fixes
-                                          the linkage threshold (``max(3, ⌈√N/2⌉)``)
+                                          the linkage threshold (``max(3, ⌈√N/2⌉)`` per
+                                          snapshot, times ``replicas``)
+    replicas : int                        snapshots pooled in ``theta`` (counts of particles
+                                          such as ``min_particles`` and ``Ray.n_particles``
+                                          are of the pool)
     pattern_tol : PatternTolerance
     halo_mass_fraction : float            mass outside the rays
     n_cells : int                         occupied activation cells after the particle filter
@@ -173,6 +178,16 @@ class RayResult:
                                           data point's cell boundary, per ray: ``ray``,
                                           ``parts``, ``data_points``
                                           (:func:`_merge_across_data_points`)
+    split : list of dict                  rays split at a valley of the certificate (their
+                                          particles in the basins of two maxima of ``|G|``):
+                                          ``ray``, ``parts``, ``directions``, ``masses``
+                                          (:func:`analysis.ray_linkage._split_by_basins`)
+    repaired_patterns : list of dict      rays whose pattern (zeros from straddling mass or
+                                          the angle tolerance) no direction can have
+                                          (:func:`analysis.ternary.pattern_realisable`):
+                                          ``ray``, ``pattern``, ``replaced_by`` (the
+                                          direction's own pattern, trimmed to realisable
+                                          zeros); the counts of such a snapshot are suspect
     """
 
     rays: list
@@ -204,6 +219,9 @@ class RayResult:
     gap_threshold: float | None = None
     merged: list = field(default_factory=list)
     plateau_particles: int = 0
+    replicas: int = 1
+    split: list = field(default_factory=list)
+    repaired_patterns: list = field(default_factory=list)
 
     @property
     def resolved(self) -> bool:
@@ -226,6 +244,7 @@ class RayResult:
                 "particle_halo": self.particle_halo,
                 "min_particles": int(self.min_particles),
                 "plateau_particles": int(self.plateau_particles),
+                "replicas": int(self.replicas),
                 "pattern_angle_tol": float(self.pattern_tol.angle_tol),
                 "pattern_mass_tol": float(self.pattern_tol.mass_tol),
                 "halo_mass_fraction": float(self.halo_mass_fraction),
@@ -272,7 +291,7 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
               thresholds: ArrayLike | None = None, pattern_tol: PatternTolerance | None = None,
               pattern_mass_tol: float | None = None, thermal_gap: float = THERMAL_GAP,
               weight_scale: float | None = None, merge: bool = True,
-              knn: int = 12, progress=None) -> RayResult:
+              knn: int = 12, replicas: int = 1, progress=None) -> RayResult:
     """Cluster particles into rays (THEORY §6; method in the module docstring).
 
     Parameters
@@ -352,6 +371,14 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
         Neighbours per particle in the linkage graph (at most ``max(3, n − 1)``, ``n`` =
         :func:`min_particles_default`, so that a ray of ``n`` particles has small core
         distances).
+    replicas : int, default 1
+        ``theta`` pools this many snapshots of ``N / replicas`` particles each (the frames of
+        a stage's stationary part and its chains, docs/theory.md §6.1): weights and mass
+        fractions are then averages over the snapshots, and the particle counts of the rules
+        are per snapshot: ``min_particles`` (and the plateau's) counts particles of one
+        snapshot, so a pooled cluster needs ``replicas`` times as many, and a ray of one
+        particle (``min_particles = 1``) must be present in half the snapshots
+        (``⌈replicas/2⌉`` pooled particles).
     progress : callable ``(done, total)``, optional
         Told after each chunk of the k-nearest-neighbour queries of the linkage (above
         :data:`analysis.ray_linkage.LINKAGE_MAX_PARTICLES` kept particles of one sign they run
@@ -382,7 +409,10 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
     if pattern_mass_tol is not None:
         ptol.mass_tol = float(pattern_mass_tol)
     N = theta.shape[0]
-    n_plateau = min_particles_default(N)
+    replicas = max(1, int(replicas))
+    if N % replicas:
+        raise ValueError(f"theta has {N} rows, not a multiple of replicas = {replicas}")
+    n_plateau = min_particles_default(N // replicas) * replicas
     V, r, mass = directions(theta)
     L = lifted(X)
     sign = np.where(theta[:, 0] >= 0, 1, -1)
@@ -413,9 +443,10 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
     radial_tests = eps is not None and G_source == "given residuals"
     if min_particles is not None:
         n_min = max(1, int(min_particles))
+        n_min = n_min * replicas if n_min > 1 else -(-replicas // 2)
     else:
         # the gap test decides where it is stricter than the certificate level: at low τ
-        n_min = 1 if radial_tests and eps < 1.0 - g_ray else n_plateau
+        n_min = -(-replicas // 2) if radial_tests and eps < 1.0 - g_ray else n_plateau
     common = {"min_mass_frac": min_mass_frac, "light_frac": light_frac,
               "max_spread": max_spread, "absorb": absorb,
               "g_ray": g_ray if have_G else None, "G_max": Gmax, "G_source": G_source,
@@ -425,7 +456,7 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
               "min_particles": n_min, "plateau_particles": n_plateau, "pattern_tol": ptol,
               "thermal_gap": float(thermal_gap) if eps is not None else None,
               "weight_scale": None if weight_scale is None else float(weight_scale),
-              "gap_threshold": eps}
+              "gap_threshold": eps, "replicas": replicas}
 
     def empty():
         thr = np.zeros(0) if thresholds is None else np.asarray(thresholds, dtype=float)
@@ -560,7 +591,11 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
         labels, ray_signs, merged = _merge_across_data_points(labels, ray_signs, V, mass, X,
                                                               ptol, max_spread, absorb, gap_of,
                                                               cell_all)
-    found = []
+    split = []
+    if merge and ray_signs and G_source == "given residuals":
+        labels, ray_signs, split = _split_by_basins(labels, ray_signs, V, mass, X, R, lam,
+                                                    min_mass_frac * total)
+    found, repaired = [], []
     for k, sgn in enumerate(ray_signs):
         members = np.nonzero(labels == k)[0]
         mm = mass[members]
@@ -568,6 +603,17 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
         vbar /= np.linalg.norm(vbar)
         ang = np.arccos(np.clip(V[members] @ vbar, -1.0, 1.0))
         pat, info = ray_pattern(vbar, V[members], mm, X, ptol)
+        if not pattern_realisable(pat, X):
+            # the straddling mass or the angle tolerance put more zeros than a direction can
+            # have (docs/theory.md §6.7): the direction's own pattern, with the zeros it can have
+            own, margin = ternary_pattern(vbar, X, ptol.angle_tol)
+            while not pattern_realisable(own, X) and np.any(own == 0):
+                z = np.nonzero(own == 0)[0]
+                far = z[np.argmax(np.abs(lifted(X)[z] @ vbar) / np.linalg.norm(lifted(X)[z], axis=1))]
+                own[far] = 1 if float(lifted(X)[far] @ vbar) >= 0 else -1
+            repaired.append({"ray": k, "pattern": [int(x) for x in pat],
+                             "replaced_by": [int(x) for x in own]})
+            pat = own
         found.append(Ray(direction=vbar, sign=sgn,
                          weight=float(np.sum(theta[members, 0] * r[members]) / N),
                          mass_fraction=float(mm.sum() / total),
@@ -583,6 +629,11 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
     labels = np.where(labels >= 0, relabel[labels], -1)
     for m in merged:
         m["ray"] = int(relabel[m["ray"]])
+    for m in split:
+        m["parts"] = [int(relabel[p]) for p in m["parts"]]
+        m["ray"] = m["parts"][0]
+    for m in repaired:
+        m["ray"] = int(relabel[m["ray"]])
     halo = 1.0 - sum(q.mass_fraction for q in rays)
     conflicts = _cell_conflicts(labels, cell_all, mass, len(rays), ptol.mass_tol)
     return RayResult(rays=rays, threshold=t_star, thresholds=thresholds, counts=counts,
@@ -590,4 +641,4 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
                      halo_mass_fraction=max(0.0, halo),
                      n_cells=int(np.unique(cell_all[idx]).size), rejected=rejected,
                      small=small, cell_conflicts=conflicts, labels=labels, thermal=hot,
-                     merged=merged, **common)
+                     merged=merged, split=split, repaired_patterns=repaired, **common)

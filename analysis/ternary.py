@@ -114,6 +114,39 @@ def ray_pattern(v, V_members, mass_members, X, tol: PatternTolerance | None = No
                "straddle": [float(s) for s in straddle]}
 
 
+def pattern_realisable(t, X) -> bool:
+    """Whether some direction ``v ≠ 0`` has the ternary pattern ``t`` on the data: ``v·x̃_j = 0``
+    where ``t_j = 0`` and ``sign(v·x̃_j) = t_j`` elsewhere (docs/theory.md §6.7).
+
+    The zero entries need ``rank(x̃_Z) ≤ d`` (a direction lies on at most ``d`` hyperplanes of
+    lifted points in general position); with the signs it is a linear feasibility problem,
+    ``x̃_Z v = 0``, ``t_j x̃_j·v ≥ 1`` (scale-free), solved by ``scipy.optimize.linprog``.
+
+    Parameters
+    ----------
+    t : array-like of shape (n,), entries in {−1, 0, +1}
+    X : ndarray of shape (n, d)
+
+    Returns
+    -------
+    bool
+    """
+    from scipy.optimize import linprog
+    t = np.asarray(t, dtype=int).ravel()
+    L = lifted(X)
+    Z = L[t == 0]
+    if Z.shape[0] and np.linalg.matrix_rank(Z) >= L.shape[1]:
+        return False
+    on = t != 0
+    if not np.any(on):
+        return True
+    A_ub = -(t[on, None] * L[on])
+    res = linprog(np.zeros(L.shape[1]), A_ub=A_ub, b_ub=-np.ones(int(on.sum())),
+                  A_eq=Z if Z.shape[0] else None, b_eq=np.zeros(Z.shape[0]) if Z.shape[0] else None,
+                  bounds=[(None, None)] * L.shape[1], method="highs")
+    return bool(res.status == 0)
+
+
 def precedes(t, s) -> bool:
     """``t ⪯ s``: ``t_j ∈ {0, s_j}`` for every ``j`` (THEORY §7)."""
     t = np.asarray(t)
