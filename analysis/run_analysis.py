@@ -80,6 +80,13 @@ class FrameAnalysis:
     theorem6: dict
     #: The keyword arguments :func:`analysis.rays.find_rays` was called with.
     ray_kw: dict = field(default_factory=dict)
+    #: The frames pooled (:func:`analyze_stage`; one frame: ``[k]`` or empty).
+    frames: list = field(default_factory=list)
+    #: Snapshots pooled in ``theta`` (frames × chains; 1 for one frame).
+    replicas: int = 1
+    #: A pooled analysis: the last pooled frame of chain 0 alone (``W2`` between stages is
+    #: between such snapshots); None for one frame (``theta`` is it).
+    snapshot: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def patterns(self) -> list[list[int]]:
@@ -96,6 +103,9 @@ class FrameAnalysis:
                 "thresholds": self.rays.thresholds_used(), "rejected": self.rays.rejected,
                 "small": self.rays.small, "thermal_mass": self.rays.thermal,
                 "merged_across_data_points": self.rays.merged,
+                "split_at_valleys": self.rays.split,
+                "repaired_patterns": self.rays.repaired_patterns,
+                "frames_pooled": [int(k) for k in self.frames], "replicas": int(self.replicas),
                 "cell_conflicts": self.rays.cell_conflicts, "patterns": self.patterns,
                 "theorem6": self.theorem6}
 
@@ -139,10 +149,27 @@ class LadderRow:
         That verdict (:meth:`analysis.stationarity.Verdict.to_dict`).
     J_chains, K_chains : list of int or None
         A run of several chains (``dynamics.chains``): ``J`` and ``K`` of each chain's last
-        snapshot of the stage, chain 0 first (``J``, ``K`` are chain 0's); ``None`` for one
-        chain.
+        snapshot of the stage alone, chain 0 first; ``None`` for one chain.
     chains_agree : bool or None
-        Whether every chain has the same ``J`` and ``K`` (``None`` for one chain).
+        Whether every chain's last snapshot has the same ``J`` and ``K`` (``None`` for one
+        chain).
+    J_frames, K_frames : list of int or None
+        ``J`` and ``K`` of single snapshots of the stage's stationary part
+        (:func:`diagnostic_frames` of each chain, chain by chain): the per-snapshot spread
+        beside the pooled count (``J``, ``K`` are of the pooled frames, :func:`analyze_stage`).
+    replicas : int or None
+        Snapshots pooled into ``J``, ``K`` (frames × chains).
+    J_gibbs, K_gibbs : int or None
+        Rays and kink hyperplanes of the exact Gibbs measure at the stage's ``τ``
+        (:func:`analysis.gibbs_rays.gibbs_rays`); ``None`` where no Gibbs reference exists.
+    gibbs_rays : list of dict or None
+        Those rays (:meth:`analysis.gibbs_rays.GibbsRay.as_dict`).
+    gibbs_matched, gibbs_unmatched_measured, gibbs_unmatched_reference
+        The one-to-one matching of the row's rays to the Gibbs rays
+        (:func:`analysis.references.match_rays`).
+    gibbs_note : str or None
+        Why the counts differ where they do (marginal rays near the mass floor; at the coldest
+        stage, Gibbs rays that vanish as ``τ → 0`` or convex rays that merge at finite ``τ``).
     """
 
     stage: int
@@ -167,6 +194,16 @@ class LadderRow:
     J_chains: list | None = None
     K_chains: list | None = None
     chains_agree: bool | None = None
+    J_frames: list | None = None
+    K_frames: list | None = None
+    replicas: int | None = None
+    J_gibbs: int | None = None
+    K_gibbs: int | None = None
+    gibbs_rays: list | None = None
+    gibbs_matched: int | None = None
+    gibbs_unmatched_measured: list | None = None
+    gibbs_unmatched_reference: list | None = None
+    gibbs_note: str | None = None
 
     def as_dict(self) -> dict:
         """The row of the report's ``ladder`` table."""
@@ -227,20 +264,26 @@ def upgrade_report(rep: dict) -> dict:
 
 def count_text(row: dict, key: str) -> str:
     """A count of a ``ladder`` row (``"J"``, ``"K"``) as the report and the command line show
-    it: the integer, followed by ``"(not stationary)"`` when the row's stage is judged not
-    stationary (a count measured there need not be the stationary measure's), and by the
-    per-chain counts when the chains of the run disagree on it."""
-    per = row.get(f"{key}_chains")
-    disagree = ""
-    if per and len(set(per)) > 1:
-        if len(per) <= 4:
-            shown = ", ".join(str(v) for v in per)
-        else:               # a tally: 64 numbers in a cell are not read
-            shown = ", ".join(f"{v} ×{per.count(v)}" for v in sorted(set(per)))
-        disagree = f" (chains disagree: {shown})"
+    it: the integer (of the stage's pooled frames), followed by ``"(not stationary)"`` when
+    the row's stage is judged not stationary (a count measured there need not be the
+    stationary measure's), and by the range of the single snapshots' counts when any differs
+    from it (``J_frames``; older reports: the per-chain counts when the chains disagree)."""
+    per = row.get(f"{key}_frames")
+    spread = ""
+    if per and set(per) != {row[key]}:
+        lo, hi = min(per), max(per)
+        spread = f" (one snapshot: {lo}–{hi})" if lo != hi else f" (one snapshot: {lo})"
+    elif not per:
+        chains = row.get(f"{key}_chains")
+        if chains and len(set(chains)) > 1:
+            if len(chains) <= 4:
+                shown = ", ".join(str(v) for v in chains)
+            else:               # a tally: 64 numbers in a cell are not read
+                shown = ", ".join(f"{v} ×{chains.count(v)}" for v in sorted(set(chains)))
+            spread = f" (chains disagree: {shown})"
     if row.get("stationary") is False:
-        return f"{row[key]} ({NOT_STATIONARY}){disagree}"
-    return f"{row[key]}{disagree}"
+        return f"{row[key]} ({NOT_STATIONARY}){spread}"
+    return f"{row[key]}{spread}"
 
 
 @dataclass
@@ -308,6 +351,10 @@ class RunAnalysis:
         if not res.resolved:
             reason = (f"N = {len(last.theta)} is too small for a verdict: {len(res.small)} "
                       f"heavy cluster(s) with fewer than {res.min_particles} particles")
+        elif res.repaired_patterns:
+            reason = (f"ray(s) {[m['ray'] for m in res.repaired_patterns]} had a ternary pattern "
+                      f"no direction can have on these data (more zeros than a direction can "
+                      f"lie on): one ray is two, or the tolerances are too wide")
         elif th.get("explained_by_cells"):
             reason = (f"the failing pairs {th['conflicts_in_failures']} are rays of one sign "
                       f"sharing an activation cell (one ray split, or not stationary)")
@@ -396,6 +443,75 @@ def analyze_frame(run: RunLike, k: int, *, progress: Callable | None = None,
         ray_kw=kw)
 
 
+#: The part of a stage whose frames are pooled into its stationary sample: its last half, the
+#: window of the stationarity verdict and of the time averages (docs/theory.md §6.1).
+POOL_WINDOW = 0.5
+#: The most snapshots (frames × chains) pooled for a stage's rays; evenly spaced frames of the
+#: stationary part are taken when it holds more (docs/theory.md §6.1).
+POOL_SNAPSHOTS = 16
+
+
+def stage_frames(run: RunLike, stage: int, window: float = POOL_WINDOW) -> list[int]:
+    """Frame indices of stage ``stage`` in the last ``window`` fraction of the stage (its last
+    frame when none falls there), in step order.
+
+    Raises
+    ------
+    ValueError
+        The stage has no frame.
+    """
+    steps, stages = np.asarray(run.frame_step), np.asarray(run.frame_stage)
+    mine = np.nonzero(stages == stage)[0]
+    if mine.size == 0:
+        raise ValueError(f"stage {stage} has no snapshot frame")
+    cut = run.schedule.last_part(stage, window)[0]
+    late = mine[steps[mine] > cut]
+    return [int(k) for k in (late if late.size else mine[-1:])]
+
+
+def analyze_stage(run: RunLike, stage: int, *, window: float = POOL_WINDOW,
+                  progress: Callable | None = None, **ray_kw) -> FrameAnalysis:
+    """Rays, kinks, patterns and fit of the stationary measure of a stage: the particles of
+    the frames in the stage's last ``window`` fraction (:func:`stage_frames`; at most
+    :data:`POOL_SNAPSHOTS` snapshots in all, evenly spaced frames), of every chain, pooled,
+    each weighted by its mass (docs/theory.md §6.1).
+
+    A ray's weight and mass fraction are averages over the pooled snapshots; the certificate
+    ``G`` is computed from the residuals averaged over the same window and every chain. The
+    result is a :class:`FrameAnalysis` whose ``step`` is the last pooled frame's, ``frames``
+    the pooled frame indices and ``replicas`` the snapshots pooled (frames × chains).
+
+    Raises
+    ------
+    ValueError
+        The stage has no frame.
+    """
+    chains = chains_of(run)
+    frames = diagnostic_frames(stage_frames(run, stage, window),
+                               max(1, POOL_SNAPSHOTS // len(chains)))
+    theta = np.concatenate([c.frame(k) for c in chains for k in frames])
+    replicas = len(frames) * len(chains)
+    k_last = frames[-1]
+    Rs = [averaged_residuals(c, k_last, window) for c in chains]
+    kw = frame_ray_kw(run, k_last, **ray_kw)
+    if all(R is not None for R in Rs):
+        kw.pop("y", None)
+        kw["R"] = np.mean(Rs, axis=0)
+        kw.update(ray_kw)
+    kw["replicas"] = replicas
+    res = find_rays(theta, run.X, **kw, progress=progress)
+    kinks = ray_kinks(res.rays, run.X, res.pattern_tol.angle_tol)
+    step = int(run.frame_step[k_last])
+    risk = _obs_at(run, "risk", step)
+    f_train = numpy_model.predict(theta, run.X)
+    return FrameAnalysis(
+        tau=float(run.frame_tau[k_last]), step=step, stage=int(stage),
+        risk=float(risk) if risk is not None else float(np.mean((f_train - run.y) ** 2)),
+        theta=theta, rays=res, kinks=kinks, f_train=f_train,
+        theorem6=ternary.theorem6([q.pattern for q in res.rays], res.cell_conflicts),
+        ray_kw=kw, frames=frames, replicas=replicas, snapshot=run.frame(k_last))
+
+
 def frame_ray_kw(run: RunLike, k: int, **ray_kw) -> dict:
     """Keyword arguments of :func:`analysis.rays.find_rays` for frame ``k`` of a run: ``lam``,
     the frame's ``tau`` (halo tests against ``(d+1)τ/λ``), the labels' weight scale
@@ -457,7 +573,9 @@ def ladder(X: ArrayLike, frames: list[FrameAnalysis], reference: ArrayLike | Cal
         row = LadderRow(stage=f.stage, tau=f.tau, step=f.step, J=len(f.rays.rays), K=len(f.kinks), risk=f.risk,
                         halo_mass_fraction=f.rays.thresholds_used()["halo_mass_fraction"])
         if prev is not None and w2:
-            d = transport.w2_snapshots(prev.theta, f.theta, **w2_kw)
+            a = prev.theta if prev.snapshot is None else prev.snapshot
+            b = f.theta if f.snapshot is None else f.snapshot
+            d = transport.w2_snapshots(a, b, **w2_kw)
             row.w2_to_previous, row.w2_method = d["w2"], d["method"]
             ra, rb = prev.rays.rays, f.rays.rays
             if ra and rb:
@@ -471,20 +589,17 @@ def ladder(X: ArrayLike, frames: list[FrameAnalysis], reference: ArrayLike | Cal
     return rows
 
 
-def _chain_counts(run: RunLike, rows: list[LadderRow], frames: list[FrameAnalysis],
-                  ray_kw: dict) -> None:
-    """Fill ``J_chains``, ``K_chains`` and ``chains_agree`` of each ladder row from the last
-    snapshot of its stage in every chain (a run of one chain: left ``None``)."""
-    chains = chains_of(run)
-    if len(chains) < 2:
-        return
-    last = {f.stage: k for k, f in enumerate(frames)}          # frames are in ladder order
-    for r in rows:
-        k = last[r.stage]
-        per = [analyze_frame(c, k, **ray_kw) for c in chains[1:]]
-        r.J_chains = [r.J] + [len(f.rays.rays) for f in per]
-        r.K_chains = [r.K] + [len(f.kinks) for f in per]
-        r.chains_agree = len(set(r.J_chains)) == 1 and len(set(r.K_chains)) == 1
+#: Snapshot frames of a stage whose rays are also counted one by one, per chain (the spread
+#: of those counts is the per-snapshot uncertainty the report gives beside the pooled count).
+DIAGNOSTIC_FRAMES = 2
+
+
+def diagnostic_frames(pool: list[int], at_most: int = DIAGNOSTIC_FRAMES) -> list[int]:
+    """Up to ``at_most`` of the pooled frames ``pool``, evenly spaced, the last included."""
+    if len(pool) <= at_most:
+        return list(pool)
+    pick = np.unique(np.round(np.linspace(0, len(pool) - 1, at_most)).astype(int))
+    return [pool[i] for i in pick]
 
 
 def analyze(run: RunLike, *, reference: ArrayLike | Callable | None = None, w2: bool = True,
@@ -516,8 +631,9 @@ def analyze(run: RunLike, *, reference: ArrayLike | Callable | None = None, w2: 
         ``J`` and ``K`` of the coldest snapshot over a range of each threshold
         (:func:`analysis.ray_checks.sensitivity`; about 15 more ray analyses).
     progress : object, optional
-        Told of each part done: ``update(1)`` after each frame, the ladder and the references,
-        ``set_postfix(doing=...)`` before each (``n_frames + 1 + references`` parts; a tqdm
+        Told of each part done: ``update(1)`` after each stage's rays (its diagnostic frames
+        and its pooled frames), the ladder and the references, ``set_postfix(doing=...)``
+        before each (``n_stages + 1 + references`` parts; a tqdm
         bar fits). While ``P`` is counted, its postfix says how many regions are done and
         ``update(0)`` is called after each slice of the enumeration.
     max_regions : int or None
@@ -558,16 +674,30 @@ def analyze(run: RunLike, *, reference: ArrayLike | Callable | None = None, w2: 
             dc = count_dichotomies(run.X, exact=True, max_regions=max_regions, progress=regions)
         except TooManyRegions:
             pass            # the float count stays, flagged near its tolerance in the report
-    frames = []
-    for k in range(run.n_frames):
-        doing = f"rays of frame {k + 1}/{run.n_frames}"
+    frames, per_frame = [], {}
+    chains = chains_of(run)
+    stages = sorted({int(s) for s in run.frame_stage})
+    for st in stages:
+        pool = stage_frames(run, st)
+        diag = diagnostic_frames(pool)
+        counts = []
+        for c_i, c in enumerate(chains):
+            for k in diag:
+                doing = f"rays of stage {st + 1}, chain {c_i + 1}, frame {k + 1}"
+                tell(doing)
+                fa = analyze_frame(c, k, **ray_kw)
+                counts.append((len(fa.rays.rays), len(fa.kinks)))
+                if c_i == 0 and k != pool[-1]:      # the pooled entry stands at the last
+                    frames.append(fa)
+        per_frame[st] = counts
+        doing = (f"rays of stage {st + 1}: {len(pool)} frames x {len(chains)} chains pooled")
         tell(doing)
 
         def queries(done, total, doing=doing):
             if progress is not None and total:
                 progress.set_postfix(doing=f"{doing}: neighbours {100 * done // total}%")
                 progress.update(0)
-        frames.append(analyze_frame(run, k, progress=queries, **ray_kw))
+        frames.append(analyze_stage(run, st, progress=queries, **ray_kw))
         tell(done=1)
     tell("W2 between temperatures" if w2 else "ladder")
     if convex is None:
@@ -611,12 +741,119 @@ def analyze(run: RunLike, *, reference: ArrayLike | Callable | None = None, w2: 
         result.sensitivity = {"tau": last.tau, "step": last.step,
                               **ray_sensitivity(last.theta, run.X, last.ray_kw, conv=cvx,
                                                 floor=floor)}
-    _chain_counts(run, result.ladder, frames, ray_kw)
+    pooled = {f.stage: f for f in last_of_stages(frames)}
+    for r in result.ladder:
+        counts = per_frame[r.stage]
+        r.J_frames, r.K_frames = [j for j, _ in counts], [k for _, k in counts]
+        r.replicas = pooled[r.stage].replicas
+        if len(chains) > 1:         # each chain's last snapshot (the last of its diagnostics)
+            per = len(counts) // len(chains)
+            r.J_chains = [counts[(c + 1) * per - 1][0] for c in range(len(chains))]
+            r.K_chains = [counts[(c + 1) * per - 1][1] for c in range(len(chains))]
+            r.chains_agree = len(set(r.J_chains)) == 1 and len(set(r.K_chains)) == 1
     result.verdicts, result.taus = run_verdicts(run), tuple(run.taus)
     for r in result.ladder:
         r.stationary, r.stationarity = stage_verdict(result.verdicts, r.stage)
     tell("exact references (Gibbs at each tau, convex limit)" if references else None, 1)
     if references:
         result.references = report_section(run, result.as_dict())
+        if "skipped" not in result.references:
+            tell("rays of the exact Gibbs measure at each tau")
+            gibbs_ladder(run, result.ladder, last_of_stages(frames), cvx, floor=floor,
+                         **{k: v for k, v in ray_kw.items() if k in GIBBS_RULE_KEYS})
         tell(done=1)
     return result
+
+
+#: The thresholds of :func:`analysis.rays.find_rays` that the Gibbs rays share.
+GIBBS_RULE_KEYS = ("g_ray", "halo_ratio", "thermal_gap", "weight_scale")
+#: A ray whose mass fraction is within this factor of the mass floor is marginal: whether it
+#: counts is decided by sampling noise (particles) or by the floor itself (Gibbs).
+MARGINAL_FACTOR = 1.5
+
+
+def gibbs_ladder(run: RunLike, rows: list[LadderRow], stages: list[FrameAnalysis], cvx=None,
+                 floor: float = 1e-2, **rule) -> None:
+    """Fill the Gibbs columns of the ladder rows (``J_gibbs``, ``K_gibbs``, ``gibbs_rays``,
+    the matching and ``gibbs_note``): the rays of the exact Gibbs measure at each stage's
+    ``τ`` (:func:`analysis.gibbs_rays.gibbs_rays`, the same mass floor and thresholds as the
+    particles'), matched one to one to the stage's pooled rays. Stages whose reference cannot
+    be had (``d`` beyond the QMC reference, no convergence, too many activation cells) keep
+    ``None`` and say why in ``gibbs_note``."""
+    from analysis.gibbs_rays import gibbs_rays
+    from analysis.references import QMC_MAX_D, gibbs_reference, match_rays
+    from solvers.activation_regions import TooManyPatterns, activation_patterns
+    from solvers.errors import InputError
+    from solvers.gibbs import GibbsConvergenceError
+    from solvers.gibbsqmc import GibbsAccuracyError
+    if run.d > QMC_MAX_D:
+        for r in rows:
+            r.gibbs_note = f"no Gibbs reference for d = {run.d} > {QMC_MAX_D}"
+        return
+    try:
+        patterns, _ = activation_patterns(run.X)
+    except TooManyPatterns as exc:
+        for r in rows:
+            r.gibbs_note = f"no Gibbs rays: {exc}"
+        return
+    by_stage = {f.stage: f for f in stages}
+    results = {}
+    for r in rows:
+        try:
+            sol = gibbs_reference(run.X, run.y, run.lam, r.tau)
+        except (GibbsConvergenceError, GibbsAccuracyError, InputError) as exc:
+            r.gibbs_note = f"no Gibbs reference at this tau: {exc}"
+            continue
+        gr = gibbs_rays(sol, min_mass_frac=floor, patterns=patterns, **rule)
+        results[r.stage] = gr
+        r.J_gibbs, r.K_gibbs = gr.J, gr.K
+        r.gibbs_rays = [q.as_dict() for q in gr.rays]
+        mine = by_stage[r.stage].rays.rays
+        m = match_rays([q.direction for q in mine], [q.sign for q in mine],
+                       [q.weight for q in mine], [q.direction for q in gr.rays],
+                       [q.sign for q in gr.rays], [q.weight for q in gr.rays])
+        r.gibbs_matched = len(m["pairs"])
+        r.gibbs_unmatched_measured = m["unmatched_measured"]
+        r.gibbs_unmatched_reference = m["unmatched_reference"]
+        notes = []
+        marginal = [q for q in gr.maxima if floor / MARGINAL_FACTOR <= q.mass_fraction
+                    <= floor * MARGINAL_FACTOR and abs(q.G) >= (rule.get("g_ray", 0.5))]
+        if marginal:
+            notes.append("marginal Gibbs ray(s) near the mass floor " + ", ".join(
+                f"{q.mass_fraction:.3g}" for q in marginal) + f" (floor {floor:g})")
+        marg_p = [q for q in mine if q.mass_fraction <= floor * MARGINAL_FACTOR]
+        if marg_p:
+            notes.append("marginal particle ray(s) " + ", ".join(
+                f"{q.mass_fraction:.3g}" for q in marg_p))
+        r.gibbs_note = "; ".join(notes) or None
+    if cvx is None or not rows:
+        return
+    cold = max((r for r in rows if r.tau == min(x.tau for x in rows)), key=lambda r: r.stage)
+    if cold.stage not in results:
+        return
+    gr_cold = results[cold.stage]
+    from analysis.ray_checks import convex_counts
+    cc = convex_counts(cvx, run.X, floor=floor)
+    if (gr_cold.J, gr_cold.K) == (cc["J"], cc["K"]):
+        return
+    m = match_rays([q.direction for q in gr_cold.rays], [q.sign for q in gr_cold.rays],
+                   [q.weight for q in gr_cold.rays], cc["directions"], cc["signs"], cc["weights"])
+    why = []
+    for i in m["unmatched_measured"]:
+        q = gr_cold.rays[i]
+        trend = [results[x.stage] for x in rows if x.stage in results]
+        fr = []
+        for t in trend:
+            near = [p for p in t.maxima if p.sign == q.sign
+                    and float(np.dot(p.direction, q.direction)) > np.cos(0.2)]
+            fr.append(max((p.mass_fraction for p in near), default=0.0))
+        falling = all(b <= a for a, b in zip(fr, fr[1:])) and len(fr) > 1
+        why.append(f"Gibbs ray {i} (mass {q.mass_fraction:.3g}) has no convex ray"
+                   + (f": its mass falls along the ladder ({', '.join(f'{v:.3g}' for v in fr)})"
+                      f", it vanishes as tau -> 0" if falling else ""))
+    for j in m["unmatched_reference"]:
+        why.append(f"convex ray {j} (weight {abs(cc['weights'][j]):.3g}) has no Gibbs ray at "
+                   f"this tau (merged with a neighbour, or below the floor at finite tau)")
+    note = (f"coldest tau: Gibbs J, K = {gr_cold.J}, {gr_cold.K} against the convex {cc['J']}, "
+            f"{cc['K']}: " + "; ".join(why))
+    cold.gibbs_note = note if not cold.gibbs_note else cold.gibbs_note + "; " + note

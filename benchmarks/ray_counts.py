@@ -97,6 +97,52 @@ SETS = {
     "gauss10_d2": (_generated({"kind": "gaussian", "n": 10, "d": 2, "seed": 0}, 0.05,
                               eta=0.1), {}, [1e-2, 1e-3, 1e-4], 24000.0),
 }
+#: Six and ten random points in the plane (uniform on [−1, 1]², Gaussian labels, λ = 0.01)
+#: whose convex limit has a light ray next to a heavy one of the same sign: ``plane6_light``
+#: (generator seed 604: convex J = K = 4, a ray of 3.2 % of Σ|c| 0.129 rad from one of 65 %),
+#: ``plane10_light`` (seed 191: J = 8, K = 4, a ray of 4.4 % 0.101 rad from one of 34 %);
+#: found by :func:`light_ray_sets`, where one-snapshot counts merged such rays.
+def _uniform_plane(n: int, seed: int) -> dict:
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-1.0, 1.0, (n, 2))
+    y = rng.standard_normal(n)
+    return {"kind": "inline", "X": [[float(a), float(b)] for a, b in X],
+            "y": [float(v) for v in y]}
+
+
+SETS.update({
+    "plane6_light": (_generated(_uniform_plane(6, 604), 0.01, eta=0.1), {},
+                     [1e-2, 1e-3, 1e-4], 24000.0),
+    "plane10_light": (_generated(_uniform_plane(10, 191), 0.01, eta=0.1), {},
+                      [1e-2, 1e-3, 1e-4], 24000.0),
+})
+
+
+def light_ray_sets(n: int, seeds, lam: float = 0.01, light: float = 0.08, heavy: float = 0.1,
+                   angle: float = 0.15):
+    """Generator seeds of :func:`_uniform_plane` data whose convex limit (weight floor 1 %)
+    has a ray of at most ``light`` of ``Σ|c|`` within ``angle`` rad of one of at least
+    ``heavy`` of the same sign: ``[(seed, light fraction, heavy fraction, angle)]``."""
+    import numpy as np
+
+    from analysis.ray_checks import convex_counts
+    from analysis.references import convex_reference
+    out = []
+    for seed in seeds:
+        d = _uniform_plane(n, seed)
+        X, y = np.array(d["X"]), np.array(d["y"])
+        cc = convex_counts(convex_reference(X, y, lam), X)
+        frac = np.abs(cc["weights"]) / np.abs(cc["weights"]).sum()
+        for i in range(cc["J"]):
+            for j in range(cc["J"]):
+                a = float(np.arccos(np.clip(cc["directions"][i] @ cc["directions"][j], -1, 1)))
+                if (i != j and cc["signs"][i] == cc["signs"][j] and frac[i] <= light
+                        and frac[j] >= heavy and a <= angle):
+                    out.append((seed, float(frac[i]), float(frac[j]), a))
+    return out
+
+
 OBSERVATIONS_PER_STAGE = 400
 #: ``--auto``: observations over a stage's whole span; a stage that ends at its verdict after
 #: ``k`` of its eight chunks has ``k/8`` of them (one chain's verdict needs several hundred
@@ -166,8 +212,10 @@ def cell_config(name: str, N: int, seed: int, span_scale: float = 1.0,
     if auto:
         cap = max(16, int(auto_steps) if auto_steps else steps)
         dyn.update({"steps_per_tau": "auto", "max_steps_per_tau": cap})
+        # four frames per chunk: the rays of a stage are those of its second half's frames,
+        # every chain, pooled (docs/theory.md §6.1)
         doc["output"] = {"observe_every": max(1, cap // AUTO_OBSERVATIONS_PER_STAGE),
-                         "snapshots_per_tau": 1}
+                         "snapshots_per_tau": min(4, max(1, cap // 8))}
         return doc
     dyn["steps_per_tau"] = steps
     dyn.pop("max_steps_per_tau", None)        # a shipped "auto" ladder's cap: not for fixed stages
@@ -329,7 +377,8 @@ def _cluster_notes(res, floor) -> list:
     return notes
 
 
-def analyse_cell(path: Path, name: str, N: int, seed: int, with_sensitivity: bool = False) -> dict:
+def analyse_cell(path: Path, name: str, N: int, seed: int, with_sensitivity: bool = False,
+                 gibbs: bool = False) -> dict:
     """``J``, ``K`` at the coldest stationary stage of a run against the convex counts, with
     the quantities that explain a disagreement.
 
@@ -337,7 +386,9 @@ def analyse_cell(path: Path, name: str, N: int, seed: int, with_sensitivity: boo
     (:func:`analysis.run_analysis.analyze` with the convex counts). A stage counts as
     stationary when the analysis judges it so (``analysis.stationarity.run_verdicts``, the
     verdict ``meanfield analyze`` prints) and its certificate is that of a stationary state
-    (:data:`G_TOL`)."""
+    (:data:`G_TOL`). ``gibbs``: also, per stage, the pooled counts against the exact Gibbs
+    measure's (``J_gibbs``, ``K_gibbs``, docs/theory.md §6.7), with the single snapshots'
+    range (``stages``)."""
     import numpy as np
 
     from analysis.ray_checks import convex_counts
@@ -348,7 +399,7 @@ def analyse_cell(path: Path, name: str, N: int, seed: int, with_sensitivity: boo
     t0 = time.time()
     run = open_run(path)
     taus, lam = run.taus, run.lam
-    result = analyze(run, w2=False, convex=True)
+    result = analyze(run, w2=False, convex=True, references=gibbs)
     rows = {r.stage: r for r in result.ladder}
     frames = {f.stage: f for f in last_of_stages(result.frames)}
     verdicts = result.verdicts
@@ -406,7 +457,16 @@ def analyse_cell(path: Path, name: str, N: int, seed: int, with_sensitivity: boo
             "max_angle": row.max_match_angle, "G_max": res.G_max, "resolved": res.resolved,
             "thermal": len(res.thermal), "merged": len(res.merged),
             "objective_gap": objective_gap, "particle_gap": particle_gap, "agree": agree, "notes": notes,
-            "sensitivity": sens, "analysis_s": time.time() - t0}
+            "sensitivity": sens, "analysis_s": time.time() - t0,
+            "J_frames": row.J_frames, "K_frames": row.K_frames,
+            "stages": [{"tau": r.tau, "stationary": bool(r.stationary), "J": r.J, "K": r.K,
+                        "J_frames": r.J_frames, "K_frames": r.K_frames, "J_gibbs": r.J_gibbs,
+                        "K_gibbs": r.K_gibbs, "gibbs_matched": r.gibbs_matched,
+                        "gibbs_note": r.gibbs_note} for r in result.ladder]}
+
+
+def _dash(v) -> str:
+    return "—" if v is None else str(v)
 
 
 def _gap(v) -> str:
@@ -433,6 +493,23 @@ def format_table(rows) -> str:
                  f"{r['thermal']} | {r['objective_gap']:.1e} | "
                  f"{_gap(r.get('particle_gap'))} | "
                  f"{'yes' if r['agree'] else '**no**'} | {run_s} |")
+    def rng(v):
+        return "—" if not v else (f"{min(v)}" if min(v) == max(v) else f"{min(v)}–{max(v)}")
+    if any(st.get("J_gibbs") is not None for r in rows for st in r.get("stages") or []):
+        L += ["", "Pooled counts against the exact Gibbs measure's at every stage (one "
+              "snapshot: the range of single snapshots' counts):", "",
+              "| set | N | seed | τ | stationary | J (one snapshot) | K (one snapshot) | "
+              "J Gibbs | K Gibbs | matched | agree | note |", "|" + "---|" * 12]
+        for r in rows:
+            for st in r.get("stages") or []:
+                ok = (st["J"], st["K"]) == (st["J_gibbs"], st["K_gibbs"])
+                L.append(f"| {r['set']} | {r['N']} | {r['seed']} | {st['tau']:.0e} | "
+                         f"{'yes' if st['stationary'] else 'no'} | {st['J']} "
+                         f"({rng(st['J_frames'])}) | {st['K']} ({rng(st['K_frames'])}) | "
+                         f"{_dash(st['J_gibbs'])} | {_dash(st['K_gibbs'])} | "
+                         f"{_dash(st['gibbs_matched'])} | "
+                         f"{'—' if st['J_gibbs'] is None else 'yes' if ok else '**no**'} | "
+                         f"{st['gibbs_note'] or ''} |")
     bad = [r for r in rows if not r["agree"] or r["notes"]]
     if bad:
         L += ["", "Notes:"]
@@ -481,6 +558,8 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="write the rows to this file")
     ap.add_argument("--sensitivity", action="store_true",
                     help="also J and K over a range of each threshold, per cell")
+    ap.add_argument("--gibbs", action="store_true",
+                    help="also the exact Gibbs measure's rays at every stage (d <= 5)")
     args = ap.parse_args(argv)
     if args.auto_steps is not None and (not args.auto or args.auto_steps < 16):
         ap.error("--auto-steps needs --auto and at least 16 steps")
@@ -492,7 +571,7 @@ def main(argv=None) -> int:
                           args.chains, args.eta, args.auto, args.auto_steps) for c in cells}
     if args.runs_only:
         return 0
-    rows = [{**analyse_cell(path, *cell, with_sensitivity=args.sensitivity),
+    rows = [{**analyse_cell(path, *cell, with_sensitivity=args.sensitivity, gibbs=args.gibbs),
              "run_s": run_wall_time(path)} for cell, path in runs.items()]
     print(format_table(rows))
     if args.json:

@@ -124,7 +124,8 @@ def analyze_run(path: str | os.PathLike, outdir: str | os.PathLike | None = None
     empty = no_frames_yet(run)
     if empty:
         raise RunFileError(str(path), "", empty)
-    with progress_bar(run.n_frames + 1 + bool(references), "analyze", "part",
+    n_stages = len({int(s) for s in run.frame_stage})      # one part per stage's pooled rays
+    with progress_bar(n_stages + 1 + bool(references), "analyze", "part",
                       enabled=progress) as bar:
         result = analyze(run, reference=reference, w2=w2, references=references,
                          convex=convex, sensitivity=sensitivity, progress=bar,
@@ -192,6 +193,13 @@ def write_report(rep: dict, result: RunAnalysis, outdir: str | os.PathLike,
     atomic.write_text(out / "report.md", markdown(rep, figs))
 
 
+def _gibbs_text(row: dict) -> str:
+    """The Gibbs counts of a ladder row, ``"J, K (matched)"``, or "—"."""
+    if row.get("J_gibbs") is None:
+        return "—"
+    return f"{row['J_gibbs']}, {row['K_gibbs']} ({row.get('gibbs_matched')})"
+
+
 def _fmt(x, spec=".3e"):
     return "—" if x is None else format(x, spec)
 
@@ -217,28 +225,42 @@ def markdown(rep, figs=()) -> str:
     if K > 1:
         L.append(f"- chains: {K} independent particle systems (`dynamics.chains`); the "
                  "verdicts judge them together and the time averages (the Gibbs comparisons) "
-                 "pool them; `J`, `K` are chain 0's with every chain's in `report.json` "
-                 "(`J_chains`, `K_chains`), shown here when they disagree; the risk and halo "
-                 "columns, the rays and kinks tables, the sensitivity, Theorem 6 and the "
-                 "figures but the trajectory figure (every chain) are chain 0's")
+                 "pool them; `J`, `K`, the rays and kinks tables, the sensitivity and "
+                 "Theorem 6 are of every chain's frames pooled, with each chain's last "
+                 "snapshot alone in `report.json` (`J_chains`, `K_chains`); the risk and halo "
+                 "columns and the figures but the trajectory figure (every chain) are chain "
+                 "0's")
     L += ["", "## Low-temperature limit", "",
           f"| τ | {rep.get('step_unit', 'step')} | stationary | R̂ (worst observable) | {_ess_header(rep['ladder'])} | rays J | hyperplanes K | "
-          "matched to τ → 0 | risk | "
+          "Gibbs J, K (matched) | matched to τ → 0 | risk | "
           "halo mass | W2 to previous τ | W2 of rays to previous τ | RMS \\|f − f_τ→0\\| on the data, last snapshot |",
-          "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rep["ladder"]:
         w2 = "—" if r["w2_to_previous"] is None else f"{r['w2_to_previous']:.3e} ({r['w2_method']})"
         st = {True: "yes", False: "**NO**", None: "—"}[r.get("stationary")]
         L.append(f"| {r['tau']:.2e} | {r['step']} | {st} | {_rhat_text(r)} | {_ess_text(r)} | "
                  f"{count_text(r, 'J')} | "
-                 f"{count_text(r, 'K')} | {_fmt(r.get('matched'), 'd')} | {r['risk']:.4e} | "
+                 f"{count_text(r, 'K')} | {_gibbs_text(r)} | {_fmt(r.get('matched'), 'd')} | "
+                 f"{r['risk']:.4e} | "
                  f"{r['halo_mass_fraction']:.3f} | {w2} | {_fmt(r['w2_rays_to_previous'])} | "
                  f"{_fmt(r['dist_to_reference'])} |")
     if rep.get("convex_counts"):        # the τ → 0 limit: one row, not a column of every τ
         c = rep["convex_counts"]
         L.append(f"| τ → 0 (convex) | — | — | — | — | {c['J']} | {c['K']} | — | — | — | — | — "
-                 "| — |")
+                 "| — | — |")
     L += _stationarity_markdown(rep["ladder"])
+    if any(r.get("replicas") for r in rep["ladder"]):
+        L += ["", "Rays J and kink hyperplanes K of a stage are those of its stationary "
+              "measure: the frames of the stage's second half, every chain, pooled, each "
+              "particle weighted by its mass (docs/theory.md §6.1); in brackets the range of "
+              "single snapshots' counts where it differs."]
+    if any(r.get("J_gibbs") is not None for r in rep["ladder"]):
+        L += ["", "Gibbs J, K: the rays of the exact mean-field Gibbs measure at the stage's τ "
+              "(the local maxima of |G| at the reference's fixed point, each basin's mass "
+              "under the same ray rule as the particles', docs/theory.md §6.7), and how many "
+              "of the stage's rays match them one to one (same sign, within 0.2 rad)."]
+        notes = [(r["tau"], r["gibbs_note"]) for r in rep["ladder"] if r.get("gibbs_note")]
+        L += [f"- τ = {t:.2e}: {n}" for t, n in notes]
     if rep.get("convex_counts"):
         c = rep["convex_counts"]
         L += ["", f"τ → 0 (convex): rays of the convex τ → 0 reference with weight "

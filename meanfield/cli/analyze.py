@@ -426,6 +426,9 @@ def main(args) -> int:
                 f" W2 to previous tau={r['w2_to_previous']:.3e} ({r['w2_method']})"
             ref = ("" if r.get("matched") is None else
                    f" (matched to tau->0: {r['matched']})")
+            if r.get("J_gibbs") is not None:        # the exact Gibbs measure's own rays
+                ref += (f" Gibbs J={r['J_gibbs']} K={r['K_gibbs']} "
+                        f"(matched: {r['gibbs_matched']})")
             st = "" if r.get("stationary") is not False else \
                 f"  NOT STATIONARY: {'; '.join(r['stationarity']['reasons'])}"
             print(f"tau={r['tau']:.2e} {unit}={r['step']:>8d} risk={r['risk']:.4e} "
@@ -436,6 +439,9 @@ def main(args) -> int:
         if cc:      # the tau -> 0 limit, once
             print(f"tau -> 0 (convex reference)        rays J={cc['J']:>3} "
                   f"hyperplanes K={cc['K']:>3}")
+        for r in rep["ladder"]:
+            if r.get("gibbs_note"):
+                print(f"tau={r['tau']:.2e} Gibbs rays: {r['gibbs_note']}")
         snaps = {sn["step"]: sn for sn in rep["snapshots"]}
         for r in rep["ladder"]:
             hot = (snaps.get(r["step"]) or {}).get("thermal_mass") or []

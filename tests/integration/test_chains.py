@@ -162,12 +162,20 @@ def test_report_rows_carry_each_chains_counts(em_runs):
     rep = analyze(run, w2=False)
     for row in rep.ladder:
         k = int(run.stage_frames(row.stage)[-1])
-        other = analyze_frame(run.chain(1), k)
-        assert row.J_chains == [row.J, len(other.rays.rays)]
-        assert row.K_chains == [row.K, len(other.kinks)]
+        # J_chains: each chain's last snapshot alone; J: every chain's frames pooled
+        alone = [analyze_frame(c, k) for c in (run, run.chain(1))]
+        assert row.J_chains == [len(a.rays.rays) for a in alone]
+        assert row.K_chains == [len(a.kinks) for a in alone]
         assert row.chains_agree == (row.J_chains[0] == row.J_chains[1]
                                     and row.K_chains[0] == row.K_chains[1])
+        assert set(row.J_chains) <= set(row.J_frames)
+        assert row.replicas >= 2 and row.replicas % 2 == 0      # frames x 2 chains
         assert row.stationarity["n_chains"] == 2
+    # a report of the pooled counts shows the single snapshots' range where it differs
+    assert count_text({"J": 4, "J_frames": [4, 5, 3], "stationary": True}, "J") == \
+        "4 (one snapshot: 3–5)"
+    assert count_text({"J": 4, "J_frames": [4, 4], "stationary": True}, "J") == "4"
+    # an older report (no J_frames) still shows its chains' disagreement
     shown = count_text({"J": 4, "J_chains": [4, 5], "stationary": True}, "J")
     assert shown == "4 (chains disagree: 4, 5)"
     assert count_text({"J": 4, "J_chains": [4, 4], "stationary": True}, "J") == "4"
