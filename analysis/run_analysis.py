@@ -428,8 +428,13 @@ def analyze_frame(run: RunLike, k: int, *, progress: Callable | None = None,
     IndexError
         ``k`` out of range.
     """
-    theta = run.frame(k)
-    kw = frame_ray_kw(run, k, **ray_kw)
+    return _analysis_of(run, run.frame(k), k, frame_ray_kw(run, k, **ray_kw), progress)
+
+
+def _analysis_of(run: RunLike, theta, k: int, kw: dict, progress, **extra) -> FrameAnalysis:
+    """:class:`FrameAnalysis` of particles ``theta`` standing for frame ``k`` (its step,
+    temperature, stage and stored risk), rays by :func:`analysis.rays.find_rays` with ``kw``;
+    ``extra``: the pooled fields (``frames``, ``replicas``, ``snapshot``)."""
     res = find_rays(theta, run.X, **kw, progress=progress)
     kinks = ray_kinks(res.rays, run.X, res.pattern_tol.angle_tol)
     step = int(run.frame_step[k])
@@ -440,7 +445,7 @@ def analyze_frame(run: RunLike, k: int, *, progress: Callable | None = None,
         risk=float(risk) if risk is not None else float(np.mean((f_train - run.y) ** 2)),
         theta=theta, rays=res, kinks=kinks, f_train=f_train,
         theorem6=ternary.theorem6([q.pattern for q in res.rays], res.cell_conflicts),
-        ray_kw=kw)
+        ray_kw=kw, **extra)
 
 
 #: The part of a stage whose frames are pooled into its stationary sample: its last half, the
@@ -499,17 +504,8 @@ def analyze_stage(run: RunLike, stage: int, *, window: float = POOL_WINDOW,
         kw["R"] = np.mean(Rs, axis=0)
         kw.update(ray_kw)
     kw["replicas"] = replicas
-    res = find_rays(theta, run.X, **kw, progress=progress)
-    kinks = ray_kinks(res.rays, run.X, res.pattern_tol.angle_tol)
-    step = int(run.frame_step[k_last])
-    risk = _obs_at(run, "risk", step)
-    f_train = numpy_model.predict(theta, run.X)
-    return FrameAnalysis(
-        tau=float(run.frame_tau[k_last]), step=step, stage=int(stage),
-        risk=float(risk) if risk is not None else float(np.mean((f_train - run.y) ** 2)),
-        theta=theta, rays=res, kinks=kinks, f_train=f_train,
-        theorem6=ternary.theorem6([q.pattern for q in res.rays], res.cell_conflicts),
-        ray_kw=kw, frames=frames, replicas=replicas, snapshot=run.frame(k_last))
+    return _analysis_of(run, theta, k_last, kw, progress, frames=frames, replicas=replicas,
+                        snapshot=run.frame(k_last))
 
 
 def frame_ray_kw(run: RunLike, k: int, **ray_kw) -> dict:
