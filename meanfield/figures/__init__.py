@@ -4,7 +4,8 @@ The figures of one run's analysis take the analysis (the report dict of ``analyz
 the run (:func:`meanfield.open_run`), draw into the given matplotlib ``Axes`` (or a new figure)
 and return the ``Figure``: :func:`plot_predictor`, :func:`plot_directions`,
 :func:`plot_ladder`, :func:`plot_trajectory`. They are sized for a single journal column
-(3.4 in wide, 8 pt text). The study and highdim figures use :data:`STYLE` and :func:`_plt`.
+(3.4 in wide, 8 pt text), and so are the study's (:func:`study_figures`) and the highdim
+figure. :data:`STYLE` and :func:`_plt` remain for code drawing with pyplot.
 
 One module per figure; :mod:`meanfield.figures.common` holds the styles, the Matplotlib import
 and the writer they share. :data:`RUN_FIGURES` is the table of a run's figures: every one is
@@ -69,14 +70,17 @@ RUN_FIGURES: dict[str, RunFigure] = {
         "Directions (w, b)/|(w, b)| of the neurons at the coldest temperature, one equal-area "
         "map per sign of a, coloured by mass per steradian: circles are the rays found, "
         "squares the rays of the exact τ → 0 limit that the table counts (weight above its "
-        "floor); uncircled mass is the thermal halo (not counted as rays)."),
+        "floor), blue diamonds the rays of the exact Gibbs measure at that τ (when the "
+        "analysis has it); uncircled mass is the thermal halo (not counted as rays)."),
     "ladder": RunFigure(
         plot_ladder,
         "Against τ (exact τ → 0 limit at the right): (a) rays J and kinks K with the bounds "
-        "2P−1, P−1; (b) risk averaged over the second half of each τ (± standard error) and "
+        "2P−1, P−1, the exact Gibbs measure's J, K beside them (triangles) and the exact "
+        "limit's; (b) risk averaged over the second half of each τ (± standard error) and "
         "the exact references'; (c) W2 to the previous τ of the particles (left axis) and of "
         "the rays (chord on the sphere, right axis); (d) RMS distances on the data to the "
-        "exact references."),
+        "exact references of f̄, the predictor averaged over the second half of each τ, and "
+        "of f at the last snapshot. A red band marks a stage judged not stationary."),
     "trajectory": RunFigure(
         plot_trajectory,
         "The run against time (passes for the exact sampler): risk (log axis), mean |θ|² and the stationarity statistic "

@@ -71,6 +71,46 @@ SIGN_COLOURS = {1: "#1b7837", -1: "#762a83", 0: "#000000"}
 SIGN_STYLES = {1: "-", -1: "--", 0: "-."}
 
 
+#: How a figure marks a stage judged not stationary: a light red band behind the data across
+#: the stage's abscissa (a mark on the point itself hid the count under it).
+NOT_STATIONARY = {"color": "#d62728", "alpha": 0.16, "lw": 0, "zorder": 0}
+NOT_STATIONARY_GID = "not-stationary"
+
+
+def mark_not_stationary(ax, xs, bad, *, log: bool, label: str = "stage not stationary"):
+    """Mark the abscissae ``xs[bad]`` as stages judged not stationary: a light red band
+    (:data:`NOT_STATIONARY`, gid :data:`NOT_STATIONARY_GID`) behind everything drawn, centred
+    on the stage and narrower than the distance to its neighbours among ``xs``, so that the
+    data at the stage stay readable and the band names one stage. ``log``: ``xs`` are drawn
+    on a log axis (a zero there, e.g. on a symlog axis, gets a band as wide as the smallest
+    positive's). The first band carries ``label`` (the legend's entry); returns the bands."""
+    xs = np.asarray(xs, float)
+    bad = np.asarray(bad, bool)
+    out = []
+    if not bad.any():
+        return out
+    pos = np.unique(xs[xs > 0]) if log else np.unique(xs)
+    for k, x in enumerate(np.unique(xs[bad])):     # one band per abscissa, however many rows
+        if log and x > 0:
+            lx = np.log10(pos)
+            gaps = np.abs(lx - np.log10(x))
+            gaps = gaps[gaps > 0]
+            h = min(0.25, 0.35 * gaps.min()) if gaps.size else 0.25
+            lo, hi = x / 10 ** h, x * 10 ** h
+        elif log:               # zero on a symlog axis
+            m = pos.min() if pos.size else 1.0
+            lo, hi = -0.3 * m, 0.3 * m
+        else:
+            gaps = np.abs(pos - x)
+            gaps = gaps[gaps > 0]
+            h = min(0.3, 0.35 * gaps.min()) if gaps.size else 0.3
+            lo, hi = x - h, x + h
+        band = ax.axvspan(lo, hi, **NOT_STATIONARY, label=label if k == 0 else "_")
+        band.set_gid(NOT_STATIONARY_GID)
+        out.append(band)
+    return out
+
+
 def _figure(figsize):
     import_matplotlib()
     from matplotlib.figure import Figure

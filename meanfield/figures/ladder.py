@@ -8,7 +8,31 @@ import contextlib
 import numpy as np
 
 from analysis.time_average import time_average_observable
-from meanfield.figures.common import WIDTH, _figure, _rc
+from meanfield.figures.common import (
+    NOT_STATIONARY_GID,
+    WIDTH,
+    _figure,
+    _rc,
+    mark_not_stationary,
+)
+
+#: Points (1/72 in) by which the exact Gibbs counts sit beside the measured ones in (a).
+GIBBS_DODGE = 7.0
+GIBBS_GID = "gibbs-counts"
+#: How much lower (points) every other τ label sits: a 7 pt label ``10⁻³`` is 8.5 pt tall.
+STAGGER = 9.5
+
+
+def _gibbs_counts(rows):
+    """``(indices, J_gibbs, K_gibbs)`` of the ladder rows that carry the exact Gibbs
+    measure's counts (``J_gibbs``, ``K_gibbs`` not ``None``), ``None`` when no row does (no
+    Gibbs reference, or a report written before the keys existed)."""
+    idx = [i for i, r in enumerate(rows)
+           if r.get("J_gibbs") is not None and r.get("K_gibbs") is not None]
+    if not idx:
+        return None
+    return (np.array(idx), np.array([rows[i]["J_gibbs"] for i in idx], float),
+            np.array([rows[i]["K_gibbs"] for i in idx], float))
 
 
 def plot_ladder(rep, run, *, axes=None):
@@ -16,7 +40,10 @@ def plot_ladder(rep, run, *, axes=None):
     limit at the right end).
 
     Panels: (a) rays ``J`` and kink hyperplanes ``K`` with the bounds ``2P − 1`` and ``P − 1``
-    of [LJM26] and the convex solution's ``J``, ``K``; (b) the risk, time-averaged over the
+    of [LJM26], the exact Gibbs measure's ``J``, ``K`` at each ``τ`` (the rows' ``J_gibbs``,
+    ``K_gibbs``; open triangles :data:`GIBBS_DODGE` points beside the measured counts, none
+    where a row has none or a report predates the keys) and the convex solution's ``J``,
+    ``K``; (b) the risk, time-averaged over the
     second half of each temperature with its standard error, and the risk of the exact
     references (Gibbs at each ``τ``, convex at ``τ → 0``); (c) ``W2`` to the previous
     temperature, of the particle measures (left axis, units of ``θ``) and of the rays (right
@@ -24,8 +51,11 @@ def plot_ladder(rep, run, *, axes=None):
     predictor's distance to the references (units of ``y``; the risk of (b) is
     ``(1/n) Σ (f − y)²``): time-averaged, to the Gibbs
     reference at each ``τ`` and to the convex limit at the coldest, and at the last snapshot
-    of each ``τ`` to the convex limit. The legends sit under the panels, one entry per drawn
-    series, so that no data point is covered.
+    of each ``τ`` to the convex limit. A stage judged not stationary (its row's
+    ``stationary`` is ``False``) is marked in every panel by a light red band behind its
+    abscissa (:func:`meanfield.figures.common.mark_not_stationary`), never by a mark over its
+    counts. Every tick is labelled (every other label a line lower). One compact legend in two
+    columns sits under the panels (:func:`_legend_below`), so that no data point is covered.
 
     A ladder that visits a temperature more than once (``taus = [1e-2, 1e-3, 1e-2]``, a
     reheating study) is drawn against the stage instead, evenly spaced in the order run, each
@@ -75,20 +105,30 @@ def plot_ladder(rep, run, *, axes=None):
         a, b, c = axes[:3]
         d = axes[3] if len(axes) > 3 else None
         # (a) J, K and the bounds
-        # the measured counts (integers; a stage judged not stationary is marked)
+        # the measured counts (integers); a stage judged not stationary is marked by a band
+        # behind its abscissa in every panel, never by a mark over its counts
         J = np.array([r["J"] for r in rows], float)
         K = np.array([r["K"] for r in rows], float)
-        a.plot(xs, J, "o-", color="C0", ms=4, label="rays J")
-        a.plot(xs, K, "s--", color="C1", ms=3.5, mfc="none", label="kinks K")
+        a.plot(xs, J, "o-", color="C0", ms=4, label="rays J", zorder=3)
+        a.plot(xs, K, "s--", color="C1", ms=4.5, mfc="none", label="kinks K", zorder=3)
         bad = np.array([r.get("stationary") is False for r in rows])
-        if bad.any():
-            a.plot(xs[bad], J[bad], "x", color="red", ms=8, mew=1.5,
-                   label="stage not stationary")
+        # the exact Gibbs measure's counts at each τ, beside the measured ones (GIBBS_DODGE
+        # points to the right, colder on a τ axis, so that equal counts do not hide each other)
+        gibbs = _gibbs_counts(rows)
+        if gibbs is not None:
+            from matplotlib.transforms import ScaledTranslation
+            shift = a.transData + ScaledTranslation(GIBBS_DODGE / 72, 0, fig.dpi_scale_trans)
+            gx, gj, gk = gibbs
+            gx = xs[gx]
+            a.plot(gx, gj, "^", color="C0", ms=4, mfc="none", mew=0.9, transform=shift,
+                   label="J Gibbs", gid=GIBBS_GID, zorder=3)
+            a.plot(gx, gk, "v", color="C1", ms=4, mfc="none", mew=0.9, transform=shift,
+                   label="K Gibbs", gid=GIBBS_GID, zorder=3)
         P = rep.get("P")
         if P is not None:
             a.axhline(2 * P - 1, color="0.3", lw=0.8, ls="-")
             a.axhline(P - 1, color="0.3", lw=0.8, ls=":")
-            counts = np.concatenate([J, K])
+            counts = np.concatenate([J, K] + ([gibbs[1], gibbs[2]] if gibbs else []))
             # P−1's label below its line, or above it where counts sit just below the line
             # (within a factor 2) and the label would cover their markers
             low_up = bool(np.any((counts < P - 1) & (counts >= (P - 1) / 2)))
@@ -113,7 +153,7 @@ def plot_ladder(rep, run, *, axes=None):
                 m[i], e[i] = time_average_observable(run, "risk", r["stage"])
         if np.isfinite(m).any():
             b.errorbar(xs, m, yerr=e, fmt="o-", ms=3.5, capsize=2, color="C0",
-                       label="particles, time avg.")
+                       label="risk, time avg.")
         g = [x for x in refs.get("gibbs", []) if "skipped" not in x] if refs else []
         if g:
             y = np.asarray(run.y, float)
@@ -146,20 +186,22 @@ def plot_ladder(rep, run, *, axes=None):
         if d is not None:       # one distance throughout: the RMS over the data points
             if g:
                 d.plot([axis.of(x) for x in g], [x["rms_diff"] for x in g], "o-", ms=3.5,
-                       color="C0", label="f̄ to exact Gibbs at each τ")
+                       color="C0", label="f̄ to exact Gibbs")
             if cvx and "rms_diff" in cvx:
                 d.plot([t0], [cvx["rms_diff"]], "+", color="k", ms=7, mew=1.2,
-                       label="f̄ at the coldest τ to exact τ → 0")
+                       label="f̄ (coldest τ) to exact τ → 0")
             dist = [np.nan if r["dist_to_reference"] is None else r["dist_to_reference"]
                     for r in rows]
             if np.isfinite(dist).any():
                 d.plot(xs, dist, "s:", ms=3, mfc="none", color="C3",
-                       label="f at the last snapshot of each τ to exact τ → 0")
+                       label="f (last snapshot) to τ → 0")
             d.set_yscale("log")
             d.set_ylabel("RMS distance [y]")
             d.set_title("(d) to exact", loc="left")
-        _legend_below(fig, a, b, c, cr, d, t0, axis.note)
         panels = [ax for ax in (a, b, c, d) if ax is not None]
+        for ax in panels:
+            mark_not_stationary(ax, xs, bad, log=not axis.by_stage)
+        _legend_below(fig, a, b, d, t0, axis.note)
         for ax in panels:
             axis.apply(ax)
             ax.grid(True, alpha=0.3, lw=0.5)
@@ -201,27 +243,36 @@ class _Abscissa:
         return float(self.x[first[0]]) if len(first) else np.nan
 
     def apply(self, ax) -> None:
-        """Scale, limits and ticks: one tick per stage and one ``→0`` at ``t0``. On the ``τ``
-        axis, with three stages or more, every other one is labelled (7 pt labels of adjacent
-        decades touched in a half-column panel); the stage axis labels every stage, every
-        other label a line lower for the same reason."""
+        """Scale, limits and ticks: one tick per stage and one ``→0`` at ``t0``, every one
+        labelled (:func:`set_tau_ticks`: with three ticks or more every other label a line
+        lower, as 7 pt labels of adjacent decades touch in a half-column panel)."""
         if self.by_stage:
             ax.set_xscale("linear")
             ax.set_xlim(-0.5, self.t0 + 0.5)
         else:
             ax.set_xscale("log")
             ax.set_xlim(self.taus.max() * 3, self.t0 / 3)
-        ax.set_xticks(list(self.x) + [self.t0])
-        powers = all(_power_of_ten(t) for t in self.taus if t != 0)     # one format per axis
-        if self.by_stage:       # every stage's τ, every other one a line lower
-            labels = [("\n" if k % 2 else "") + _tau_label(t, powers)
-                      for k, t in enumerate(self.taus)]
-        else:
-            step = 2 if len(self.taus) >= 3 else 1
-            labels = [_tau_label(t, powers) if k % step == 0 else ""
-                      for k, t in enumerate(self.taus)]
-        ax.set_xticklabels(labels + ["→0"], fontsize=7)
+        set_tau_ticks(ax, list(self.x) + [self.t0], list(self.taus) + ["→0"])
         ax.minorticks_off()
+
+
+def set_tau_ticks(ax, where, taus, stagger: bool | None = None) -> None:
+    """A tick at each of ``where`` labelled with the temperature of ``taus`` (a string, e.g.
+    ``"→0"``, is its own label), every one labelled, in one format for the axis
+    (:func:`_tau_label`); with ``stagger`` (by default with three ticks or more) every
+    other label a line lower, so that neighbours never print over each other (a label left
+    out lost that temperature's value)."""
+    powers = all(_power_of_ten(t) for t in taus if not isinstance(t, str) and t != 0)
+    ax.set_xticks(list(where))
+    ax.set_xticklabels([t if isinstance(t, str) else _tau_label(t, powers) for t in taus],
+                       fontsize=7)
+    if stagger is None:
+        stagger = len(taus) >= 3
+    if stagger:
+        ticks = ax.xaxis.get_major_ticks(len(where))
+        base = ticks[0].get_pad()
+        for k, tick in enumerate(ticks):
+            tick.set_pad(base + (STAGGER if k % 2 else 0))      # one 7 pt line lower
 
 
 def _power_of_ten(t) -> bool:
@@ -251,29 +302,42 @@ def _log_ticks(ax):
     ax.yaxis.set_minor_formatter(NullFormatter())
 
 
-def _legend_below(fig, a, b, c, cr, d, t0, note=""):
-    """One legend under the panels: an entry per series drawn, named by its panel; the exact
-    ``τ → 0`` counts of (a) (the markers at ``t0``, a circle for ``J`` and a square for ``K``)
-    share one entry; ``note`` ends its title."""
+def _legend_below(fig, a, b, d, t0, note=""):
+    """One compact legend under the panels, two columns: an entry per series drawn in (a),
+    (b) and (d), named by its panel (the two series of (c) are named by their axes, each
+    label in its series' colour); the exact ``τ → 0`` counts of (a) (the markers at ``t0``, a
+    circle for ``J`` and a square for ``K``) share one entry, and so do the exact Gibbs
+    counts; the band of a stage not stationary (every panel) has one entry, last. ``note``,
+    when given, is the legend's title."""
     from matplotlib.legend_handler import HandlerTuple
     handles, labels = [], []
     exact = [ln for ln in a.lines if len(ln.get_xdata()) == 1 and ln.get_xdata()[0] == t0]
-    for panel, ax in (("(a)", a), ("(b)", b), ("(c)", c), ("(c)", cr), ("(d)", d)):
+    gibbs = [ln for ln in a.lines if ln.get_gid() == GIBBS_GID]
+    band = None
+    for panel, ax in (("(a)", a), ("(b)", b), ("(d)", d)):
         if ax is None:
             continue
         hs, ls = ax.get_legend_handles_labels()
         for h, lab in zip(hs, ls):
-            if ax is a and h in exact:
+            if getattr(h, "get_gid", lambda: None)() == NOT_STATIONARY_GID:
+                band = band or (h, lab)
+                continue
+            if ax is a and (h in exact or h in gibbs):
                 continue
             handles.append(h)
             labels.append(f"{panel} {lab}")
+        if ax is a and gibbs:
+            handles.append(tuple(gibbs))
+            labels.append("(a) exact Gibbs J, K")
         if ax is a and exact:
             handles.append(tuple(exact))
-            labels.append("(a) exact τ → 0: J (circle), K (square)")
-    if cr is None:          # without the rays' W2 the particles' is the only axis
-        labels = [lab.replace(" (left axis)", "") for lab in labels]
-    leg = fig.legend(handles, labels, loc="outside lower center", ncol=1, frameon=False,
+            labels.append("(a) exact τ → 0 J, K")
+    if band is not None:
+        handles.append(band[0])
+        labels.append(band[1])
+    leg = fig.legend(handles, labels, loc="outside lower center", ncol=2, frameon=False,
                      fontsize=7, handler_map={tuple: HandlerTuple(ndivide=None)},
-                     title="f̄: predictor averaged over the second half of each τ;\n"
-                           "error bars: standard errors" + note, title_fontsize=7)
+                     title=note.strip() or None, title_fontsize=7, handlelength=1.8,
+                     handletextpad=0.5, columnspacing=1.0, labelspacing=0.2,
+                     borderaxespad=0.2)
     leg._legend_box.align = "left"

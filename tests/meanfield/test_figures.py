@@ -233,8 +233,9 @@ def test_ladder_legend_units_and_separate_axes(with_convex):
     fig = meanfield.plot_ladder(rep, run)
     _assert_readable(fig)
     labels = _legend_texts(fig)
-    # one entry per drawn series, named by panel; the exact τ → 0 J and K share one entry
-    assert "(a) exact τ → 0: J (circle), K (square)" in labels
+    # one entry per series drawn in (a), (b), (d), named by panel; the exact τ → 0 J and K
+    # share one entry; (c)'s two series are named by their own (coloured) axes
+    assert "(a) exact τ → 0 J, K" in labels
     assert "(a) rays J" in labels and "(a) kinks K" in labels
     assert not any("τ → 0 (exact)" == lab for lab in labels)
     assert len(labels) == len(set(labels))
@@ -243,9 +244,15 @@ def test_ladder_legend_units_and_separate_axes(with_convex):
     t0 = a.get_xticks()[-1]                             # where the τ → 0 limit is drawn
     exact = [ln for ln in a.lines if list(ln.get_xdata()) == [t0]]
     assert len(exact) == 2 and {ln.get_marker() for ln in exact} == {"o", "s"}
-    others = sum(1 for ax in fig.axes for h in ax.get_legend_handles_labels()[0]
-                 if h not in exact)
-    assert len(fig.legends[0].get_texts()) == others + 1     # + the τ → 0 J and K
+    bands = [h for ax in (a, b, d) for h in ax.get_legend_handles_labels()[0]
+             if getattr(h, "get_gid", lambda: None)() == figures.common.NOT_STATIONARY_GID]
+    others = sum(1 for ax in (a, b, d) for h in ax.get_legend_handles_labels()[0]
+                 if h not in exact and h not in bands)
+    # + the τ → 0 J and K, + one entry for the bands of a stage not stationary (every panel)
+    assert len(fig.legends[0].get_texts()) == others + 1 + bool(bands)
+    assert not any(lab.startswith("(c)") for lab in labels)
+    from matplotlib.colors import same_color
+    assert same_color(c.yaxis.label.get_color(), c.lines[0].get_color())
     # the bound labels: 2P−1 above its line, P−1 below its own, so no line crosses either
     r = _drawn(fig)
     lines_y = [a.transData.transform((1.0, v))[1] for v in (2 * rep["P"] - 1, rep["P"] - 1)]
@@ -271,7 +278,7 @@ def test_ladder_legend_units_and_separate_axes(with_convex):
         assert ax.get_ylabel()
     for ax in (c, d):                                   # the bottom row carries the τ axis
         ticks = [t.get_text() for t in ax.get_xticklabels()]
-        assert ticks == ["$10^{-2}$", "", "$10^{-4}$", "→0"]
+        assert ticks == ["$10^{-2}$", "$10^{-3}$", "$10^{-4}$", "→0"]
         np.testing.assert_allclose(ax.get_xticks()[:3], [1e-2, 1e-3, 1e-4])
     assert all("[" in ax.get_xlabel() for ax in (c, d))
 
@@ -452,8 +459,7 @@ def test_ladder_draws_each_visit_of_a_temperature_at_its_own_abscissa(analysed):
     assert c.get_xlabel() == "τ [units of risk]"
     r = _drawn(fig)
     for p, q in zip(labels, labels[1:]):        # neighbours apart, or one of them a line lower
-        apart = p.get_window_extent(r).x1 <= q.get_window_extent(r).x0
-        assert apart or p.get_text().startswith("\n") != q.get_text().startswith("\n")
+        assert not p.get_window_extent(r).overlaps(q.get_window_extent(r))
     # a reference row names its stage: the second visit's is drawn at the second visit
     g = [{"stage": s, "tau": t, "rms_diff": 0.01 * (s + 1), "f_reference": list(run.y)}
          for s, t in enumerate(taus)]
@@ -645,3 +651,317 @@ def test_tau_labels_use_one_format_per_axis():
     assert not powers
     assert [_tau_label(t, powers) for t in taus] == ["5e-3", "1e-3", "1e-4"]
     assert [_tau_label(t) for t in (1e-2, 1e-4, 0.0)] == ["$10^{-2}$", "$10^{-4}$", "0"]
+
+
+# --- issue #43 (reports) and #42 (the exact Gibbs measure's counts and rays), read back ---
+
+def _marker_reach(ln, dpi):
+    """Half the extent (pixels) of ``ln``'s marker: from matplotlib's own marker path."""
+    from matplotlib.markers import MarkerStyle
+    m = MarkerStyle(ln.get_marker())
+    ext = m.get_path().transformed(m.get_transform()).get_extents()
+    reach = max(abs(ext.x0), abs(ext.x1), abs(ext.y0), abs(ext.y1))
+    return (ln.get_markersize() * reach + ln.get_markeredgewidth() / 2) * dpi / 72
+
+
+def _marker_points(ln):
+    """Display positions of ``ln``'s markers (its own transform: an offset one included)."""
+    xy = np.c_[ln.get_xdata(), ln.get_ydata()].astype(float)
+    return ln.get_transform().transform(xy)
+
+
+def _has_marker(ln):
+    return ln.get_marker() not in (None, "None", "", " ") and ln.get_visible()
+
+
+def _near_rays(rep):
+    """The coldest snapshot with two rays added next to found ones (3° apart): their labels
+    printed over their neighbours' ("r.r4")."""
+    snaps = list(rep["snapshots"])
+    k = max(i for i, x in enumerate(snaps) if x["tau"] == min(y["tau"] for y in snaps))
+    snap = dict(snaps[k])
+    rays = list(snap["rays"])
+    v = np.asarray(rays[0]["direction"], float)
+    c, s = np.cos(np.deg2rad(3)), np.sin(np.deg2rad(3))
+    rays.append(dict(rays[0], direction=[c * v[0] - s * v[1], s * v[0] + c * v[1], v[2]]))
+    w = np.asarray(rays[-2 if len(rays) > 2 else 0]["direction"], float) + [0, 0, 0.05]
+    rays.append(dict(rays[-2 if len(rays) > 2 else 0], direction=list(w / np.linalg.norm(w))))
+    snap["rays"] = rays
+    snaps[k] = snap
+    return dict(rep, snapshots=snaps), rays
+
+
+def test_directions_labels_of_nearby_rays_do_not_overlap(with_convex):
+    import re
+    run, rep = with_convex
+    near, rays = _near_rays(rep)
+    fig = meanfield.plot_directions(near, run)
+    _assert_readable(fig)
+    r = _drawn(fig)
+    maps = [ax for ax in fig.axes if ax.name == "mollweide"]
+    labels = [t for ax in maps for t in ax.texts if re.fullmatch(r"r\d+", t.get_text())]
+    assert sorted(t.get_text() for t in labels) == sorted(f"r{i}" for i in range(len(rays)))
+    boxes = {t.get_text(): t.get_window_extent(r) for t in labels}
+    names = sorted(boxes)
+    for i, p in enumerate(names):                    # no two labels print over each other
+        for q in names[i + 1:]:
+            assert not boxes[p].overlaps(boxes[q]), (p, q)
+    for t in labels:
+        ax = t.axes
+        # each label names the circle it is anchored at, and stays near it
+        circles = [ln for ln in ax.lines if ln.get_marker() == "o"]
+        anchor = ax.transData.transform(t.xy)
+        centres = np.vstack([_marker_points(ln) for ln in circles])
+        assert np.min(np.hypot(*(centres - anchor).T)) < 1e-6, t.get_text()
+        bb = boxes[t.get_text()]
+        far = np.hypot(bb.x0 - anchor[0], bb.y0 - anchor[1]) * 72 / fig.dpi
+        assert far < 60, t.get_text()
+        # a label set off from its marker has a line to it
+        off = min(np.hypot(x - anchor[0], y - anchor[1]) for x in (bb.x0, bb.x1)
+                  for y in (bb.y0, bb.y1)) * 72 / fig.dpi
+        assert off < 20 or t.arrow_patch is not None, t.get_text()
+        # and covers no marker: no ray circle, exact square, Gibbs diamond
+        for ln in (ln for ln in ax.lines if _has_marker(ln)):
+            h = _marker_reach(ln, fig.dpi)
+            for x, y in _marker_points(ln):
+                assert (bb.x1 <= x - h or bb.x0 >= x + h or bb.y1 <= y - h
+                        or bb.y0 >= y + h), (t.get_text(), ln.get_marker())
+
+
+def _with_gibbs(rep, drop=()):
+    """``rep`` with the keys the analysis adds for the exact Gibbs reference on every ladder
+    row but those of the stages ``drop`` (``None`` there): ``J_gibbs``, ``K_gibbs`` (one more
+    ray than measured at the first stage, so that the two differ) and ``gibbs_rays`` (the
+    stage's found rays, and one more at the south pole of the a > 0 map)."""
+    rows = []
+    for i, row in enumerate(rep["ladder"]):
+        snap = [s for s in rep["snapshots"] if s["stage"] == row["stage"]][-1]
+        g = [{"direction": list(q["direction"]), "sign": int(q["sign"]),
+              "weight": float(q["weight"]), "mass_fraction": float(q["mass_fraction"]),
+              "G": 1.0, "gap": 0.1, "pattern": list(q["pattern"])} for q in snap["rays"]]
+        g.append({"direction": [0.0, 0.0, -1.0], "sign": 1, "weight": 0.01,
+                  "mass_fraction": 0.01, "G": 1.0, "gap": 0.1, "pattern": []})
+        none = row["stage"] in drop
+        rows.append(dict(row, J_gibbs=None if none else row["J"] + (i == 0),
+                         K_gibbs=None if none else row["K"], gibbs_rays=None if none else g))
+    return dict(rep, ladder=rows)
+
+
+def test_ladder_marks_a_stage_not_stationary_without_covering_its_counts(analysed):
+    run, rep, _ = analysed
+    rows = [dict(r, stationary=(i != 1)) for i, r in enumerate(rep["ladder"])]
+    bad_tau = rows[1]["tau"]
+    fig = meanfield.plot_ladder(_with_gibbs(dict(rep, ladder=rows)), run)
+    _assert_readable(fig)
+    _drawn(fig)                         # the layout in place: display positions final
+    panels = [ax for ax in fig.axes if ax.get_title(loc="left")]
+    a = panels[0]
+    counts = [ln for ln in a.lines if ln.get_label() in ("rays J", "kinks K")]
+    assert len(counts) == 2
+    others = [ln for ln in a.lines if _has_marker(ln) and ln not in counts]
+    for ln in counts:                       # no other marker on any measured count
+        h = _marker_reach(ln, fig.dpi)
+        for p in _marker_points(ln):
+            for other in others:
+                ho = _marker_reach(other, fig.dpi)
+                for q in _marker_points(other):
+                    assert np.hypot(*(p - q)) > h + ho, (ln.get_label(), other.get_label())
+    # the stage is marked, in every panel, by a band across its τ and no other
+    from matplotlib.colors import to_rgb
+    taus = [row["tau"] for row in rows]
+    for ax in panels:
+        bands = [p for p in ax.patches if p.get_gid() == figures.common.NOT_STATIONARY_GID]
+        assert len(bands) == 1, ax.get_title(loc="left")
+        x0, x1 = sorted(bands[0].get_bbox().intervalx)
+        assert [x0 < t < x1 for t in taus] == [t == bad_tau for t in taus]
+        red, green, blue = to_rgb(bands[0].get_facecolor())
+        assert red > 0.6 and green < 0.3 and blue < 0.3
+        assert bands[0].get_zorder() < min(ln.get_zorder() for ln in ax.lines)
+    assert "stage not stationary" in _legend_texts(fig)
+
+
+def test_ladder_labels_every_temperature(analysed):
+    run, rep, _ = analysed
+    fig = meanfield.plot_ladder(rep, run)
+    r = _drawn(fig)
+    taus = [row["tau"] for row in rep["ladder"]]
+    from meanfield.figures.ladder import _tau_label
+    for ax in fig.axes:
+        labels = [t for t in ax.get_xticklabels() if t.get_visible()]
+        if not ax.xaxis.get_tick_params()["labelbottom"] or not labels:
+            continue                    # the top row shares the bottom row's axis
+        texts = [t.get_text().strip() for t in labels]
+        assert texts == [_tau_label(t) for t in taus] + ["→0"], texts
+        np.testing.assert_allclose(ax.get_xticks()[:len(taus)], taus)
+        boxes = [t.get_window_extent(r) for t in labels]
+        for p, q in zip(boxes, boxes[1:]):            # every label legible on its own
+            assert not p.overlaps(q)
+    bottom = [ax for ax in fig.axes if ax.get_xlabel()]
+    assert bottom
+
+
+def test_ladder_legend_takes_at_most_15_percent_of_the_figure(with_convex):
+    run, rep = with_convex
+    # every series the ladder can draw: the references, the Gibbs counts, a band
+    g = [{"stage": row["stage"], "tau": row["tau"], "rms_diff": 1e-3 * (i + 1),
+          "f_reference": list(np.asarray(run.y) + 0.01 * (i + 1))}
+         for i, row in enumerate(rep["ladder"])]
+    cvx = {"rms_diff": 0.0123, "f_reference": list(np.asarray(run.y) + 0.01)}
+    rows = [dict(row, stationary=(i != 0), dist_to_reference=0.01 / (i + 1))
+            for i, row in enumerate(rep["ladder"])]
+    full = _with_gibbs(dict(rep, ladder=rows, references={"gibbs": g, "convex": cvx}))
+    fig = meanfield.plot_ladder(full, run)
+    _assert_readable(fig)
+    r = _drawn(fig)
+    (leg,) = fig.legends
+    box = leg.get_window_extent(r)
+    share = box.width * box.height / (fig.bbox.width * fig.bbox.height)
+    assert share <= 0.15, share
+    # compact, not by leaving series out: every labelled series of (a), (b), (d) has an entry
+    labels = _legend_texts(fig)
+    panels = [ax for ax in fig.axes if ax.get_title(loc="left")]
+    for ax in (panels[0], panels[1], panels[3]):
+        for ln in ax.lines:
+            lab = ln.get_label()
+            if lab.startswith("_"):
+                continue
+            assert any(lab in t or (ax is panels[0] and ("Gibbs" in t or "τ → 0" in t))
+                       for t in labels), lab
+    assert {"(a) exact Gibbs J, K", "(b) exact Gibbs", "stage not stationary"} <= set(labels)
+
+
+def test_ladder_draws_the_gibbs_counts_beside_the_measured(analysed):
+    run, rep, _ = analysed
+    last = rep["ladder"][-1]["stage"]
+    rows = _with_gibbs(rep, drop=(last,))["ladder"]          # no Gibbs reference there
+    fig = meanfield.plot_ladder(dict(rep, ladder=rows), run)
+    _assert_readable(fig)
+    _drawn(fig)                         # the layout in place: display positions final
+    a = [ax for ax in fig.axes if ax.get_title(loc="left")][0]
+    j = next(ln for ln in a.lines if ln.get_label() == "rays J")
+    have = [i for i, row in enumerate(rows) if row["J_gibbs"] is not None]
+    assert len(have) == len(rows) - 1
+    for key, measured in (("J_gibbs", j),
+                          ("K_gibbs", next(ln for ln in a.lines if ln.get_label() == "kinks K"))):
+        want = [rows[i][key] for i in have]
+        line = [ln for ln in a.lines if _has_marker(ln) and list(ln.get_ydata()) == want
+                and ln not in (j, measured)]
+        assert len(line) == 1, key
+        g = line[0]
+        # at the stages that have one, drawn beside the measured count (a few points over)
+        np.testing.assert_allclose(g.get_xdata(), np.asarray(measured.get_xdata())[have])
+        shown = _marker_points(g)
+        at = _marker_points(measured)[have]
+        dx = (shown[:, 0] - at[:, 0]) * 72 / fig.dpi
+        assert np.all((dx > 3) & (dx < 12)), dx
+        assert g.get_marker() not in (j.get_marker(), measured.get_marker())
+    assert "(a) exact Gibbs J, K" in _legend_texts(fig)
+    # an older report, without the keys: no Gibbs counts, no entry
+    old = meanfield.plot_ladder(rep, run)
+    assert not any("Gibbs J" in t for t in _legend_texts(old))
+    a_old = [ax for ax in old.axes if ax.get_title(loc="left")][0]
+    assert len([ln for ln in a_old.lines if _has_marker(ln)]) < len(
+        [ln for ln in a.lines if _has_marker(ln)])
+
+
+def test_directions_draw_the_gibbs_rays_of_the_stage(with_convex):
+    run, rep = with_convex
+    full = _with_gibbs(rep)
+    fig = meanfield.plot_directions(full, run)
+    _assert_readable(fig)
+    maps = [ax for ax in fig.axes if ax.name == "mollweide"]
+    coldest = min(rep["ladder"], key=lambda row: row["tau"])
+    g = next(row for row in full["ladder"] if row["stage"] == coldest["stage"])["gibbs_rays"]
+    markers = {ln.get_marker() for ax in maps for ln in ax.lines if _has_marker(ln)}
+    new = markers - {"o", "s"}
+    assert len(new) == 1                    # one marker of their own, neither circle nor square
+    (m,) = new
+    for ax, s in zip(maps, (1, -1)):
+        gl = [ln for ln in ax.lines if ln.get_marker() == m]
+        assert len(gl) == sum(1 for q in g if q["sign"] == s)
+        assert all(ln.get_markerfacecolor() == "none" for ln in gl)            # open
+        circles = [ln for ln in ax.lines if ln.get_marker() == "o"]
+        # the Gibbs rays copied from the found ones sit on their circles
+        cpts = np.vstack([_marker_points(ln) for ln in circles]) if circles else np.zeros((0, 2))
+        gpts = np.vstack([_marker_points(ln) for ln in gl]) if gl else np.zeros((0, 2))
+        on = sum(1 for p in gpts if len(cpts) and np.min(np.hypot(*(cpts - p).T)) < 1e-6)
+        assert on == sum(1 for q in g[:-1] if q["sign"] == s)
+    labels = _legend_texts(fig)
+    assert any(t.startswith("exact Gibbs ray") for t in labels), labels
+    legend_markers = {h.get_marker() for leg in _legends(fig) for h in leg.legend_handles}
+    assert m in legend_markers
+    # an older report: nothing of the kind, no entry
+    old = meanfield.plot_directions(rep, run)
+    assert not any(ln.get_marker() == m for ax in old.axes for ln in ax.lines)
+    assert not any("Gibbs" in t for t in _legend_texts(old))
+    # d = 1: the same marker on the polar figure, at the Gibbs rays' angles
+    run1, rep1 = _one_d_run()
+    dirs = [q["direction"] for q in rep1["snapshots"][0]["rays"]]
+    rep1["ladder"] = [{"stage": 0, "tau": 1e-4, "J_gibbs": 2, "K_gibbs": 2,
+                       "gibbs_rays": [{"direction": d, "sign": 1} for d in dirs]}]
+    polar = meanfield.plot_directions(rep1, run1)
+    _assert_readable(polar)
+    gl = [ln for ln in polar.axes[0].lines if ln.get_marker() == m]
+    assert len(gl) == 1
+    np.testing.assert_allclose(sorted(gl[0].get_xdata()),
+                               sorted(np.arctan2([d[1] for d in dirs], [d[0] for d in dirs])))
+
+
+def _study_result(taus=(1e-2, 1e-3, 1e-4)):
+    """A study summary as :func:`meanfield.sweep.summary.analyze_study` returns it: two values
+    of lam × three temperatures, two seeds; lam=0.05's middle stage is stationary in one
+    run of two, every other stage in both."""
+    table = []
+    for lam in (0.02, 0.05):
+        for i, t in enumerate(taus):
+            table.append({"dynamics.lam": lam, "stage": i, "tau": t, "n_seeds": 2,
+                          "risk_mean": 0.1 / (i + 1) + lam, "risk_std": 0.01,
+                          "J_mean": 3.0 + i, "J_std": 0.5, "K_mean": 2.0 + i, "K_std": 0.0,
+                          "w2_mean": float("nan"), "w2_std": float("nan"),
+                          "bound_2P_minus_1": 63, "runs_chains_disagree": None,
+                          "runs_stationary": 1 if (lam, i) == (0.05, 1) else 2})
+    return {"study_dir": "s", "axes": {"dynamics.lam": [0.02, 0.05], "dynamics.seed": [0, 1]},
+            "seed_axis": "dynamics.seed", "width_axis": "model.n_particles",
+            "jobs": {"done": 4}, "runs": [], "table": table, "width": []}
+
+
+def test_study_figures_in_the_run_style_with_stages_not_stationary_marked(tmp_path):
+    from PIL import Image
+
+    from meanfield.figures import study_figures
+    res = _study_result()
+    # written one column wide at the run figures' resolution (the PNG's own dpi and size)
+    paths = study_figures(res, tmp_path)
+    assert sorted(p.name for p in paths) == ["J_tau.png", "K_tau.png", "risk_tau.png"]
+    for p in paths:
+        with Image.open(p) as im:
+            dpi = im.info["dpi"][0]
+            assert dpi == pytest.approx(figures.RUN_STYLE["savefig.dpi"], abs=1)
+            assert im.size[0] / dpi == pytest.approx(figures.WIDTH, rel=0.05), p.name
+    from meanfield.figures.study import draw_study
+    figs = draw_study(res)
+    assert sorted(figs) == ["J_tau.png", "K_tau.png", "risk_tau.png"]
+    taus = [1e-2, 1e-3, 1e-4]
+    for name, fig in figs.items():
+        _assert_readable(fig)                      # one column, 7 pt text at least
+        (ax,) = [ax for ax in fig.axes if ax.has_data()]
+        assert ax.get_xlabel() == "τ [units of risk]" and ax.get_ylabel()
+        # hot on the left, every temperature labelled, as on the run's ladder figure
+        lo, hi = ax.get_xlim()
+        assert lo > hi and ax.get_xscale() == "log"
+        assert [t.get_text().strip() for t in ax.get_xticklabels()] == [
+            "$10^{-2}$", "$10^{-3}$", "$10^{-4}$"]
+        # the stage not stationary in some run: one band, across its τ only
+        bands = [p for p in ax.patches if p.get_gid() == figures.common.NOT_STATIONARY_GID]
+        assert len(bands) == 1, name
+        x0, x1 = sorted(bands[0].get_bbox().intervalx)
+        assert [x0 < t < x1 for t in taus] == [False, True, False]
+        assert any("not stationary" in t for t in _legend_texts(fig))
+        # the run figures' text sizes
+        assert ax.xaxis.label.get_fontsize() == figures.RUN_STYLE["axes.labelsize"]
+    # no verdict (older study): no band
+    plain = _study_result()
+    for row in plain["table"]:
+        row["runs_stationary"] = None
+    ax = draw_study(plain)["J_tau.png"].axes[0]
+    assert not [p for p in ax.patches if p.get_gid() == figures.common.NOT_STATIONARY_GID]
