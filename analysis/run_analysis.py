@@ -756,16 +756,22 @@ def analyze(run: RunLike, *, reference: ArrayLike | Callable | None = None, w2: 
         if "skipped" not in result.references:
             tell("rays of the exact Gibbs measure at each tau")
             gibbs_ladder(run, result.ladder, last_of_stages(frames), cvx, floor=floor,
-                         **{k: v for k, v in ray_kw.items() if k in GIBBS_RULE_KEYS})
+                         **{k: v for k, v in ray_kw.items()
+                            if k in GIBBS_RULE_KEYS + GIBBS_NOTE_KEYS})
         tell(done=1)
     return result
 
 
 #: The thresholds of :func:`analysis.rays.find_rays` that the Gibbs rays share.
 GIBBS_RULE_KEYS = ("g_ray", "halo_ratio", "thermal_gap", "weight_scale")
+#: Thresholds of :func:`analysis.rays.find_rays` the note of :func:`gibbs_ladder` reads.
+GIBBS_NOTE_KEYS = ("max_spread",)
 #: A ray whose mass fraction is within this factor of the mass floor is marginal: whether it
 #: counts is decided by sampling noise (particles) or by the floor itself (Gibbs).
 MARGINAL_FACTOR = 1.5
+#: A Gibbs ray whose basin's RMS angle exceeds this (the particles' compactness limit
+#: ``max_spread`` of :func:`analysis.rays.find_rays`) is called broad in the note.
+BROAD_SPREAD = 0.3
 
 
 def gibbs_ladder(run: RunLike, rows: list[LadderRow], stages: list[FrameAnalysis], cvx=None,
@@ -800,7 +806,8 @@ def gibbs_ladder(run: RunLike, rows: list[LadderRow], stages: list[FrameAnalysis
         except (GibbsConvergenceError, GibbsAccuracyError, InputError) as exc:
             r.gibbs_note = f"no Gibbs reference at this tau: {exc}"
             continue
-        gr = gibbs_rays(sol, min_mass_frac=floor, patterns=patterns, **rule)
+        gr = gibbs_rays(sol, min_mass_frac=floor, patterns=patterns,
+                        **{k: v for k, v in rule.items() if k in GIBBS_RULE_KEYS})
         results[r.stage] = gr
         r.J_gibbs, r.K_gibbs = gr.J, gr.K
         r.gibbs_rays = [q.as_dict() for q in gr.rays]
@@ -817,6 +824,11 @@ def gibbs_ladder(run: RunLike, rows: list[LadderRow], stages: list[FrameAnalysis
         if marginal:
             notes.append("marginal Gibbs ray(s) near the mass floor " + ", ".join(
                 f"{q.mass_fraction:.3g}" for q in marginal) + f" (floor {floor:g})")
+        broad = [q for q in gr.rays if q.spread > rule.get("max_spread", BROAD_SPREAD)]
+        if broad:
+            notes.append("broad Gibbs ray(s), basin RMS spread " + ", ".join(
+                f"{q.spread:.2f}" for q in broad) + " rad (a concentration this wide is no "
+                "compact cluster of particles: counts at this tau are not sharp)")
         marg_p = [q for q in mine if q.mass_fraction <= floor * MARGINAL_FACTOR]
         if marg_p:
             notes.append("marginal particle ray(s) " + ", ".join(
@@ -835,8 +847,17 @@ def gibbs_ladder(run: RunLike, rows: list[LadderRow], stages: list[FrameAnalysis
     m = match_rays([q.direction for q in gr_cold.rays], [q.sign for q in gr_cold.rays],
                    [q.weight for q in gr_cold.rays], cc["directions"], cc["signs"], cc["weights"])
     why = []
+    w_all = np.abs(np.asarray(cvx.weights, dtype=float))
     for i in m["unmatched_measured"]:
         q = gr_cold.rays[i]
+        below = [k for k in range(len(w_all)) if w_all[k] < floor * w_all.sum()
+                 and np.sign(cvx.weights[k]) == q.sign
+                 and float(np.dot(cvx.directions[k], q.direction)) > np.cos(0.2)]
+        if below:
+            why.append(f"Gibbs ray {i} (mass {q.mass_fraction:.3g}) is a convex ray below the "
+                       f"floor (weight {w_all[below[0]] / w_all.sum():.3g} of sum|c|): the "
+                       f"floor, not the measure, tells them apart")
+            continue
         trend = [results[x.stage] for x in rows if x.stage in results]
         fr = []
         for t in trend:
