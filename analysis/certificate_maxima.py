@@ -78,13 +78,27 @@ def local_maxima(R, X, lam, patterns=None) -> list:
     return [(v, s) for v, s, _ in maxima_of(ascent(R, X, lam, patterns))]
 
 
+#: :func:`ascent` results of the last few ``(R, X, lam)`` (the sensitivity scan and the
+#: frames of a stage ask for the same one many times; each costs a cone projection per
+#: activation cell and sign).
+_ASCENTS: dict = {}
+_ASCENTS_KEPT = 8
+
+
 def ascent(R, X, lam, patterns=None) -> CellAscent:
-    """The :class:`CellAscent` of ``G_R`` on the data ``X`` (patterns computed when omitted)."""
+    """The :class:`CellAscent` of ``G_R`` on the data ``X`` (patterns computed when omitted),
+    remembered for the last few arguments."""
     R = np.asarray(R, dtype=float).ravel()
     X = np.asarray(X, dtype=float).reshape(R.size, -1)
-    if patterns is None:
-        patterns, _ = activation_patterns(X)
-    return CellAscent(R, X, lam, np.asarray(patterns, dtype=bool))
+    key = (R.tobytes(), X.tobytes(), float(lam), None if patterns is None
+           else np.asarray(patterns, dtype=bool).tobytes())
+    if key not in _ASCENTS:
+        if patterns is None:
+            patterns, _ = activation_patterns(X)
+        if len(_ASCENTS) >= _ASCENTS_KEPT:
+            _ASCENTS.pop(next(iter(_ASCENTS)))
+        _ASCENTS[key] = CellAscent(R, X, lam, np.asarray(patterns, dtype=bool))
+    return _ASCENTS[key]
 
 
 def maxima_of(asc: CellAscent) -> list:
