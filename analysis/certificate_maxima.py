@@ -83,6 +83,8 @@ def local_maxima(R, X, lam, patterns=None) -> list:
 #: activation cell and sign).
 _ASCENTS: dict = {}
 _ASCENTS_KEPT = 8
+#: The activation patterns of the last data set (:func:`ascent`).
+_PATTERNS: dict = {}
 
 
 def ascent(R, X, lam, patterns=None) -> CellAscent:
@@ -94,7 +96,11 @@ def ascent(R, X, lam, patterns=None) -> CellAscent:
            else np.asarray(patterns, dtype=bool).tobytes())
     if key not in _ASCENTS:
         if patterns is None:
-            patterns, _ = activation_patterns(X)
+            xk = X.tobytes()
+            if xk not in _PATTERNS:         # 0.14 s for eight points in the plane
+                _PATTERNS.clear()
+                _PATTERNS[xk] = activation_patterns(X)[0]
+            patterns = _PATTERNS[xk]
         if len(_ASCENTS) >= _ASCENTS_KEPT:
             _ASCENTS.pop(next(iter(_ASCENTS)))
         _ASCENTS[key] = CellAscent(R, X, lam, np.asarray(patterns, dtype=bool))
