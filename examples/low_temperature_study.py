@@ -41,7 +41,9 @@ def study_config(n_particles: int, max_steps_per_tau: int, seed: int) -> dict:
         "dynamics": {"lam": 0.05, "integrator": "mala", "eta": 0.2,
                      "taus": [1e-2, 1e-3, 1e-4], "chains": 2, "steps_per_tau": "auto",
                      "max_steps_per_tau": max_steps_per_tau, "seed": seed},
-        "output": {"observe_every": 5, "snapshots_per_tau": 1},
+        # four frames per chunk of 5000 passes: a stage's rays are counted on its second
+        # half's frames, both chains pooled (docs/theory.md §6.1)
+        "output": {"observe_every": 5, "snapshots_per_tau": 4},
     }
 
 
@@ -83,18 +85,22 @@ def main(argv=None) -> int:
 
     print(f"\nP = {rep['P']} affine dichotomies, bound 2P-1 = {rep['bound_2P_minus_1']}")
     run = meanfield.open_run(run_file)
-    print(" tau    passes    risk      J  K  W2 to previous tau  stationary")
+    print(" tau    passes    risk      J  K  Gibbs J K  W2 to previous tau  stationary")
     for r in rep["ladder"]:
         w2 = "" if r["w2_to_previous"] is None else f"{r['w2_to_previous']:.3f}"
-        # J, K as measured in chain 0; "stationary" says whether the stage's counts are a
-        # result (the verdict of both chains together)
+        # J, K of the stage's second half, both chains pooled (docs/theory.md §6.1), beside the
+        # exact Gibbs measure's at that tau (§6.7); "stationary" says whether the stage's
+        # counts are a result (the verdict of both chains together)
         st = {True: "yes", False: "no", None: "-"}[r["stationary"]]
+        gj = "-" if r["J_gibbs"] is None else f"{r['J_gibbs']:2d} {r['K_gibbs']:2d}"
         line = (f" {r['tau']:.0e}  {run.steps_run(r['stage']):6d}  {r['risk']:.4f}  "
-                f"{r['J']:2d} {r['K']:2d}  {w2:>5}  {st}")
-        if r["chains_agree"] is False:
-            line += ("  (J, K of the chains: "
-                     + ", ".join(f"{j}/{k}" for j, k in zip(r["J_chains"], r["K_chains"])) + ")")
+                f"{r['J']:2d} {r['K']:2d}  {gj:>7}  {w2:>5}  {st}")
+        if set(r["J_frames"]) != {r["J"]} or set(r["K_frames"]) != {r["K"]}:
+            line += (f"  (one snapshot: J {min(r['J_frames'])}-{max(r['J_frames'])}, "
+                     f"K {min(r['K_frames'])}-{max(r['K_frames'])})")
         print(line)
+        if r["gibbs_note"]:
+            print(f"   Gibbs rays: {r['gibbs_note']}")
     refs = rep["references"]
     for g in refs.get("gibbs", []):
         if "skipped" not in g:
