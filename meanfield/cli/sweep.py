@@ -49,6 +49,19 @@ def _check_args(args):
         raise InputError("--scheduler", "", "cannot be combined with --workers or --serial")
 
 
+def _untouched(study) -> str:
+    """The state of a study that nothing was run for: its manifest's counts, if it has one."""
+    from meanfield.sweep import manifest
+    try:
+        doc = manifest.read(study.directory)
+    except InputError:
+        return f"nothing was run and {study.directory} was not touched"
+    c = doc.get("counts") or {}
+    return (f"nothing was run; {manifest.manifest_path(study.directory)} keeps "
+            f"{c.get('done', 0)} done, {c.get('pending', 0)} pending, {c.get('failed', 0)} "
+            f"failed")
+
+
 def main(args) -> int:
     """Run ``meanfield sweep`` with the parsed ``args``; returns the exit code."""
     from meanfield.sweep import Study
@@ -61,6 +74,7 @@ def main(args) -> int:
             vals = " ".join(f"{k}={v}" for k, v in job.axis_values.items())
             print(f"  {job.run_file}  {vals}")
         return 0
+    from meanfield.sweep.execute import ClusterError, DaskConfigError
     if not args.serial:
         from meanfield.sweep.execute import require_distributed
         try:                  # before the study folder is made: a refusal leaves nothing
@@ -68,14 +82,25 @@ def main(args) -> int:
         except MissingDependencyError as exc:
             sys.stderr.write(f"meanfield: error: {one_line(exc)}\n")
             return 2
+        except DaskConfigError as exc:        # a malformed Dask config file: nothing run
+            raise DaskConfigError(exc.source, exc.field,
+                                  f"{exc.reason}; {_untouched(study)}") from None
     try:
         summary = study.run(args.workers, scheduler=args.scheduler, serial=args.serial,
                             threads=args.threads, progress=False if args.quiet else None)
     except MissingDependencyError as exc:     # the environment, not a failed job: exit 2
         sys.stderr.write(f"meanfield: error: {one_line(exc)}\n")
         return 2
+    except ClusterError as exc:               # Dask failed under the study: the environment
+        sys.stderr.write(f"meanfield: error: {one_line(exc.line)}\n")
+        return 1
     except KeyboardInterrupt as exc:          # Ctrl-C, or Terminated (SIGTERM, SIGHUP)
         from meanfield.interrupts import Terminated
+        if not args.serial:
+            # the command ends: what Dask's processes report while they exit (a worker
+            # whose start was cut short, at interpreter exit) is not for the user
+            from meanfield.sweep.execute import silence_distributed
+            silence_distributed()
         how = f"terminated by {exc}" if isinstance(exc, Terminated) else "interrupted"
         sys.stderr.write(f"meanfield: {how}; the finished jobs are kept in {study.directory}: "
                          "run the same command again to continue\n")

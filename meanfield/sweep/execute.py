@@ -25,7 +25,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from meanfield.errors import MissingDependencyError, StudyError
+from meanfield.errors import InputError, MissingDependencyError, StudyError
 from meanfield.progress import progress_bar
 from meanfield.sweep import manifest as _manifest
 from meanfield.sweep.job import _usable_cores, changed_inputs, run_file_complete, run_job
@@ -35,6 +35,33 @@ INSTALL_HINT = ("Dask distributed is not installed: from the meanfield checkout,
                 "(serial=True from Python)")
 
 
+class DaskConfigError(StudyError):
+    """The Dask configuration in effect (a YAML file of ``DASK_CONFIG`` or of
+    ``~/.config/dask``, a ``DASK_*`` environment variable) is malformed or holds a value Dask
+    refuses: bad input, exit code 2. The line names the file or the setting."""
+
+
+class ClusterError(RuntimeError):
+    """Dask distributed failed under the study: the scheduler went away, the local cluster
+    could not start, a resource limit (open files, processes) was reached. The study stops;
+    :attr:`line` says what happened and the state the manifest keeps (exit code 1)."""
+
+    def __init__(self, line: str):
+        self.line = line
+        super().__init__(line)
+
+
+def _yaml_problem(message: str) -> str:
+    """The problem of a malformed YAML file in Dask's message: its unindented lines (context
+    and problem) and the first position."""
+    import re
+    body = message.split("original error message:", 1)[-1]
+    said = [ln.strip() for ln in body.splitlines() if ln.strip() and not ln[:1].isspace()]
+    at = re.search(r"line (\d+), column (\d+)", body)
+    where = f" (line {at[1]}, column {at[2]})" if at else ""
+    return ("; ".join(said) or body.strip().splitlines()[0]) + where
+
+
 def require_distributed():
     """Import and return :mod:`distributed`.
 
@@ -42,12 +69,45 @@ def require_distributed():
     ------
     MissingDependencyError
         When the ``distributed`` extra is not installed (the message says how to install it).
+    DaskConfigError
+        When Dask cannot read its configuration (a malformed YAML file, naming it).
     """
+    import re
     try:  # deferred on purpose: the optional `distributed` extra
         import distributed
     except ImportError:
         raise MissingDependencyError(INSTALL_HINT) from None
+    except (ValueError, TypeError, AttributeError) as exc:   # dask reads its config on import
+        msg = str(exc)
+        m = re.search(r"config file at '([^']*)' is malformed", msg)
+        if m is None:
+            raise DaskConfigError("Dask configuration", "", f"Dask does not load "
+                                  f"({type(exc).__name__}: {_first_line(msg)}); "
+                                  f"{_config_sources()}") from None
+        reason = ("the top level must be a mapping" if "must have a dict" in msg
+                  else _yaml_problem(msg))
+        raise DaskConfigError(m[1], "", f"malformed Dask config file: {reason}; fix it, or "
+                                        f"move it out of {_config_sources(short=True)}") \
+            from None
     return distributed
+
+
+def _first_line(text: str, limit: int = 240) -> str:
+    line = next((ln.strip() for ln in str(text).splitlines() if ln.strip()), "")
+    return line if len(line) <= limit else line[:limit - 3] + "..."
+
+
+def _config_sources(short: bool = False) -> str:
+    """Where Dask reads its configuration from here: ``DASK_CONFIG`` (or its default
+    folders) and the ``DASK_*`` variables set."""
+    where = os.environ.get("DASK_CONFIG")
+    folders = f"DASK_CONFIG={where}" if where else "~/.config/dask and /etc/dask"
+    if short:
+        return folders
+    env = sorted(k for k in os.environ if k.startswith("DASK_") and k != "DASK_CONFIG")
+    more = f" and the variables {', '.join(env[:4])}{' ...' if len(env) > 4 else ''}" \
+        if env else ""
+    return f"check the Dask configuration ({folders}{more})"
 
 
 @dataclass
@@ -143,10 +203,10 @@ class _Tracker:
                                 initial=c["done"])
         self._post()
 
-    def _post(self):
+    def _post(self, refresh: bool = True):
         c = self.man.counts()
         self.bar.set_postfix({"done": c["done"], "running": c["running"],
-                              "failed": c["failed"]}, refresh=True)
+                              "failed": c["failed"]}, refresh=refresh)
 
     def start(self, jid, host=None, pid=None, t=None):
         entry = self.man.job(jid)
@@ -170,7 +230,6 @@ class _Tracker:
             self.man.set(jid, status="done", error=None, finished=time.time(),
                          wall_s=result.get("wall_s"), threads=result.get("threads"))
             (self.summary.skipped if result.get("skipped") else self.summary.ran).append(jid)
-            self.bar.update(1)
         else:
             if result.get("retryable") is False:
                 self.summary.permanent.add(jid)
@@ -178,7 +237,10 @@ class _Tracker:
             return
         self.finished.add(jid)
         self.man.save()
-        self._post()
+        # the states first, then the count: the line the update draws (a plain progress line
+        # or a bar redrawn) shows both as they are now, never "3/3 ... running=1"
+        self._post(refresh=False)
+        self.bar.update(1)
 
     def fail(self, jid, error: str, wall_s=None):
         self.man.set(jid, status="failed", error=error, finished=time.time(), wall_s=wall_s)
@@ -277,6 +339,28 @@ def _silence_workers(client) -> None:
     t.join(SILENCE_TIMEOUT_S)
 
 
+#: Seconds a worker of the local cluster is given to stop by itself once the study is
+#: interrupted, before its nanny terminates it (Dask's own close waits 4 s for a worker busy
+#: in a job; the job's checkpoint is what a rerun resumes from either way).
+STOP_TIMEOUT_S = 0.5
+
+
+def _stop_workers(cluster) -> None:
+    """Stop the worker processes of the local ``cluster`` at once: each nanny closes, asking
+    its worker to stop and terminating it after ``0.8 *`` :data:`STOP_TIMEOUT_S` seconds (a
+    closing nanny starts no new worker). Closing the cluster then finds them stopped
+    (otherwise a SIGTERM took 5 s to end a sweep whose workers were busy). Failures are
+    ignored: closing the cluster follows in any case."""
+    import asyncio
+
+    async def stop():
+        nannies = [w for w in cluster.workers.values() if hasattr(w, "kill")]
+        await asyncio.gather(*(w.close(timeout=STOP_TIMEOUT_S, reason="meanfield-interrupted")
+                               for w in nannies), return_exceptions=True)
+    with contextlib.suppress(Exception):
+        cluster.sync(stop)
+
+
 def dask_setup(worker) -> None:
     """Dask preload of the workers of the local cluster (:func:`_client` names this module in
     ``distributed.worker.preload``). Ctrl-C at a terminal reaches the workers too, which then
@@ -297,6 +381,177 @@ def dask_setup(worker) -> None:
     signal.signal(signal.SIGINT, quiet)
 
 
+#: The Dask settings of the HTTP routes of the local cluster's scheduler and workers: none.
+_NO_HTTP = ("distributed.scheduler.http.routes", "distributed.worker.http.routes")
+#: The Dask settings :func:`_client` gives the local cluster (never a user's bad setting).
+_OURS = ("distributed.worker.multiprocessing-method", "distributed.nanny.pre-spawn-environ",
+         "distributed.scheduler.worker-saturation", "distributed.worker.preload", *_NO_HTTP)
+
+
+def _clusters() -> set:
+    """The Dask clusters of this process (whose exit closes them)."""
+    from distributed.deploy.spec import SpecCluster
+    return set(SpecCluster._instances)
+
+
+def _abandon(before: set) -> None:
+    """Close the clusters made since ``before`` (a local cluster whose start was interrupted
+    or failed: ``LocalCluster`` raised, so nothing else holds it), quietly and briefly, and
+    drop them from distributed's list of clusters to close at exit (whose attempt, on a
+    cluster half started, prints "Exception ignored in atexit callback" and a traceback). Its
+    worker processes end with this process in any case."""
+    from distributed.deploy.spec import SpecCluster
+    for cluster in _clusters() - before:
+        _stop_workers(cluster)
+        with contextlib.suppress(Exception):
+            cluster.close(timeout=2)
+        SpecCluster._instances.discard(cluster)
+
+
+class _StartFailure(Exception):
+    """The cluster (or the client of ``--scheduler``) did not start; ``exc`` is why."""
+
+    def __init__(self, exc):
+        self.exc = exc
+        super().__init__(str(exc))
+
+
+def _chain(exc):
+    """``exc`` and the exceptions it was raised from or while handling, outermost first."""
+    seen = []
+    while exc is not None and exc not in seen:
+        seen.append(exc)
+        exc = getattr(exc, "exc", None) if isinstance(exc, _StartFailure) else \
+            (exc.__cause__ or exc.__context__)
+    return seen
+
+
+def _resource_limit(exc) -> str | None:
+    """The resource limit behind ``exc`` (too many open files, no process or thread can be
+    started, out of memory), named with its value and how to raise it; ``None`` otherwise."""
+    import errno
+    for e in _chain(exc):
+        text = str(e)
+        code = getattr(e, "errno", None)
+        if code == errno.ENFILE:
+            return ("too many open files in the system (ENFILE, the kernel's fs.file-max): "
+                    "close some or raise that limit")
+        if code == errno.EMFILE or "Too many open files" in text:
+            limit = ""
+            try:
+                import resource
+                soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+                if soft != resource.RLIM_INFINITY:
+                    limit = f" is {soft}"
+            except (ImportError, OSError, ValueError):
+                pass
+            return (f"too many open files: the limit on open file descriptors of this process"
+                    f"{limit} (ulimit -n); Dask's workers and connections need more: raise it "
+                    "(e.g. ulimit -n 4096)")
+        if "can't start new thread" in text or (code == errno.EAGAIN and "fork" in text):
+            from meanfield.environment import thread_limit
+            return thread_limit() or ("cannot start a process or thread: the limit on this "
+                                      "user's processes and threads (ulimit -u) is reached")
+        if isinstance(e, MemoryError) or code == errno.ENOMEM:
+            return ("out of memory (ulimit -v, the machine's memory, or a Dask memory setting "
+                    f"out of range; {_config_sources()})")
+    return None
+
+
+def _flat(tree, prefix: str = "") -> dict:
+    out = {}
+    for k, v in (tree or {}).items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flat(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def _bad_setting(message: str):
+    """``(source, key, value)`` of the Dask setting whose value ``message`` quotes: a setting
+    that differs from Dask's defaults (a ``DASK_*`` variable, or a config file); ``None``."""
+    try:
+        import dask
+    except Exception:                    # noqa: BLE001 - no Dask, no setting to name
+        return None
+    defaults: dict = {}
+    for tree in dask.config.defaults:
+        defaults.update(_flat(tree))
+    for key, value in _flat(dask.config.config).items():
+        text = str(value)
+        if key in _OURS or len(text) < 2 or defaults.get(key, object()) == value:
+            continue
+        if text not in message:
+            continue
+        want = key.replace("_", "-").lower()
+        for var in os.environ:
+            if var.startswith("DASK_") and \
+                    var[5:].lower().replace("__", ".").replace("_", "-") == want:
+                return var, key, value
+        return f"Dask configuration ({_config_sources(short=True)})", key, value
+    return None
+
+
+def _connection_lost(exc) -> bool:
+    """Whether ``exc`` says the client lost its scheduler (futures cancelled for
+    ``scheduler-connection-lost``, a closed comm)."""
+    chain = _chain(exc)
+    return (any("scheduler-connection-lost" in str(e) for e in chain)
+            or any(type(e).__name__ in ("CommClosedError", "StreamClosedError") for e in chain))
+
+
+def _failure(exc, scheduler=None):
+    """The exception that says, in one line, why Dask failed under a study: a
+    :class:`DaskConfigError` naming a setting Dask refused, else a :class:`ClusterError`
+    naming the resource limit, the lost scheduler or what Dask raised."""
+    start = isinstance(exc, _StartFailure)
+    inner = exc.exc if start else exc
+    chain = _chain(inner)
+    deepest = chain[-1]
+    why = f"{type(deepest).__name__}: {_first_line(deepest)}"
+    limit = _resource_limit(inner)
+    if limit is not None:
+        where = "the local Dask cluster did not start" if start else "Dask failed"
+        return ClusterError(f"{where}: {limit}")
+    bad = _bad_setting("\n".join(str(e) for e in chain))
+    if bad is not None:
+        source, key, value = bad
+        said = next((e for e in reversed(chain) if str(value) in str(e)
+                     and len(str(e)) > len(str(value)) + 4), deepest)
+        text = _first_line(said).strip("'\"")
+        text = text.split(". ")[0] if str(value) in text.split(". ")[0] else text
+        return DaskConfigError(source, key, f"{value!r} is refused by Dask "
+                                            f"({type(said).__name__}: {text}); fix or unset "
+                                            "this setting")
+    if _connection_lost(inner):
+        at = f" at {scheduler}" if scheduler else ""
+        return ClusterError(f"lost the connection to the Dask scheduler{at} (it stopped, or "
+                            f"cannot be reached any more)")
+    if start:
+        what = (f"cannot connect to the Dask scheduler at {scheduler}" if scheduler else
+                "the local Dask cluster did not start")
+        return ClusterError(f"{what} ({why}); {_config_sources()}")
+    return ClusterError(f"Dask distributed failed while the jobs ran ({why})")
+
+
+def state_line(man: _manifest.Manifest, running=(),
+               then: str = "rerun the same command to continue") -> str:
+    """The state a study is left in, as the end of a one-line error: the manifest's counts,
+    and the jobs that were running when it stopped (pending again now)."""
+    c = man.counts()
+    line = (f"the study's state is saved in {_manifest.manifest_path(man.directory)}: "
+            f"{c['done']} done, {c['pending']} pending, {c['failed']} failed")
+    running = list(running)
+    if running:
+        ids = ", ".join(running[:3]) + (f" and {len(running) - 3} more" if len(running) > 3
+                                         else "")
+        line += (f" ({len(running)} of the pending were running when it stopped: {ids}; a "
+                 "worker that is still alive may finish them)")
+    return f"{line}; {then}"
+
+
 @contextlib.contextmanager
 def _client(workers, scheduler, client, n_todo, threads=None):
     """Yield ``(client, threads per job)``; creates and closes what it started. On a local
@@ -309,11 +564,23 @@ def _client(workers, scheduler, client, n_todo, threads=None):
         try:
             c = distributed.Client(scheduler, timeout="20s")
         except (OSError, TimeoutError, ValueError) as exc:
+            if _resource_limit(exc) is not None:
+                raise _StartFailure(exc) from exc
             raise StudyError("--scheduler", scheduler, f"cannot connect ({exc})") from None
+        except Exception as exc:          # noqa: BLE001 - a bad Dask setting, named later
+            raise _StartFailure(exc) from exc
+        quiet: dict = {}
         try:
             yield c, None
+        except BaseException as exc:      # the scheduler went away, Ctrl-C: one line says it
+            if isinstance(exc, KeyboardInterrupt) or _connection_lost(exc):
+                quiet = silence_distributed()
+            raise
         finally:
-            c.close()
+            try:
+                c.close()
+            finally:
+                restore_levels(quiet)
         return
     import dask  # deferred on purpose: the optional `distributed` extra (checked above)
     cores = _usable_cores()
@@ -328,13 +595,33 @@ def _client(workers, scheduler, client, n_todo, threads=None):
     preload = dask.config.get("distributed.worker.preload", []) or []
     preload = [preload] if isinstance(preload, str) else list(preload)
     # the workers' loggers go quiet when Ctrl-C reaches them (:func:`dask_setup`)
+    # No dashboard and no HTTP endpoint: the scheduler's HTTP server (which Dask starts even
+    # without a dashboard, by default on port 8787, warning "Port 8787 is already in use"
+    # when another cluster has it) serves no route and listens on a free port of 127.0.0.1.
     with dask.config.set({"distributed.worker.multiprocessing-method": "spawn",
                           "distributed.nanny.pre-spawn-environ": pre,
                           "distributed.scheduler.worker-saturation": 1.0,
-                          "distributed.worker.preload": [*preload, __name__]}):
-        cluster = distributed.LocalCluster(n_workers=k, threads_per_worker=1, processes=True,
-                                           host="127.0.0.1", dashboard_address=None, env=env)
-        quiet: dict = {}
+                          "distributed.worker.preload": [*preload, __name__],
+                          **{key: [] for key in _NO_HTTP}}):
+        # A cluster that cannot start (too few file descriptors, a bad Dask setting) is one
+        # line (:func:`_failure`); distributed's loggers would print a traceback per worker.
+        quiet = silence_distributed()
+        before = _clusters()
+        try:
+            cluster = distributed.LocalCluster(
+                n_workers=k, threads_per_worker=1, processes=True, host="127.0.0.1",
+                dashboard_address=None, env=env,
+                scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"})
+        except Exception as exc:          # noqa: BLE001 - named by _failure
+            _abandon(before)
+            restore_levels(quiet)
+            raise _StartFailure(exc) from exc
+        except BaseException:             # Ctrl-C, Terminated while the workers start
+            _abandon(before)
+            restore_levels(quiet)
+            raise
+        restore_levels(quiet)
+        quiet = {}
         try:
             c = distributed.Client(cluster)
             try:
@@ -342,6 +629,7 @@ def _client(workers, scheduler, client, n_todo, threads=None):
             except KeyboardInterrupt:   # Ctrl-C, Terminated: the shutdown says nothing more
                 quiet = silence_distributed()
                 _silence_workers(c)
+                _stop_workers(cluster)
                 raise
             finally:
                 c.close()
@@ -498,6 +786,13 @@ def run_study(spec, directory, *, workers=None, scheduler=None, client=None, ser
     ------
     StudyError
         Another driver holds the study directory, or the scheduler cannot be reached.
+    DaskConfigError
+        A Dask setting (a ``DASK_*`` variable, a config file) that Dask refuses: one line
+        naming it, and the study's state (a :class:`StudyError`).
+    ClusterError
+        Dask failed under the study (the scheduler went away, the local cluster did not
+        start, a resource limit such as ``ulimit -n``): one line, :attr:`ClusterError.line`,
+        saying what and the state the manifest keeps; the running jobs are pending again.
     MissingDependencyError
         Dask distributed is needed (not ``serial``) but not installed.
     KeyboardInterrupt
@@ -524,6 +819,7 @@ def run_study(spec, directory, *, workers=None, scheduler=None, client=None, ser
         man.save(force=True)
         if todo:
             tracker = _Tracker(man, summary, progress)
+            failure, cause, running = None, None, []
             try:
                 if serial:
                     _serial(todo, directory, tracker, threads)
@@ -531,11 +827,29 @@ def run_study(spec, directory, *, workers=None, scheduler=None, client=None, ser
                     _dask(todo, directory, tracker, workers, scheduler, client, threads)
             except KeyboardInterrupt:
                 summary.interrupted = True
+                # the signal is being handled here: the manifest saved on the way out (the
+                # running jobs pending again) must be written, not refused as a commit made
+                # after a swallowed signal (meanfield.interrupts.raise_pending)
+                from meanfield import interrupts
+                interrupts.clear()
                 raise
+            except (InputError, MissingDependencyError):
+                raise
+            except Exception as exc:      # noqa: BLE001 - Dask failed under the study
+                if serial:
+                    raise
+                running = [j["id"] for j in man.doc["jobs"] if j["status"] == "running"]
+                failure, cause = _failure(exc, scheduler), exc
             finally:
                 tracker.close(directory)
                 summary.done = man.counts()["done"]
                 summary.wall_s = time.monotonic() - t0
+            if failure is not None:
+                if isinstance(failure, DaskConfigError):
+                    state = state_line(man, running, "then rerun the same command")
+                    raise DaskConfigError(failure.source, failure.field,
+                                          f"{failure.reason}; {state}") from cause
+                raise ClusterError(f"{failure.line}; {state_line(man, running)}") from cause
         summary.done = man.counts()["done"]
         summary.wall_s = time.monotonic() - t0
     return summary
