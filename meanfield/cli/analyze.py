@@ -127,10 +127,12 @@ def _writing_report(outdir: Path, names, inputs=()):
     _check_outdir(outdir, inputs)
     if outdir.is_symlink():
         outdir = Path(os.path.realpath(outdir))
+    from meanfield.store.leftovers import remove_stale_folders
     # nested ``with``s: the lock and the folder are released whenever a signal arrives
-    with ownership.claim(outdir, "-o"), \
-            atomic.replacing_dir(outdir, "-o", _holds_only(names)) as tmp:
-        yield tmp
+    with ownership.claim(outdir, "-o"):
+        remove_stale_folders(outdir)        # of an analyze killed by SIGKILL: owned now
+        with atomic.replacing_dir(outdir, "-o", _holds_only(names)) as tmp:
+            yield tmp
 
 
 def _study(args) -> int:

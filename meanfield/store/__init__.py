@@ -36,8 +36,10 @@ and row writes), :mod:`~meanfield.store.writer` (:class:`RunWriter`),
 :mod:`~meanfield.store.reader` (:func:`open_run`, :class:`Run`), :mod:`~meanfield.store.locks`
 (SWMR opens and the writer lock), :mod:`~meanfield.store.trust` (the checks of a file from
 someone else: links, storage, sizes, shapes, variable-length attributes read in a child process
-with a deadline, checksums), :mod:`~meanfield.store.disk` (disk reservation) and
-:mod:`~meanfield.store.provenance`. Its public names are imported from ``meanfield.store``.
+with a deadline, checksums), :mod:`~meanfield.store.disk` (disk reservation),
+:mod:`~meanfield.store.leftovers` (the scratch folders a killed writer of an output leaves, removed
+by its next owner) and :mod:`~meanfield.store.provenance`. Its public names are imported from
+``meanfield.store``.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@ tells a live writer from a killed one (HDF5 drops its own lock in SWMR mode)."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -101,19 +102,52 @@ def _rebuild(path) -> None:
 
     HDF5 marks a file open by a SWMR writer and refuses to open it for writing until the mark
     is cleared (``h5clear -s``); h5py offers no way to clear it. The file's objects are copied
-    (as a SWMR reader, committed or not) into a fresh file that then replaces it atomically.
+    (as a SWMR reader, committed or not) into a fresh file, ``PATH.tmp``, that then replaces
+    it atomically.
+
+    The disk space of the copy (the size of ``path``) is tried first (``posix_fallocate``; HDF5
+    truncates the file again when it creates it): a full disk or a file-size limit then fails
+    here with a plain ``OSError`` before HDF5 writes a byte (HDF5 does not recover from a
+    failed write). Whatever fails, the copy is removed and ``path`` is left as it was.
+
+    Raises
+    ------
+    OSError
+        The copy cannot be written (``filename`` is the copy); HDF5's own write failures
+        (``RuntimeError``) are raised as they are.
     """
+    from meanfield import interrupts
+    from meanfield.store.disk import _fallocate
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    with h5py.File(path, "r", libver="latest", swmr=True) as src, \
-            h5py.File(tmp, "w", libver="latest") as dst:
-        for name in src:
-            src.copy(src[name], dst, name=name)
-        for key, value in src.attrs.items():
-            dst.attrs[key] = value
-    fd = os.open(tmp, os.O_RDONLY)
+    held = interrupts.hold()          # a signal between creating the copy and the ``try``
     try:
-        os.fsync(fd)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    except BaseException:
+        interrupts.release(held)
+        raise
+    try:
+        interrupts.release(held)
+        try:
+            _fallocate(fd, os.path.getsize(path))
+        except OSError as exc:
+            raise OSError(exc.errno, f"{exc.strerror}; it needs about "
+                                     f"{os.path.getsize(path) / 1e6:.3g} MB",
+                          str(tmp)) from None
+        finally:
+            os.close(fd)
+        with h5py.File(path, "r", libver="latest", swmr=True) as src, \
+                h5py.File(tmp, "w", libver="latest") as dst:
+            for name in src:
+                src.copy(src[name], dst, name=name)
+            for key, value in src.attrs.items():
+                dst.attrs[key] = value
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
     finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)

@@ -93,6 +93,28 @@ class RunWriter:
         The file cannot be created or written (permissions, full disk, file-size limit).
     """
 
+    def _rebuild(self) -> None:
+        """:func:`meanfield.store.locks._rebuild` of this file; a copy that cannot be written
+        (full disk, file-size limit) is one line naming the file, and nothing is left of it.
+
+        Raises
+        ------
+        RunFileError
+            The copy could not be written; the file is as it was, and can be resumed once
+            there is space.
+        """
+        from meanfield.io_failures import reason
+        try:
+            _rebuild(self.path)
+        except (OSError, RuntimeError) as exc:
+            if isinstance(exc, RuntimeError) and "write failed" not in str(exc) \
+                    and "unable to extend" not in str(exc):
+                raise
+            raise RunFileError(str(self.path), "", f"cannot write the copy that reopens it "
+                                                   f"for appending ({reason(exc)}); nothing "
+                                                   "was changed: free space and continue with "
+                                                   "--resume") from None
+
     def __init__(self, path, cfg=None, dataset=None, mode="w", capacity=(0, 0), *,
                  flush_rows=FLUSH_ROWS, flush_seconds=FLUSH_SECONDS):
         self.path = Path(path)
@@ -135,7 +157,7 @@ class RunWriter:
                 except OSError as exc:
                     if not _is_open_for_write(exc):
                         raise
-                    _rebuild(self.path)        # its SWMR writer was killed
+                    self._rebuild()            # its SWMR writer was killed
                     self.f = h5py.File(self.path, "a", libver="latest")
             except OSError as exc:
                 raise RunFileError(str(self.path), "",
