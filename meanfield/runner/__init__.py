@@ -20,6 +20,7 @@ and :mod:`~meanfield.runner.loop` (:func:`integrate`); :func:`run` ties them tog
 
 from __future__ import annotations
 
+import contextlib
 import numbers
 import os
 from collections.abc import Callable
@@ -160,6 +161,16 @@ def _nothing_to_resume(paths: RunPaths) -> str:
             f"and {paths.ckpt.name} not found); starting a new run")
 
 
+def _remove_scratch(paths: RunPaths) -> None:
+    """Remove the scratch files a killed writer of this output left (``RUN.h5.part.tmp``, the
+    copy or layout being made; ``RUN.h5.ckpt.tmp``, a checkpoint being written): the output is
+    owned by this process now, so no live process writes them, and on a full disk they hold
+    the space the resume needs."""
+    for p in (paths.creating, paths.ckpt.with_name(paths.ckpt.name + ".tmp")):
+        with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+            p.unlink()
+
+
 def _run_owned(cfg, dataset, out, *, overwrite, resume, progress, threads, log, outcome):
     """:func:`run` once the output is owned by this process."""
     paths = RunPaths.of(out)
@@ -174,6 +185,8 @@ def _run_owned(cfg, dataset, out, *, overwrite, resume, progress, threads, log, 
     if plan == "done":
         log(f"{out} is already complete")
         return out
+    if plan in ("resume", "finalize"):
+        _remove_scratch(paths)
     if plan == "finalize":
         _finalize(paths)
         return out

@@ -205,6 +205,10 @@ def integrate(cfg: _config.RunConfig, dataset: _data.Dataset, writer: RunWriter 
     state = lead if K == 1 else states
     loop = simulate(steppers[0] if K == 1 else steppers, schedule, state,
                     init_scale=cfg.model.init_scale, stage_done=stage_done)
+    seen = {"step": lead.step, "checked": True}    # the last boundary whose stop was polled
+    if hasattr(should_stop, "where"):               # the note of a stop request says where
+        should_stop.where = lambda: _stop_point(schedule, lead, seen,
+                                                steppers[0].spec.step_unit)
     with progress_bar(schedule.total_steps, "run", steppers[0].spec.step_unit, enabled=progress,
                       initial=lead.step) as bar:
         stage_seen = None
@@ -212,6 +216,7 @@ def integrate(cfg: _config.RunConfig, dataset: _data.Dataset, writer: RunWriter 
         for state, obs, snapshot in loop:
             rows = [obs] if K == 1 else obs
             head = rows[0]
+            seen.update(step=head.step, checked=False)
             if schedule.auto and head.stage != stage_seen:
                 # a stage began: the earlier ones are done, this and the later ones may use
                 # their whole budget (the total counted the budget of every stage)
@@ -231,6 +236,7 @@ def integrate(cfg: _config.RunConfig, dataset: _data.Dataset, writer: RunWriter 
             bar.set_postfix(tau=f"{head.tau:.1e}", risk=f"{head.risk:.3e}", refresh=False)
             prev = head.step
             stop = should_stop is not None and should_stop()
+            seen["checked"] = True
             if on_checkpoint is not None and (stop or lead.step - last_ckpt >= ckpt_every):
                 on_checkpoint(state)
                 last_ckpt = lead.step
@@ -243,6 +249,25 @@ def integrate(cfg: _config.RunConfig, dataset: _data.Dataset, writer: RunWriter 
     # background (while the run stepped, even at nice 19, they slowed it by a third)
     getattr(steppers[0], "compile_others", lambda: None)()
     return state
+
+
+def _stop_point(schedule, lead, seen: dict, unit: str):
+    """Where a stop request made now takes effect: ``(last boundary, stop step, unit,
+    observe_every)``, global steps; ``None`` when the ladder is done (nothing is left to stop).
+
+    The request is polled at each boundary the loop yields. A boundary that the solver reached
+    but whose poll has not run yet (the chunk just ended) is where the run stops; otherwise it
+    stops at the end of the chunk being computed, the next boundary."""
+    every = int(schedule.observe_every)
+    if lead.step > seen["step"]:            # the chunk ended; its boundary is polled next
+        return seen["step"], lead.step, unit, every
+    if not seen["checked"]:                 # at a boundary, being polled now
+        return lead.step, lead.step, unit, every
+    if lead.stage >= schedule.n_stages:
+        return None
+    sch = schedule.with_lengths(lead.stage_lengths) if schedule.auto else schedule
+    target = sch.next_boundary(lead.stage, lead.step_in_stage)
+    return lead.step, lead.step + target - lead.step_in_stage, unit, every
 
 
 def _retotal(bar, total: int) -> None:
