@@ -487,13 +487,33 @@ def _check_data_hash(X, y, stored: str, src: str) -> None:
                            "is damaged or was edited")
 
 
+def check_foreign(f, src: str):
+    """The checks of any HDF5 file from someone else that do not depend on its layout
+    (:mod:`meanfield.store.trust`): links, storage and sizes, then the variable-length
+    attributes in a child process with a deadline. Returns the
+    :class:`~meanfield.store.trust.Walk`; a reader of another format (the results of
+    ``meanfield highdim``) adds its own schema and shape checks after it."""
+    found = walk(f, src)
+    vet_attributes(src, found)
+    return found
+
+
 @contextlib.contextmanager
-def opened_untrusted(path):
+def opened_untrusted(path, check=None, what: str = "run file"):
     """The run file at ``path`` opened read-only, after the checks of a file from someone else
     (:func:`check_untrusted`: its links, storage, sizes and attributes, before anything is
     read from it; docs/format.md, "Reading a file from someone else"); every HDF5 failure in
     the block is one :class:`RunFileError` line. :func:`open_run` reads through it, and the
     writer checks a file with it before opening it for appending.
+
+    Parameters
+    ----------
+    path : path-like
+    check : callable ``(f, src)``, optional
+        The checks to make before the block (default :func:`check_untrusted`; a file of
+        another format passes its own, built on :func:`check_foreign`).
+    what : str
+        What the file is, for the messages (``"run file"``).
 
     Yields
     ------
@@ -502,22 +522,22 @@ def opened_untrusted(path):
     Raises
     ------
     RunFileError
-        Not a readable HDF5 file, a check of :func:`check_untrusted`, or a damaged or
-        incomplete file.
+        Not a readable HDF5 file, a check of ``check``, or a damaged or incomplete file.
     """
     src = str(path)
+    check = check_untrusted if check is None else check
     try:
         f = _open_read(path)
     except OSError as exc:
         raise RunFileError(src, "", f"not a readable HDF5 file ({_h5_reason(exc)})") from None
     try:
         with f:
-            check_untrusted(f, src)
+            check(f, src)
             yield f
     except RunFileError:
         raise
     except READ_ERRORS as exc:
-        raise RunFileError(src, "", f"damaged or incomplete run file ({_h5_reason(exc)})") \
+        raise RunFileError(src, "", f"damaged or incomplete {what} ({_h5_reason(exc)})") \
             from None
 
 
