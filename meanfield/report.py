@@ -125,15 +125,17 @@ def analyze_run(path: str | os.PathLike, outdir: str | os.PathLike | None = None
     if empty:
         raise RunFileError(str(path), "", empty)
     n_stages = len({int(s) for s in run.frame_stage})      # one part per stage's pooled rays
-    with progress_bar(n_stages + 1 + bool(references), "analyze", "part",
-                      enabled=progress) as bar:
+    parts = n_stages + 1 + bool(references)
+    if outdir is not None:      # the report files, and each figure: no work after 100 %
+        parts += 1 + (len(plots.RUN_FIGURES) if figures else 0)
+    with progress_bar(parts, "analyze", "part", enabled=progress) as bar:
         result = analyze(run, reference=reference, w2=w2, references=references,
                          convex=convex, sensitivity=sensitivity, progress=bar,
                          max_regions=DEFAULT_MAX_REGIONS if max_regions is None else max_regions,
                          **ray_kw)
-    rep = Report(result.as_dict())
-    if outdir is not None:
-        write_report(rep, result, outdir, figures, fmt=fmt, run=run)
+        rep = Report(result.as_dict())
+        if outdir is not None:
+            write_report(rep, result, outdir, figures, fmt=fmt, run=run, progress=bar)
     return rep
 
 
@@ -170,10 +172,18 @@ def load_report(path: str | os.PathLike) -> dict:
 
 
 def write_report(rep: dict, result: RunAnalysis, outdir: str | os.PathLike,
-                 figures: bool = True, fmt: str = "png", run=None) -> None:
+                 figures: bool = True, fmt: str = "png", run=None, progress=None) -> None:
     """Write ``report.json`` (``rep``), ``report.md`` and the figures (:data:`FIGURES`, as
     ``fmt``) of ``result``; ``run`` (default: reopened from ``rep["run"]``) gives the
-    particles."""
+    particles. ``progress`` (a tqdm-like bar, optional) is told of each figure
+    (``set_postfix(doing=...)`` before, ``update(1)`` after; one part per figure when
+    ``figures``) and of the report files (one part)."""
+    def tell(doing=None, done=0):
+        if progress is not None:
+            if doing:
+                progress.set_postfix(doing=doing)
+            if done:
+                progress.update(done)
     if fmt not in FORMATS:
         raise ValueError(f"unknown figure format {fmt!r}; one of {', '.join(FORMATS)}")
     out = Path(outdir)
@@ -183,14 +193,18 @@ def write_report(rep: dict, result: RunAnalysis, outdir: str | os.PathLike,
             (out / f"{stale}.{ext}").unlink(missing_ok=True)
     atomic.write_text(out / "report.json", json.dumps(rep, indent=1))
     figs = []
-    if figures and result.frames:
-        run = run if run is not None else open_run(rep["run"])
-        drawn = {name: figure.draw(rep, run) for name, figure in plots.RUN_FIGURES.items()}
-        for name, fig in drawn.items():
+    if figures:
+        run = run if run is not None or not result.frames else open_run(rep["run"])
+        for name, figure in plots.RUN_FIGURES.items():
+            tell(f"figure {name}.{fmt}")
+            fig = figure.draw(rep, run) if result.frames else None
             if fig is not None:
                 plots.save(fig, out / f"{name}.{fmt}")
                 figs.append(f"{name}.{fmt}")
+            tell(done=1)
+    tell("report.md")
     atomic.write_text(out / "report.md", markdown(rep, figs))
+    tell(done=1)
 
 
 def _gibbs_text(row: dict) -> str:
