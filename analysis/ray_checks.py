@@ -171,10 +171,14 @@ def sensitivity(theta, X, ray_kw: dict, kink_kw: dict | None = None, conv=None,
                                  res0.min_particles // F)
     defaults["max_spread"] = ray_kw.get("max_spread", 0.3)
     for name, v0 in defaults.items():
+        seen = set()
         for sc in scales:
             v = v0 * sc
             if name == "min_particles":
                 v = max(1, round(v))
+                if v in seen:           # 1/3 and 1 of a default 1 are one row, not two
+                    continue
+                seen.add(v)
             J, K, _ = _count(theta, X, {**ray_kw, name: v}, kink_kw)
             add(name, v, J, K)
     if res0.g_ray is not None:

@@ -825,7 +825,8 @@ def gibbs_ladder(run: RunLike, rows: list[LadderRow], stages: list[FrameAnalysis
                     <= floor * MARGINAL_FACTOR and abs(q.G) >= (rule.get("g_ray", 0.5))]
         if marginal:
             notes.append("marginal Gibbs ray(s) near the mass floor " + ", ".join(
-                f"{q.mass_fraction:.3g}" for q in marginal) + f" (floor {floor:g})")
+                f"{q.mass_fraction:.3g} ({'counted' if q.is_ray else 'not counted'})"
+                for q in marginal) + f" (floor {floor:g})")
         broad = [q for q in gr.rays if q.spread > rule.get("max_spread", BROAD_SPREAD)]
         if broad:
             notes.append("broad Gibbs ray(s), basin RMS spread " + ", ".join(

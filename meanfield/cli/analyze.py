@@ -22,9 +22,13 @@ def register(sub):
     """Add the ``analyze`` command to the subparsers ``sub``."""
     p = sub.add_parser(
         "analyze", help="count rays and kink hyperplanes against 2P-1; write a report",
-        description="Cluster each snapshot's particles into rays (direction of (w, b), sign of "
-                    "a), count rays J and distinct kink hyperplanes K, compute P (affine "
-                    "dichotomies of the data) and write report.md, report.json and figures.")
+        description="Cluster into rays (direction of (w, b), sign of a) the particles of each "
+                    "temperature's stationary measure: the snapshot frames of the stage's "
+                    "second half, every chain, pooled (docs/theory.md 6.1); count rays J and "
+                    "distinct kink hyperplanes K, with single snapshots' counts beside them; "
+                    "with the references, the exact Gibbs measure's own rays at each "
+                    "temperature (6.7); compute P (affine dichotomies of the data) and write "
+                    "report.md, report.json and figures.")
     p.add_argument("run", help="run file (.h5), or a study directory made by 'meanfield sweep'")
     p.add_argument("-o", "--outdir", help="report directory (default: <run>-report)")
     p.add_argument("--json", action="store_true",
