@@ -4,6 +4,8 @@
   Theorem 6, ``W2``, the references), as a :class:`RunAnalysis`;
 - :func:`find_rays`, :func:`data_kinks`: rays of a particle snapshot and their kink
   hyperplanes decided against the data (:func:`kink_hyperplanes`: without the data);
+  :func:`analyze_stage`: the rays of a stage's stationary measure, its frames pooled;
+- :func:`gibbs_rays`: the rays of the exact Gibbs measure at a temperature;
 - :func:`convex_counts`, :func:`ray_sensitivity`: the convex reference's ray and kink counts
   above a weight floor, and ``J``, ``K`` over a range of each threshold;
 - :func:`count_dichotomies`, :func:`cover`: ``P``, the number of affine dichotomies;
@@ -26,6 +28,8 @@ _EXPORTS = {
     "RunAnalysis": "analysis.run_analysis:RunAnalysis",
     "RunLike": "analysis.protocols:RunLike",
     "find_rays": "analysis.rays:find_rays",
+    "analyze_stage": "analysis.run_analysis:analyze_stage",
+    "gibbs_rays": "analysis.gibbs_rays:gibbs_rays",
     "kink_hyperplanes": "solvers.geometry:kink_hyperplanes",
     "data_kinks": "analysis.kinks:data_kinks",
     "convex_counts": "analysis.ray_checks:convex_counts",
