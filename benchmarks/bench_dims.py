@@ -41,6 +41,7 @@ VARIANTS = ("specialised", "run-time d")
 
 _CHILD = r"""
 import json, sys, time
+sys.path.append(sys.argv[3])            # benchmarks.common; solvers as installed
 t0 = time.perf_counter()
 from solvers.stepper import Stepper
 from benchmarks.common import problem
@@ -61,10 +62,10 @@ def _child(d, variant, cache):
     """Wall and CPU seconds of the first step of a fresh process on the numba cache folder
     ``cache`` (numba compiles on one thread: on a busy machine the CPU seconds are what an
     idle core would take)."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, NUMBA_CACHE_DIR=cache,
-               PYTHONPATH=os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), root) if p))
-    res = subprocess.run([sys.executable, "-c", _CHILD, str(d), variant], env=env,
+    from benchmarks.common import ROOT, package_env
+    # the solvers this process imports (the installed one), in a folder outside the checkout
+    res = subprocess.run([sys.executable, "-c", _CHILD, str(d), variant, ROOT],
+                         env=package_env(NUMBA_CACHE_DIR=cache), cwd=cache,
                          capture_output=True, text=True, timeout=3600)
     if res.returncode:
         raise SystemExit(f"bench_dims: the compile child failed:\n{res.stderr}")

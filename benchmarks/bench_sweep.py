@@ -1,6 +1,6 @@
 """Wall time of a study on a local Dask cluster against the same jobs run one after another.
 
-    PYTHONPATH=. python benchmarks/bench_sweep.py [STUDY.toml] [--workers K] [--outdir DIR]
+    python benchmarks/bench_sweep.py [STUDY.toml] [--workers K] [--outdir DIR]
                                                   [--modes serial,serial1,dask]
 
 Runs the study into fresh directories, once per mode:
@@ -19,11 +19,15 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from meanfield.sweep import Study
+# after site-packages: an installed meanfield is imported (and its numba cache used) as by the CLI
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from meanfield.sweep import Study  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 

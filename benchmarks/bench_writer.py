@@ -36,7 +36,10 @@ from pathlib import Path
 
 import numba
 
-from meanfield import config, runner, store
+sys.path.append(str(Path(__file__).resolve().parent.parent))   # after site-packages
+
+from benchmarks.common import package_env  # noqa: E402
+from meanfield import config, runner, store  # noqa: E402
 
 GAUSS = {"data": {"kind": "gaussian", "n": 5, "d": 2, "seed": 1},
          "model": {"n_particles": 1},
@@ -122,7 +125,8 @@ def cli_runs(tables_by_every, folder, threads, repeats):
             t0 = time.perf_counter()
             subprocess.run([sys.executable, "-m", "meanfield", "run", str(cfg), "-o",
                             str(Path(folder) / f"cli{every}_{r}.h5"), "--quiet",
-                            "--threads", str(threads)], check=True, capture_output=True)
+                            "--threads", str(threads)], check=True, capture_output=True,
+                           env=package_env(), cwd=folder)
             walls[every].append(time.perf_counter() - t0)
     return {every: statistics.median(w) for every, w in walls.items()}
 

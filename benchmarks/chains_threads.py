@@ -7,21 +7,26 @@ A Metropolis-adjusted pass moves one particle at a time, so one particle system 
 the particles come out bitwise equal, and prints the ratio. Also for ``"em"``, whose kernel is
 parallel within one system (its chains run one after the other on every thread).
 
-    PYTHONPATH=$PWD python benchmarks/chains_threads.py --chains 2 4 --passes 400 --N 2000
+    python benchmarks/chains_threads.py --chains 2 4 --passes 400 --N 2000
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
 from pathlib import Path
 
 import numba
 import numpy as np
 
-from solvers.langevin import chain_seed, initial_state, simulate
-from solvers.schedule import Schedule
-from solvers.stepper import Stepper
+# after site-packages: an installed solvers is imported (and its numba cache used) as by the CLI
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from solvers.langevin import chain_seed, initial_state, simulate  # noqa: E402
+from solvers.schedule import Schedule  # noqa: E402
+from solvers.stepper import Stepper  # noqa: E402
 
 
 def _go(X, y, K, N, passes, integrator, threads, reps):

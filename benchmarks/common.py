@@ -19,6 +19,70 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 LAM, ETA, TAU = 0.05, 0.01, 0.01
 
+#: The checkout that holds the benchmarks.
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def package_home() -> str:
+    """The folder holding the ``solvers`` (and ``analysis``, ``meanfield``) this process
+    imports: site-packages for a regular install, the checkout for an editable one or none.
+
+    The benchmarks put the checkout on ``sys.path`` *after* site-packages, so an installed
+    package wins; numba keys its cache by the path of the kernels' source file, so the
+    benchmark and its subprocesses must import the same files to share one cache.
+    """
+    import solvers
+    return os.path.dirname(os.path.dirname(os.path.abspath(solvers.__file__)))
+
+
+def package_env(base=None, **extra) -> dict:
+    """The environment of a subprocess (``python -m meanfield``, ``python -c``) that imports
+    the package this process imports (:func:`package_home`), and so loads the kernels from
+    the numba cache this process filled instead of compiling a second one.
+
+    The checkout goes on ``PYTHONPATH`` only when this process imports its packages from it
+    (no install, or an editable one: the same files); with a regular install ``PYTHONPATH`` is
+    left as it is (minus the checkout), so that the child finds the installed package as this
+    process did. ``PYTHONSAFEPATH`` keeps a ``python -c`` child's current folder off its path
+    (run in the checkout, it would import the checkout's ``solvers``; ``python -m meanfield``
+    drops it by itself). Run the child with ``cwd`` outside the checkout all the same: Python
+    before 3.11 ignores ``PYTHONSAFEPATH``."""
+    env = dict(os.environ if base is None else base)
+    home = package_home()
+    parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
+             if p and os.path.abspath(p) != ROOT]
+    if home == ROOT:
+        parts.insert(0, ROOT)
+    if parts:
+        env["PYTHONPATH"] = os.pathsep.join(parts)
+    else:
+        env.pop("PYTHONPATH", None)
+    env["PYTHONSAFEPATH"] = "1"
+    env.update(extra)
+    return env
+
+
+def child_imports(env, cwd) -> str:
+    """``solvers.__file__`` as a subprocess with ``env`` started in ``cwd`` imports it (what
+    :func:`package_env` is for: it must be this process's)."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", "import solvers; print(solvers.__file__)"],
+                         env=env, cwd=cwd, capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def check_same_package(env, cwd) -> str:
+    """Raise SystemExit unless a subprocess with ``env`` in ``cwd`` imports this process's
+    ``solvers``; return the line to print."""
+    import solvers
+    mine = os.path.abspath(solvers.__file__)
+    theirs = child_imports(env, cwd)
+    if os.path.abspath(theirs) != mine:
+        raise SystemExit(f"a subprocess would import {theirs}, this process {mine}: two numba "
+                         "caches")
+    return f"solvers imported from {mine} (here and in the subprocesses)"
+
 
 def problem(N, n, d, seed=0):
     """``X`` (n, d), ``y`` (n,), ``theta`` (N, d+2): Gaussian data and particles."""

@@ -49,6 +49,8 @@ except ModuleNotFoundError:  # pragma: no cover
 
 ROOT = Path(__file__).resolve().parent.parent
 
+from benchmarks.common import package_env  # noqa: E402  (the `meanfield run` children)
+
 #: The generated sets' data: nine 1-D points with every convex kink on a data point (THEORY
 #: §6.6: x = ±0.25, ±0.75), and six 1-D points whose convex limit has two rays on the kink at
 #: the data point x = −0.4 and a third kink on x = 0.
@@ -252,8 +254,7 @@ def ensure_run(workdir: Path, name: str, N: int, seed: int, threads: int,
     t0 = time.time()
     subprocess.run([sys.executable, "-m", "meanfield", "run", str(cfg), "-o", str(out),
                     "--threads", str(threads), "--quiet", "--overwrite"], check=True,
-                   cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                   stdout=subprocess.DEVNULL)
+                   cwd=workdir, env=package_env(), stdout=subprocess.DEVNULL)
     wall = time.time() - t0
     (workdir / f"{stem}.wall_s").write_text(f"{wall:.1f}\n")
     sys.stderr.write(f"ran {stem} in {wall:.0f} s\n")

@@ -8,22 +8,27 @@
 - ``cost``: the verdict's wall time on one stage of ``--draws`` observations of ``n = 8`` points
   and the two scalar observables, per chain count.
 
-    PYTHONPATH=$PWD python benchmarks/verdict_chains.py alarms --seeds 20 --chains 4 --obs 4000
-    PYTHONPATH=$PWD python benchmarks/verdict_chains.py plane8 --seeds 5 --chains 4
-    PYTHONPATH=$PWD python benchmarks/verdict_chains.py cost --draws 1600
+    python benchmarks/verdict_chains.py alarms --seeds 20 --chains 4 --obs 4000
+    python benchmarks/verdict_chains.py plane8 --seeds 5 --chains 4
+    python benchmarks/verdict_chains.py cost --draws 1600
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
-from analysis.stationarity import stage_observables, verdict
-from solvers.stepper import Stepper
+# after site-packages: an installed solvers is imported (and its numba cache used) as by the CLI
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from analysis.stationarity import stage_observables, verdict  # noqa: E402
+from solvers.stepper import Stepper  # noqa: E402
 
 
 def _chains(X, y, N, lam, eta, tau, seed, chains, obs, every, burn=0, data_term=True):
