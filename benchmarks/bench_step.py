@@ -19,6 +19,11 @@ Usage::
     python benchmarks/bench_step.py                 # N=10^4, n=20, d=2, 2 threads
     python benchmarks/bench_step.py --quick         # shorter timing budget
     python benchmarks/bench_step.py --N 100000 --threads 1
+    python benchmarks/bench_step.py --blocks 4 16   # rows of the blocked exact pass (default)
+
+The `meanfield run` row's child imports the ``solvers`` this process imports (the installed
+package, and so its numba cache; ``benchmarks.common.package_env``): the line above the table
+says where from.
 """
 
 from __future__ import annotations
@@ -55,10 +60,10 @@ class Ours:
     name = "meanfield numba kernel"
 
     def __init__(self, X, y, theta, seed=0, lam=LAM, eta=ETA, integrator="em", jumps=None,
-                 radial=None):
+                 radial=None, block=0):
         from solvers.stepper import Stepper
         self.th = theta.copy()
-        kw = {"jumps": jumps, "radial": radial} if integrator == "mala" else {}
+        kw = {"jumps": jumps, "radial": radial, "block": block} if integrator == "mala" else {}
         self.st = Stepper(X, y, len(theta), lam=lam, eta=eta, seed=seed, integrator=integrator,
                           **kw)
         self.step = 0
@@ -248,10 +253,14 @@ def cli_per_step(N, n, d, threads, short=5_000, long=30_000, reps=2, integrator=
     import subprocess
     import tempfile
     import time
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+    from benchmarks.common import check_same_package, package_env
+    # the solvers this process imports (the installed one), and so its numba cache: the
+    # checkout first on the child's path compiled a second cache (minutes) on a regular install
+    env = package_env()
     extra = f'integrator = "{integrator}"\n' if integrator else ""
     with tempfile.TemporaryDirectory() as tmp:
+        print(check_same_package(env, tmp))
         def run(steps):
             cfg = os.path.join(tmp, f"cli{steps}.toml")
             with open(cfg, "w") as fh:
@@ -280,6 +289,8 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="short run: 0.5 s per row")
     ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch peers")
     ap.add_argument("--no-cli", action="store_true", help="skip the `meanfield run` row")
+    ap.add_argument("--blocks", type=int, nargs="*", default=[4, 16],
+                    help="block sizes of the blocked pass's rows (default 4 16)")
     args = ap.parse_args(argv)
     budget = 0.5 if args.quick else args.budget
     N, n, d = args.N, args.n, args.d
@@ -320,6 +331,13 @@ def main(argv=None):
         racc = f", radial acc. {c[6] / c[5]:.2f}" if c[5] else ""
         rows.append((f"mala pass (jumps={jumps:g}, radial={radial:g}; acc. {c[1] / c[0]:.2f}"
                      f"{racc})", best, med))
+    for b in args.blocks:       # the blocked pass with the defaults (docs/theory.md §2.6)
+        impl = Ours(X, y, theta, integrator="mala", jumps=0.1, radial=1.0, block=b)
+        best, med = time_per_step(lambda impl=impl: impl.run(args.steps), args.steps, budget_s=budget)
+        mala["block", b] = best
+        c = impl.st.counts
+        rows.append((f"mala pass, block {b} (acc. {c[1] / c[0]:.2f}, radial "
+                     f"{c[6] / max(c[5], 1):.2f})", best, med))
 
     cli = None
     if not args.no_cli:
@@ -342,6 +360,11 @@ def main(argv=None):
     print(f"mala pass / Euler step: {mala[0.1, 1.0] / ours:.2f} (the default: jumps 0.1, radial "
           f"1), {mala[0.1, 0.0] / ours:.2f} (no radial moves), {mala[0.0, 0.0] / ours:.2f} "
           f"(Langevin moves only); target <= 3 at N=10^4, n=20, d=2")
+    if args.blocks:
+        print("blocked pass / Euler step (defaults): " + ", ".join(
+            f"block {b}: {mala['block', b] / ours:.2f}" for b in args.blocks)
+              + "; / the sequential pass: " + ", ".join(
+            f"{mala['block', b] / mala[0.1, 1.0]:.2f}" for b in args.blocks))
 
     if (N, n, d) == (10_000, 20, 2):
         lo, hi = FLOOR_MS

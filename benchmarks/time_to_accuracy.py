@@ -36,6 +36,15 @@ as ``meanfield analyze FINE.h5 --extrapolate COARSE.h5`` does with two runs. ``m
 with radial moves, jump share 0.1 without radial moves), which have no step bias; one pass
 counts as one step.
 
+``mala-bB`` (``--blocks B``): the blocked pass of block size ``B`` (``Stepper(block=B)``,
+docs/theory.md §2.6; jump share 0.1 with radial moves), beside the sequential ``mala``.
+``fullmala``: the full-vector MALA peer of ``benchmarks/peer_full_mala.py`` (all of ``Θ`` at
+once, NumPy), its step tuned to acceptance 0.574 over ``--peer-tune`` steps whose wall time is
+counted; its ``η`` only sets how often it is recorded (every ``sample-dt/η`` steps).
+
+Every row also gives the effective samples per second of the recorded predictor over the
+second half of its run (the worst point; ArviZ's bulk ESS, ``benchmarks.peer_full_mala.ess``).
+
 Every integrator also has a ``+n`` variant (``mala+n``, ``mala-nojump+n``, ``em+n``,
 ``em-richardson+n``): a pair of independent systems of the same integrator at ``N`` and
 ``N/r`` (``--n-ratio r``, default 2; both started from their own start, both counted in the
@@ -79,6 +88,33 @@ from benchmarks.common import set_threads  # noqa: E402
 EPS = (3e-3, 1e-3, 3e-4)
 #: The exact sampler's variants: name -> (jump share, radial-move probability).
 MALA_VARIANTS = {"mala": (0.1, 1.0), "mala-nojump": (0.0, 1.0), "mala-noradial": (0.1, 0.0)}
+#: Steps of the full-vector MALA peer's tuning (``--peer-tune``).
+PEER_TUNE = 2000
+
+
+def mala_block(who):
+    """The block size of a ``mala-bB`` name, else None."""
+    if who.startswith("mala-b") and who[6:].isdigit():
+        return int(who[6:])
+    return None
+
+
+class FullMALAPeer:
+    """``benchmarks.peer_full_mala.FullMALA`` with this benchmark's interface; its tuning is
+    done (and timed) when made (:attr:`t_tune`)."""
+
+    def __init__(self, X, y, theta, lam, tau, seed, tune=PEER_TUNE):
+        from benchmarks.peer_full_mala import FullMALA
+        t0 = time.perf_counter()
+        self.s = FullMALA(X, y, theta, lam, tau, h=0.01, seed=seed)
+        self.s.tune(tune)
+        self.t_tune = time.perf_counter() - t0
+
+    def run(self, k, tau):
+        self.s.step(k)
+
+    def predictor(self):
+        return self.s.f
 
 
 def start_particles(kind, X, y, lam, tau, N, seed):
@@ -181,6 +217,11 @@ def make_impl(who, X, y, theta, lam, eta, seed, theta_small=None, n_ratio=2.0):
         jumps, radial = MALA_VARIANTS[who]
         return Ours(X, y, theta, seed=seed, lam=lam, eta=eta, integrator="mala", jumps=jumps,
                     radial=radial)
+    if mala_block(who) is not None:
+        impl = Ours(X, y, theta, seed=seed, lam=lam, eta=eta, integrator="mala", jumps=0.1,
+                    radial=1.0)
+        impl.st.block = mala_block(who)      # 1 included: the blocked kernel, one a block
+        return impl
     return Ours(X, y, theta, seed=seed, lam=lam, eta=eta, integrator=who)
 
 
@@ -200,6 +241,7 @@ def time_to_accuracy(impl, ref, tau, eta, eps, budget_s, t_start=0.0, sample_dt=
     from analysis.stationarity import verdict
     every = max(1, int(round(sample_dt / eta)))
     F = []
+    walls = []
     wall = t_start
     steps, t_sim = 0, 0.0
     hit = {e: None for e in eps}
@@ -214,6 +256,7 @@ def time_to_accuracy(impl, ref, tau, eta, eps, budget_s, t_start=0.0, sample_dt=
         steps += every * getattr(impl, "steps_factor", 1)
         t_sim += every * eta
         F.append(f)
+        walls.append(wall)
         if len(F) >= next_check:
             next_check = int(len(F) * 1.1) + 1
             W = np.asarray(F[len(F) // 2:])
@@ -238,6 +281,13 @@ def time_to_accuracy(impl, ref, tau, eta, eps, budget_s, t_start=0.0, sample_dt=
                 break
     hit["final"] = final
     hit["biased"] = biased
+    hit["ess_s"] = math.nan
+    if len(F) >= 40 and not hasattr(impl, "combine"):
+        from benchmarks.peer_full_mala import ess
+        h = len(F) // 2
+        span = walls[-1] - walls[h - 1]
+        if span > 0:
+            hit["ess_s"] = float(ess(np.asarray(F[h:])).min()) / span
     hit["wall"], hit["steps"] = wall - t_start, steps
     return hit
 
@@ -261,6 +311,11 @@ def main(argv=None):
                     help="r of the '+n' integrators (e.g. mala+n): their second system has "
                          "N/r particles (2)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--blocks", type=int, nargs="+", default=[],
+                    help="block sizes B of the blocked pass: the names mala-bB (e.g. --blocks 4 "
+                         "16 --integrators mala@0.2 mala-b4@0.2 mala-b16@0.2)")
+    ap.add_argument("--peer-tune", type=int, default=PEER_TUNE,
+                    help=f"tuning steps of the fullmala peer ({PEER_TUNE})")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--quick", action="store_true",
                     help="one small configuration each (the first of --etas and --Ns), 5 s a "
@@ -270,8 +325,9 @@ def main(argv=None):
         args.etas, args.Ns, args.budget = args.etas[:1], args.Ns[:1], 5.0
     from solvers.integrators import INTEGRATORS  # the names Stepper takes (light import)
     # each also as NAME+n (the 1/N pair) and as NAME@ETA, and the two of this benchmark
+    blocked = [f"mala-b{b}" for b in args.blocks]
     known = [w + pair for pair in ("", "+n")
-             for w in (*INTEGRATORS, "em-richardson", *MALA_VARIANTS)]
+             for w in (*INTEGRATORS, "em-richardson", *MALA_VARIANTS, *blocked)] + ["fullmala"]
     runs = integrator_etas(args.integrators, args.etas, known)
     set_threads(args.threads)
     X, y, lam = load(args.problem)
@@ -291,8 +347,9 @@ def main(argv=None):
     results = []
     peer_ms = {}
     head = " | ".join(f"eps={e:g}: s (steps)" for e in EPS)
-    print(f"\n| who | eta | N | start | {head} | last max err / MCSE / time units | load |")
-    print("|---" * (6 + len(EPS)) + "|")
+    print(f"\n| who | eta | N | start | {head} | last max err / MCSE / time units | "
+          "ESS f / s | load |")
+    print("|---" * (7 + len(EPS)) + "|")
     for who, eta, N, start in configs:
         th, t_start = start_particles(start, X, y, lam, args.tau, N, args.seed)
         th_small, ratio = None, args.n_ratio
@@ -302,8 +359,12 @@ def main(argv=None):
                                                 args.seed + 1)
             t_start += t_small
             ratio = N / N_small                  # the ratio of the widths actually run
-        impl = make_impl(who, X, y, th, lam, eta, args.seed, th_small, ratio)
-        impl.run(1, tau=args.tau)     # compile / warm up outside the clock
+        if who == "fullmala":           # its tuning is counted
+            impl = FullMALAPeer(X, y, th, lam, args.tau, args.seed, args.peer_tune)
+            t_start += impl.t_tune
+        else:
+            impl = make_impl(who, X, y, th, lam, eta, args.seed, th_small, ratio)
+            impl.run(1, tau=args.tau)     # compile / warm up outside the clock
         budget = args.peer_budget if who == "numpy" and args.peer_budget else args.budget
         try:
             hit = time_to_accuracy(impl, ref, args.tau, eta, EPS, budget, t_start,
@@ -319,7 +380,7 @@ def main(argv=None):
                            for e in EPS)
         fe, fs, ft = hit["final"]
         print(f"| {who} | {eta:g} | {N} | {start} | {cells} | {fe:.1e} / {fs:.1e} / {ft:.0f} "
-              f"| {os.getloadavg()[0]:.1f} |", flush=True)
+              f"| {hit['ess_s']:.3g} | {os.getloadavg()[0]:.1f} |", flush=True)
     print("\n('–': not reached within the budget; 'biased': stopped early, the error's lower "
           "bound |f̄ − f_ref| − 3 MCSE exceeded twice every remaining ε in a stationary window)")
     def best(e, pred):
@@ -354,15 +415,16 @@ def main(argv=None):
         print(line)
     # the families with and without the 1/N pair: MALA (either jump share), the Richardson
     # pair, Euler–Maruyama
-    fams = (("MALA", tuple(MALA_VARIANTS)), ("Richardson", ("em-richardson",)),
-            ("EM", ("em",)))
+    fams = (("MALA", tuple(MALA_VARIANTS)), ("blocked MALA", tuple(blocked)),
+            ("Richardson", ("em-richardson",)), ("EM", ("em",)), ("full-vector MALA",
+                                                                 ("fullmala",)))
     for e in EPS:
         bs = {name: best(e, lambda c, ws=ws: c[0].removesuffix("+n") in ws)
               for name, ws in fams}
         line = f"eps={e:g}: " + "; ".join(f"best {k} {fmt(b)}" for k, b in bs.items())
-        for k in ("Richardson", "EM"):
+        for k in ("blocked MALA", "Richardson", "EM", "full-vector MALA"):
             if bs["MALA"] and bs[k]:
-                line += f"; {k}/MALA = {bs[k][0] / bs['MALA'][0]:.1f}x"
+                line += f"; {k}/MALA = {bs[k][0] / bs['MALA'][0]:.2f}x"
         print(line)
     return results
 

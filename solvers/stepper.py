@@ -40,7 +40,7 @@ import time
 
 import numpy as np
 
-from solvers import _activations, _mala, _rng
+from solvers import _activations, _mala, _mala_block, _rng
 from solvers import _kernels as kernels
 from solvers.integrators import INTEGRATORS, integrator_named
 from solvers.limits import ACT_CODES, DEFAULT_JUMPS, DEFAULT_RADIAL, MAX_DRAWS
@@ -268,7 +268,8 @@ def _compile_in_subprocesses(root, todo, jobs, cancel=None, *, integrator="em", 
 
 def _compiles() -> int:
     """How many signatures of the step drivers this process compiled (numba cache misses)."""
-    return sum(sum(k.stats.cache_misses.values()) for k in (kernels.run_steps, _mala.mala_steps))
+    return sum(sum(k.stats.cache_misses.values())
+               for k in (kernels.run_steps, _mala.mala_steps, _mala_block.mala_block_steps))
 
 
 class Stepper:
@@ -319,6 +320,14 @@ class Stepper:
         a Metropolis–Hastings move of ``|θ_i|`` along the particle's direction from a
         proposal fitted to its conditional law (``solvers._mala``), in ``[0, 1]`` (0: none;
         default :data:`solvers.limits.DEFAULT_RADIAL`).
+    block : int
+        ``"mala"`` only: ``2 <= b <= 1024`` runs the *blocked* pass
+        (``solvers._mala_block.mala_block_steps``, docs/theory.md §2.6): the particles in rounds
+        of ``b`` in an order drawn afresh each pass, every proposal of a round computed at once
+        from the errors without the round's members processed before it, then the acceptances
+        in order against the current errors; the same law ``π_N``, another chain (one compile
+        per ``b`` rounded up to a multiple of four). ``0`` or ``1`` (default): the sequential
+        pass.
 
     Attributes
     ----------
@@ -348,11 +357,12 @@ class Stepper:
     ValueError
         Inconsistent shapes, unknown activation or integrator, ``batch_size`` outside
         ``[0, n]`` (or not 0 with ``"mala"``), ``jumps`` outside ``[0, 1]``, or
-        ``N (d+2) >= 2**32`` (beyond the noise counter).
+        ``N (d+2) >= 2**32`` (beyond the noise counter), ``block`` outside ``[0, 1024]``.
     """
 
     def __init__(self, X, y, n_particles, *, lam, eta, activation="relu", sharpness=10.0,
-                 cap=3.0, batch_size=0, seed=0, integrator="em", jumps=None, radial=None):
+                 cap=3.0, batch_size=0, seed=0, integrator="em", jumps=None, radial=None,
+                 block=0):
         self.X = np.ascontiguousarray(X, dtype=np.float64)
         self.y = np.ascontiguousarray(y, dtype=np.float64)
         if self.X.ndim != 2 or self.y.shape != (self.X.shape[0],):
@@ -378,6 +388,9 @@ class Stepper:
         radial = DEFAULT_RADIAL if radial is None else float(radial)
         if not 0.0 <= radial <= 1.0:
             raise ValueError(f"radial must be in [0, 1], got {radial}")
+        block = int(block)
+        if not 0 <= block <= 1024:
+            raise ValueError(f"block must be in [0, 1024], got {block}")
         if not 0 <= int(seed) < 2**63:
             raise ValueError(f"seed must be in [0, 2**63), got {seed}")
         self.n_particles, self.n, self.d = N, n, d
@@ -391,6 +404,10 @@ class Stepper:
         self.spec = spec
         self.jumps = jumps if integrator == "mala" else 0.0
         self.radial = radial if integrator == "mala" else 0.0
+        # "mala": the blocked pass for block >= 2 (0 and 1: the sequential pass)
+        self.block = block if integrator == "mala" and block >= 2 else 0
+        # the blocked pass's moves and acceptances per particle when (4, N) (benchmarks)
+        self.pcounts = np.zeros((4, 0), dtype=np.int64)
         self.dims = kernel_dims(d)   # selects a specialised kernel, or d at run time
         # "mala": a kernel compiled for ReLU alone, or the activation read at run time
         self.relu = (0,) if self.kind == _activations.ACT_RELU else ()
@@ -455,13 +472,20 @@ class Stepper:
         if not self.spec.parallel:
             if nsteps > 0 and not float(tau) > 0.0:
                 raise ValueError(f"integrator 'mala' needs tau > 0, got {tau}")
-            code = _mala.mala_steps(self.T, self.X, self.y, self.XT, self.partial, self.scratch,
-                                    self.sub, self.f, self.R, self.counts, self.f_sum,
-                                    self.lam,
-                                    self.eta, float(tau), self.seed, int(step0), int(nsteps),
-                                    self.kind, self.params, bool(data_term), self.jumps,
-                                    self.radial, self.dims,
-                                    self.relu)
+            if self.block:     # the blocked pass (solvers._mala_block)
+                code = _mala_block.mala_block_steps(
+                    self.T, self.X, self.y, self.XT, self.partial, self.scratch, self.sub,
+                    self.f, self.R, self.counts, self.f_sum, self.lam, self.eta, float(tau),
+                    self.seed, int(step0), int(nsteps), self.kind, self.params,
+                    bool(data_term), self.jumps, self.radial, self.dims, self.relu,
+                    self.block, _mala_block.lanes(self.block), self.pcounts)
+            else:
+                code = _mala.mala_steps(self.T, self.X, self.y, self.XT, self.partial,
+                                        self.scratch, self.sub, self.f, self.R, self.counts,
+                                        self.f_sum, self.lam, self.eta, float(tau), self.seed,
+                                        int(step0), int(nsteps), self.kind, self.params,
+                                        bool(data_term), self.jumps, self.radial, self.dims,
+                                        self.relu)
             self.sum_sq = kernels.to_rows(self.T, theta)
             return int(code) if code else (0 if math.isfinite(self.sum_sq) else 1)
         code = kernels.run_steps(self.T, self.X, self.y, self.batch_size, self.partial,
