@@ -482,9 +482,28 @@ def analyze_stage(run: RunLike, stage: int, *, window: float = POOL_WINDOW,
     each weighted by its mass (docs/theory.md §6.1).
 
     A ray's weight and mass fraction are averages over the pooled snapshots; the certificate
-    ``G`` is computed from the residuals averaged over the same window and every chain. The
-    result is a :class:`FrameAnalysis` whose ``step`` is the last pooled frame's, ``frames``
-    the pooled frame indices and ``replicas`` the snapshots pooled (frames × chains).
+    ``G`` is computed from the residuals averaged over the same window and every chain.
+
+    Parameters
+    ----------
+    run : meanfield.store.Run or alike
+        The run (its chains: :func:`analysis.time_average.chains_of`).
+    stage : int
+        The stage (index into the ladder).
+    window : float
+        Fraction of the stage whose frames are pooled (default :data:`POOL_WINDOW`).
+    progress : callable ``(done, total)``, optional
+        As :func:`analyze_frame`.
+    **ray_kw
+        Passed to :func:`analysis.rays.find_rays` (after the run's ``lam``, ``tau``, weight
+        scale and the averaged residuals ``R``).
+
+    Returns
+    -------
+    FrameAnalysis
+        ``theta`` of shape (F·N, d+2), the pooled particles; ``step`` the last pooled frame's;
+        ``frames`` the pooled frame indices; ``replicas`` the snapshots pooled (frames ×
+        chains); ``snapshot`` the last frame of chain 0 alone.
 
     Raises
     ------

@@ -149,12 +149,16 @@ def one_line(capsys, code, want=2):
     return the_line(capsys.readouterr().err, code, want)
 
 
-def auto_walk(lengths, T, every):
+def auto_walk(lengths, T, every, per=1):
     """Step by step: ``(stage, step_in_stage, global step)`` of every observation boundary and
-    of every frame of an auto ladder whose stages ran ``lengths`` steps (budget ``T``)."""
+    of every frame of an auto ladder whose stages ran ``lengths`` steps (budget ``T``), with
+    ``per`` frames per chunk (evenly spaced, the last at the chunk's end)."""
     from solvers.schedule import AUTO_CHUNKS
     c = T // AUTO_CHUNKS
-    ends = {c * k for k in range(1, AUTO_CHUNKS)} | {T}
+    bounds = [c * k for k in range(AUTO_CHUNKS)] + [T]
+    ends = set()
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        ends |= {lo + int(round((hi - lo) * (i + 1) / per)) for i in range(per)}
     obs, frames, start = [], [], 0
     for s, L in enumerate(lengths):
         for k in range(1, L + 1):

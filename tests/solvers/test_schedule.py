@@ -45,12 +45,16 @@ def test_schedule_matches_a_step_by_step_walk(T, every, snaps):
         assert sch.stage_of_step(step) == (step - 1) // T
 
 
-@pytest.mark.parametrize("lengths,T,every", [((40, 160, 60), 160, 10), ((320, 80), 320, 7),
-                                             ((8, 33, 12, 28), 33, 5)])
-def test_auto_schedule_matches_a_step_by_step_walk(lengths, T, every):
+@pytest.mark.parametrize("lengths,T,every,per", [((40, 160, 60), 160, 10, 1),
+                                                 ((320, 80), 320, 7, 1),
+                                                 ((8, 33, 12, 28), 33, 5, 1),
+                                                 ((40, 160, 60), 160, 10, 4),
+                                                 ((320, 80), 320, 7, 3),
+                                                 ((8, 33, 12, 28), 33, 5, 4)])
+def test_auto_schedule_matches_a_step_by_step_walk(lengths, T, every, per):
     taus = (1e-2, 1e-3, 1e-2, 0.0)[:len(lengths)]
-    sch = Schedule(taus, "auto", every, 1, T).with_lengths(lengths)
-    obs, frames = auto_walk(lengths, T, every)
+    sch = Schedule(taus, "auto", every, per, T).with_lengths(lengths)
+    obs, frames = auto_walk(lengths, T, every, per)
     assert sch.row_counts() == (len(frames), len(obs))
     assert sch.total_steps == sum(lengths)
     starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
