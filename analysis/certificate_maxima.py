@@ -4,10 +4,9 @@
 activation cell; the maximum of ``±G`` on a closed cell and its maximiser are a cone projection
 (:func:`solvers.convex.cell_maxima`). A linear function has one local maximum on a convex
 spherical cell, so a point is a local maximum of ``±G`` on the sphere exactly when it is the
-maximiser of every closed cell that contains it. Ascending from cell to cell (from a cell to
-its maximiser, from there to the highest maximiser of the closed cells containing it) ends at
-one, which is how they are found. The rays of a measure sit at these maxima
-(THEORY §4–5): :mod:`analysis.gibbs_rays` finds the Gibbs measure's, and
+maximiser of every closed cell that contains it, which is how they are found. The rays of a measure sit at these maxima
+(THEORY §4–5): :mod:`analysis.gibbs_rays` finds the Gibbs measure's (its basins weighed by
+:func:`nearest_maximum` at the end of an ascent), and
 :func:`analysis.rays.find_rays` splits a cluster of particles that spans two basins.
 """
 
@@ -23,48 +22,26 @@ from solvers.geometry import lifted
 SAME_POINT = 1e-7
 
 
-class CellAscent:
-    """Ascent of ``±G_R`` from activation cell to activation cell (the module docstring): from a cell, to its maximiser; from a maximiser, to the highest maximiser of
-    the closed cells that contain it, until none is higher (a local maximum). Every hop
-    increases ``±G``, so it ends; the hops of a cell are remembered."""
+class CellMaxima:
+    """The maximum of ``±G_R`` on every closed activation cell and its maximiser
+    (:func:`solvers.convex.cell_maxima`), and which of them are local maxima on the sphere."""
 
     def __init__(self, R, X, lam, patterns):
         self.Xt = lifted(X)
         self.nx = np.linalg.norm(self.Xt, axis=1)
         self.patterns = patterns
         self.vals, self.args, _ = cell_maxima(R, X, lam, patterns)
-        self.index = {p.tobytes(): k for k, p in enumerate(np.packbits(patterns, axis=1))}
-        self._next: dict = {}
 
-    def cell_of(self, V) -> np.ndarray:
-        """Index of the activation cell of each direction of ``V`` (m, d+1); −1 when its
-        pattern is not among the realisable ones (a direction on a hyperplane)."""
-        bits = np.packbits((V @ self.Xt.T) > 0, axis=1)
-        return np.array([self.index.get(b.tobytes(), -1) for b in bits], dtype=int)
-
-    def next_cell(self, k: int, col: int) -> int:
-        """The cell of highest maximum among the closed cells containing cell ``k``'s
-        maximiser (``k`` itself when none is higher: a local maximum)."""
-        key = (k, col)
-        if key not in self._next:
-            v = self.args[k, col]
-            z = self.Xt @ v
-            tol = 1e-9 * self.nx
-            P = self.patterns
-            inside = np.all((P & (z[None, :] >= -tol)) | (~P & (z[None, :] <= tol)), axis=1)
-            cand = np.nonzero(inside)[0]
-            best = int(cand[np.argmax(self.vals[cand, col])]) if cand.size else k
-            top = self.vals[k, col]
-            self._next[key] = best if self.vals[best, col] > top * (1 + 1e-12) + 1e-15 else k
-        return self._next[key]
-
-    def top_cell(self, k: int, col: int) -> int:
-        """The cell whose maximiser is the local maximum that cell ``k`` ascends to."""
-        while True:
-            nxt = self.next_cell(k, col)
-            if nxt == k:
-                return k
-            k = nxt
+    def is_local_maximum(self, k: int, col: int) -> bool:
+        """Whether cell ``k``'s maximiser of ``±G`` (``col`` 0: ``+G``, 1: ``−G``) is a local
+        maximum on the sphere: no closed cell containing it has a higher maximum (the module
+        docstring)."""
+        z = self.Xt @ self.args[k, col]
+        tol = 1e-9 * self.nx
+        P = self.patterns
+        inside = np.all((P & (z[None, :] >= -tol)) | (~P & (z[None, :] <= tol)), axis=1)
+        top = self.vals[k, col]
+        return not np.any(self.vals[inside, col] > top * (1 + 1e-12) + 1e-15)
 
 
 def local_maxima(R, X, lam, patterns=None) -> list:
@@ -75,20 +52,20 @@ def local_maxima(R, X, lam, patterns=None) -> list:
     list of (v (d+1,), s) with ``s = +1`` for a maximum of ``G`` and ``−1`` for one of ``−G``;
     points where ``G = 0`` are not maxima of ``|G|`` and are left out.
     """
-    return [(v, s) for v, s, _ in maxima_of(ascent(R, X, lam, patterns))]
+    return [(v, s) for v, s, _ in maxima_of(cell_maxima_of(R, X, lam, patterns))]
 
 
-#: :func:`ascent` results of the last few ``(R, X, lam)`` (the sensitivity scan and the
+#: :func:`cell_maxima_of` results of the last few ``(R, X, lam)`` (the sensitivity scan and the
 #: frames of a stage ask for the same one many times; each costs a cone projection per
 #: activation cell and sign).
 _ASCENTS: dict = {}
 _ASCENTS_KEPT = 8
-#: The activation patterns of the last data set (:func:`ascent`).
+#: The activation patterns of the last data set (:func:`cell_maxima_of`).
 _PATTERNS: dict = {}
 
 
-def ascent(R, X, lam, patterns=None) -> CellAscent:
-    """The :class:`CellAscent` of ``G_R`` on the data ``X`` (patterns computed when omitted),
+def cell_maxima_of(R, X, lam, patterns=None) -> CellMaxima:
+    """The :class:`CellMaxima` of ``G_R`` on the data ``X`` (patterns computed when omitted),
     remembered for the last few arguments."""
     R = np.asarray(R, dtype=float).ravel()
     X = np.asarray(X, dtype=float).reshape(R.size, -1)
@@ -103,11 +80,11 @@ def ascent(R, X, lam, patterns=None) -> CellAscent:
             patterns = _PATTERNS[xk]
         if len(_ASCENTS) >= _ASCENTS_KEPT:
             _ASCENTS.pop(next(iter(_ASCENTS)))
-        _ASCENTS[key] = CellAscent(R, X, lam, np.asarray(patterns, dtype=bool))
+        _ASCENTS[key] = CellMaxima(R, X, lam, np.asarray(patterns, dtype=bool))
     return _ASCENTS[key]
 
 
-def maxima_of(asc: CellAscent) -> list:
+def maxima_of(asc: CellMaxima) -> list:
     """``(v, s, cells)``: each local maximum, its sign and the top cells (one per column and
     cell whose maximiser it is)."""
     out = []
@@ -115,7 +92,7 @@ def maxima_of(asc: CellAscent) -> list:
     for col, s in ((0, 1), (1, -1)):
         top = asc.vals[:, col]
         for k in np.nonzero(top > 1e-12 * scale)[0] if scale > 0 else []:
-            if asc.next_cell(int(k), col) != k:
+            if not asc.is_local_maximum(int(k), col):
                 continue
             v = asc.args[k, col]
             for entry in out:

@@ -8,7 +8,7 @@ increasing function of ``−G`` where ``G < 0`` (rays with ``a > 0``) and of ``G
 (rays with ``a < 0``); so the concentrations of the measure are at the local maxima of ``|G|``,
 the sign of ``a`` opposite to that of ``G``. This module finds them exactly and weighs them:
 
-1. **Local maxima.** Exactly, from cell to cell (:mod:`analysis.certificate_maxima`).
+1. **Local maxima.** Exactly, cell by cell (:mod:`analysis.certificate_maxima`).
 2. **Basins.** The directions of an integration rule on ``S^d`` (the Gibbs solver's adaptive
    quadrature for ``d ≤ 2``, its importance-sampling proposal centred on the peaks of ``|G|``
    for ``d ≥ 3``) ascend ``|G|`` (projected steps of decreasing length along the cell's
@@ -36,13 +36,14 @@ import numpy as np
 from scipy.special import erf, gammaln, roots_genlaguerre
 
 from analysis.certificate import certificate
-from analysis.certificate_maxima import ascent, maxima_of, nearest_maximum
+from analysis.certificate_maxima import cell_maxima_of, maxima_of, nearest_maximum
 from analysis.kinks import data_kinks
 from analysis.ray_thresholds import THERMAL_GAP, halo_baseline, thermal_gap_threshold
-from solvers.geometry import lifted
+from analysis.ternary import ternary_pattern
 
-#: A pattern entry of an exact Gibbs ray is 0 when ``|v*·x̃_j| ≤ ZERO_TOL |x̃_j|``: the cone
-#: projection puts a maximiser on a face to round-off.
+#: A pattern entry of an exact Gibbs ray is 0 within this angle (radians) of ``x̃_j``'s
+#: hyperplane (:func:`analysis.ternary.ternary_pattern`): the cone projection puts a maximiser
+#: on a face to round-off.
 ZERO_TOL = 1e-9
 #: Relative tolerance of the quadrature rule of the basins (``d ≤ 2``).
 RULE_RTOL = 1e-6
@@ -231,8 +232,7 @@ def gibbs_rays(sol, *, min_mass_frac: float = 1e-2, g_ray: float = 0.5, halo_rat
     R = np.asarray(sol.R, dtype=float).ravel()
     lam, tau = float(sol.lam), float(sol.tau)
     d = X.shape[1]
-    Xt = lifted(X)
-    asc = ascent(R, X, lam, patterns)
+    asc = cell_maxima_of(R, X, lam, patterns)
     maxima = maxima_of(asc)
     V, W, rule_name = _rule(sol, X, y, lam, R)
     G = certificate(V, X, R, lam)
@@ -254,7 +254,6 @@ def gibbs_rays(sol, *, min_mass_frac: float = 1e-2, g_ray: float = 0.5, halo_rat
     eps = None
     if weight_scale is not None and thermal_gap > 0:
         eps = thermal_gap_threshold(d, tau, lam, weight_scale, thermal_gap)
-    nx = np.linalg.norm(Xt, axis=1)
     found = []
     for k, (v, sg, _) in enumerate(maxima):
         mem = label == k
@@ -262,8 +261,7 @@ def gibbs_rays(sol, *, min_mass_frac: float = 1e-2, g_ray: float = 0.5, halo_rat
         angk = np.arccos(np.clip(V[mem] @ v, -1.0, 1.0))
         spread = float(np.sqrt(np.sum(m_node[mem] * angk ** 2) / mk)) if mk > 0 else 0.0
         g = float(certificate(v[None], X, R, lam)[0])
-        z = Xt @ v
-        pat = np.where(np.abs(z) <= ZERO_TOL * nx, 0, np.sign(z)).astype(np.int8)
+        pat = ternary_pattern(v, X, ZERO_TOL)[0]
         frac = mk / total if total > 0 else 0.0
         peak_mass = float(_mean_abs_a_r(np.array([g]), tau, lam, d)[0])
         reasons = []

@@ -398,10 +398,10 @@ def _split_by_basins(labels, signs, V, mass, X, R, lam, floor_mass):
         ``{"ray", "parts", "directions", "masses"}`` per split ray (indices before the split
         for ``ray``; ``parts``: the new ray indices, the first the old one).
     """
-    from analysis.certificate_maxima import ascent, maxima_of, nearest_maximum
+    from analysis.certificate_maxima import cell_maxima_of, maxima_of, nearest_maximum
     from solvers.activation_regions import TooManyPatterns
     try:
-        asc = ascent(R, X, lam)
+        asc = cell_maxima_of(R, X, lam)
     except TooManyPatterns:
         return labels, list(signs), []
     maxima = maxima_of(asc)

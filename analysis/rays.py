@@ -609,8 +609,8 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
             own, margin = ternary_pattern(vbar, X, ptol.angle_tol)
             while not pattern_realisable(own, X) and np.any(own == 0):
                 z = np.nonzero(own == 0)[0]
-                far = z[np.argmax(np.abs(lifted(X)[z] @ vbar) / np.linalg.norm(lifted(X)[z], axis=1))]
-                own[far] = 1 if float(lifted(X)[far] @ vbar) >= 0 else -1
+                far = z[np.argmax(np.abs(L[z] @ vbar) / np.linalg.norm(L[z], axis=1))]
+                own[far] = 1 if float(L[far] @ vbar) >= 0 else -1
             repaired.append({"ray": k, "pattern": [int(x) for x in pat],
                              "replaced_by": [int(x) for x in own]})
             pat = own
