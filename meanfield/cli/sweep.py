@@ -99,8 +99,13 @@ def main(args) -> int:
         if not args.serial:
             # the command ends: what Dask's processes report while they exit (a worker
             # whose start was cut short, at interpreter exit) is not for the user
+            import logging
+
             from meanfield.sweep.execute import silence_distributed
             silence_distributed()
+            # a nanny whose start the signal cut short ends as an asyncio task whose
+            # exception nobody retrieves; asyncio reports it at exit, after the line below
+            logging.getLogger("asyncio").setLevel(logging.CRITICAL + 1)
         how = f"terminated by {exc}" if isinstance(exc, Terminated) else "interrupted"
         sys.stderr.write(f"meanfield: {how}; the finished jobs are kept in {study.directory}: "
                          "run the same command again to continue\n")
