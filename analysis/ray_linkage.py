@@ -104,8 +104,13 @@ def mass_sample(mass, m: int, seed: int = 0) -> np.ndarray:
     return pick
 
 
-def _linkage_tree(V, sign, mass, knn, progress=None, max_particles=None):
+def _linkage_tree(V, sign, mass, knn, progress=None, max_particles=None, replicas: int = 1):
     """Minimum spanning forest of the mutual-reachability k-NN graph of each sign.
+
+    ``V`` pools ``replicas`` snapshots (:func:`analysis.rays.find_rays`): a particle's core
+    distance is then that of one snapshot's density, the distance to its
+    ``knn · replicas``-th neighbour, so that a threshold resolves in the pooled cloud what it
+    resolves in one snapshot (``knn`` nearest neighbours still give the graph's edges).
 
     Above ``max_particles`` (default :data:`LINKAGE_MAX_PARTICLES`) kept particles of one sign,
     the k-NN graph is that of a mass-weighted sample of ``max_particles`` of them
@@ -146,11 +151,14 @@ def _linkage_tree(V, sign, mass, knn, progress=None, max_particles=None):
             continue
         sub = idx if m <= cap else idx[mass_sample(mass[idx], cap)]
         ms = sub.size
+        # the core's neighbour: knn of one snapshot, in the pooled (or sampled) cloud
+        kc = min(max(knn, int(round(knn * replicas * ms / m))) + 1, ms)
         kk = min(knn + 1, ms)
         tree = cKDTree(V[sub])
-        dist, nb, done = _query(tree, V[sub], kk, progress, done, total)
+        dist, nb, done = _query(tree, V[sub], kc, progress, done, total)
         core[sub] = dist[:, -1]
-        mr = np.maximum(dist[:, 1:], np.maximum(dist[:, -1:], dist[nb[:, 1:], -1]))
+        dist, nb = dist[:, :kk], nb[:, :kk]
+        mr = np.maximum(dist[:, 1:], np.maximum(core[sub][:, None], core[sub][nb[:, 1:]]))
         rows.append(np.repeat(sub, kk - 1))
         cols.append(sub[nb[:, 1:].ravel()])
         wts.append(mr.ravel())

@@ -477,8 +477,8 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
     Vk, mk, sk = V[idx], mass[idx], sign[idx]
     cell_all = cells(sign, V, X)
     M = idx.size
-    k_nn = max(1, min(int(knn), max(3, n_plateau - 1)))
-    ei, ej, ew, core_median = _linkage_tree(Vk, sk, mk, k_nn, progress)
+    k_nn = max(1, min(int(knn), max(3, n_plateau // replicas - 1)))
+    ei, ej, ew, core_median = _linkage_tree(Vk, sk, mk, k_nn, progress, replicas=replicas)
     if thresholds is None:
         lo_t = core_median if np.isfinite(core_median) and 0 < core_median < 0.5 else 1e-4
         thresholds = np.logspace(np.log10(lo_t), 0, 50)

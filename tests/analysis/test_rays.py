@@ -278,3 +278,18 @@ def test_mass_sample_is_proportional_to_mass():
     assert set(range(1000, 1010)) <= set(pick.tolist())      # heavy ones always drawn
     assert np.array_equal(mass_sample(mass, 100), pick)       # deterministic
     assert np.array_equal(mass_sample(mass, 5000), np.arange(1010))
+
+
+def test_pooled_snapshots_are_linked_at_one_snapshots_resolution():
+    # a stage pools F snapshots (replicas): its core distances, and so the scanned thresholds,
+    # are those of one snapshot's density, not F times denser (docs/theory.md §6.1)
+    D = np.array([[0.8, 0.0, 0.6], [0.8 * np.cos(1.5), 0.8 * np.sin(1.5), 0.6]])
+    snaps = [planted_rays(D, [1.0, 0.3], 1000, noise=0.08, seed=s)[0] for s in range(8)]
+    X = np.random.default_rng(0).uniform(-1, 1, (6, 2))
+    one = np.array([find_rays(t, X).thresholds[0] for t in snaps])
+    pooled = np.concatenate(snaps)
+    t_pool = find_rays(pooled, X, replicas=8).thresholds[0]
+    assert one.min() * 0.9 <= t_pool <= one.max() * 1.1
+    # as one snapshot of 8000 particles it resolves finer (the check above has power)
+    assert find_rays(pooled, X).thresholds[0] < 0.5 * one.min()
+    assert len(find_rays(pooled, X, replicas=8).rays) == 2
