@@ -11,16 +11,20 @@ the sign of ``a`` opposite to that of ``G``. This module finds them exactly and 
 1. **Local maxima.** Exactly, cell by cell (:mod:`analysis.certificate_maxima`).
 2. **Basins.** The directions of an integration rule on ``S^d`` (the Gibbs solver's adaptive
    quadrature for ``d ≤ 2``, its importance-sampling proposal centred on the peaks of ``|G|``
-   for ``d ≥ 3``) ascend ``|G|`` (projected steps of decreasing length along the cell's
-   gradient) and join the local maximum they reach. A basin's weight is
-   ``c_k = ∫_basin π_R(v) E[a r | v] dv`` and its mass ``∫_basin π_R(v) E[|a| r | v] dv`` (the
-   folded-normal mean of ``a`` given ``r``, integrated over the radial law by Gauss–Laguerre
-   quadrature), the analogues of a particle ray's ``(1/N) Σ a_i |u_i|`` and ``Σ |a_i||u_i|/N``.
+   for ``d ≥ 3``) ascend ``|G|`` by discrete steps to their highest near neighbour and join
+   the exact local maximum nearest to where they stop (:func:`_basins`). A basin's weight is
+   ``c_k = ∫_basin π_R(v) E[a r | v] dv`` and its mass ``∫_basin π_R(v) E[|a| r 1(|a| r ≥ c) |
+   v] dv``, the mass of its particles heavier than the particles' halo cut ``c`` (the
+   truncated normal moment of ``a`` given ``r``, integrated over the radial law by
+   Gauss–Laguerre quadrature, :func:`_mean_abs_a_r`), the analogues of a particle ray's
+   ``(1/N) Σ a_i |u_i|`` and ``Σ |a_i||u_i|/N`` over its kept particles.
 3. **The ray rule the particles get** (:func:`analysis.rays.find_rays`, docs/theory.md §6.5): a
    local maximum is a ray when its basin holds at least ``min_mass_frac`` of the mass, it passes
    the certificate (``|G(v*)| ≥ g_ray``), its mean particle mass at ``v*`` is at least
    ``halo_ratio`` times the free-particle baseline ``(d+1)τ/λ``, and its certificate gap
    ``1 − |G(v*)|`` is at most ``ε(τ) = κ (d+1)τ/(λ c_y)``. The others are listed with the reason.
+   The particles' compactness limit is not part of it (a basin holds one maximum by
+   construction); a basin's breadth is its ``spread``.
 
 Patterns and kink hyperplanes of the rays are those of their exact directions (a zero entry
 where the direction lies on the data point's hyperplane to ``ZERO_TOL``), by the rule of the
@@ -33,7 +37,7 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.special import erf, gammaln, roots_genlaguerre
+from scipy.special import gammaln, ndtr, roots_genlaguerre
 
 from analysis.certificate import certificate
 from analysis.certificate_maxima import cell_maxima_of, maxima_of, nearest_maximum
@@ -60,8 +64,9 @@ class GibbsRay:
     direction : ndarray of shape (d+1,)   the maximiser ``v*`` (unit vector)
     sign : int                            sign of ``a`` (``−sign G(v*)``)
     weight : float                        ``c_k = ∫_basin π E[a r | v] dv`` (signed)
-    mass_fraction : float                 basin mass over the total mass
-    spread : float                        mass-weighted RMS angle (radians) of the basin to ``v*``
+    mass_fraction : float                 the basin's mass of particles heavier than the halo
+                                          cut, over the total mass
+    spread : float                        RMS angle (radians) of that mass to ``v*``
     G : float                             ``G(v*)``
     gap : float                           certificate gap ``1 − |G(v*)|``
     pattern : ndarray of shape (n,) int8  ternary pattern of ``v*``
@@ -133,12 +138,15 @@ class GibbsRays:
                 "n_nodes": int(self.n_nodes), "thresholds": dict(self.thresholds)}
 
 
-def _mean_abs_a_r(G, tau, lam, d, order: int = 48):
-    """``E[|a| r | v]`` at certificates ``G`` (m,): ``a | r ~ N(−rG, τ/λ)``,
-    ``t = λ(1 − G²) r²/(2τ) ~ Gamma((d+1)/2)`` (THEORY §5). With ``r = c√t`` the integrand is
-    ``c √t · fold(|G| c √t)``, the folded-normal mean ``fold(μ) = σ√(2/π) e^{−μ²/2σ²} +
-    μ erf(μ/σ√2)`` an even function of ``μ``, so smooth in ``t``: Gauss–Laguerre with the
-    weight ``t^{p−1/2} e^{−t}``."""
+def _mean_abs_a_r(G, tau, lam, d, cut: float = 0.0, order: int = 64):
+    """``E[|a| r 1(|a| r ≥ cut) | v]`` at certificates ``G`` (m,): the mean mass of the
+    particles at ``v`` heavier than ``cut`` (``cut = 0``: all of them). Given ``v``,
+    ``a | r ~ N(−rG, σ²)``, ``σ² = τ/λ``, and ``t = λ(1 − G²) r²/(2τ) ~ Gamma((d+1)/2)`` (THEORY
+    §5). For fixed ``r`` the truncated first absolute moment of the normal is closed:
+    ``E[|a| 1(|a| ≥ k)] = μ Φ((μ−k)/σ) + σ φ((k−μ)/σ) − μ Φ((−k−μ)/σ) + σ φ((k+μ)/σ)``,
+    ``μ = −rG``, ``k = cut/r`` (at ``k = 0`` the folded-normal mean, an even function of ``μ``,
+    so smooth in ``t``). With ``r = c√t`` the outer integral is Gauss–Laguerre with the
+    weight ``t^{p−1/2} e^{−t}``, ``p = (d+1)/2``."""
     p = 0.5 * (d + 1)
     t, w = roots_genlaguerre(order, p - 0.5)
     w = w / math.exp(gammaln(p))
@@ -146,10 +154,16 @@ def _mean_abs_a_r(G, tau, lam, d, order: int = 48):
     om = (1.0 - G) * (1.0 + G)
     sigma = math.sqrt(tau / lam)
     c = np.sqrt(2.0 * tau / (lam * om))[:, None]                        # r = c √t
-    mu = c * np.sqrt(t)[None, :] * np.abs(G)[:, None]                    # (m, order)
-    fold = sigma * math.sqrt(2.0 / math.pi) * np.exp(-0.5 * (mu / sigma) ** 2) \
-        + mu * erf(mu / (sigma * math.sqrt(2.0)))
-    return (c[:, 0]) * (fold @ w)
+    r = c * np.sqrt(t)[None, :]
+    mu = -r * G[:, None]                                                 # (m, order)
+    k = float(cut) / r
+    trunc = (mu * (ndtr((mu - k) / sigma) - ndtr((-k - mu) / sigma))
+             + sigma * (_phi((k - mu) / sigma) + _phi((k + mu) / sigma)))
+    return c[:, 0] * (trunc @ w)
+
+
+def _phi(z):
+    return np.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)
 
 
 def _rule(sol, X, y, lam, R):
@@ -202,7 +216,7 @@ def _basins(V, value, s, maxima: list, k: int = 16):
 
 def gibbs_rays(sol, *, min_mass_frac: float = 1e-2, g_ray: float = 0.5, halo_ratio: float = 3.0,
                thermal_gap: float = THERMAL_GAP, weight_scale: float | None = None,
-               patterns=None) -> GibbsRays:
+               particle_halo: float = 1.0, patterns=None) -> GibbsRays:
     """Rays of the exact Gibbs measure at one temperature (module docstring).
 
     Parameters
@@ -210,8 +224,14 @@ def gibbs_rays(sol, *, min_mass_frac: float = 1e-2, g_ray: float = 0.5, halo_rat
     sol : solvers.gibbs.GibbsSolution
         The fixed point at ``sol.tau`` (attributes ``tau``, ``lam``, ``X`` (n, d), ``y`` (n,),
         ``R`` (n,) are read; one from the disk cache will do).
-    min_mass_frac, g_ray, halo_ratio, thermal_gap : float
-        The ray rule of :func:`analysis.rays.find_rays` (same defaults).
+    min_mass_frac, g_ray, halo_ratio, thermal_gap, particle_halo : float
+        The ray rule of :func:`analysis.rays.find_rays` (same defaults). As the particles
+        lighter than ``particle_halo`` times the baseline ``(d+1)τ/λ`` are halo there, a
+        basin's mass fraction and spread are those of the mass of its particles heavier than
+        that (:func:`_mean_abs_a_r` with the cut; the whole mass is the denominator). The
+        particles' compactness test (``max_spread``) is not applied: it ends the linkage's
+        plateau where clusters of two rays merge, and a basin holds one maximum by
+        construction; its breadth is reported (``spread``).
     weight_scale : float, optional
         ``c_y`` of the gap threshold (default :func:`analysis.rays.label_weight_scale`).
     patterns : ndarray of shape (P, n) bool, optional
@@ -243,6 +263,8 @@ def gibbs_rays(sol, *, min_mass_frac: float = 1e-2, g_ray: float = 0.5, halo_rat
     w_node = pi_w * (-G) * (d + 1) * tau / (lam * om)
     m_node = pi_w * _mean_abs_a_r(G, tau, lam, d)
     total = float(m_node.sum())
+    baseline = halo_baseline(d, tau, lam)
+    kept = pi_w * _mean_abs_a_r(G, tau, lam, d, cut=particle_halo * baseline)
     s = np.where(G >= 0, 1, -1)
     flat = np.abs(G) <= 1e-12
     label = -np.ones(V.shape[0], dtype=int)
@@ -250,16 +272,15 @@ def gibbs_rays(sol, *, min_mass_frac: float = 1e-2, g_ray: float = 0.5, halo_rat
         label[~flat] = _basins(V[~flat], s[~flat] * G[~flat], s[~flat], maxima)
     if weight_scale is None:
         weight_scale = label_weight_scale(X, y)
-    baseline = halo_baseline(d, tau, lam)
     eps = None
     if weight_scale is not None and thermal_gap > 0:
         eps = thermal_gap_threshold(d, tau, lam, weight_scale, thermal_gap)
     found = []
     for k, (v, sg, _) in enumerate(maxima):
         mem = label == k
-        mk = float(m_node[mem].sum())
+        mk = float(kept[mem].sum())
         angk = np.arccos(np.clip(V[mem] @ v, -1.0, 1.0))
-        spread = float(np.sqrt(np.sum(m_node[mem] * angk ** 2) / mk)) if mk > 0 else 0.0
+        spread = float(np.sqrt(np.sum(kept[mem] * angk ** 2) / mk)) if mk > 0 else 0.0
         g = float(certificate(v[None], X, R, lam)[0])
         pat = ternary_pattern(v, X, ZERO_TOL)[0]
         frac = mk / total if total > 0 else 0.0
@@ -287,5 +308,6 @@ def gibbs_rays(sol, *, min_mass_frac: float = 1e-2, g_ray: float = 0.5, halo_rat
                      thresholds={"min_mass_frac": float(min_mass_frac), "g_ray": float(g_ray),
                                  "halo_ratio": float(halo_ratio),
                                  "thermal_gap": float(thermal_gap),
+                                 "particle_halo": float(particle_halo),
                                  "weight_scale": None if weight_scale is None
                                  else float(weight_scale)})

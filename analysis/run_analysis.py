@@ -783,7 +783,7 @@ def analyze(run: RunLike, *, reference: ArrayLike | Callable | None = None, w2: 
 
 
 #: The thresholds of :func:`analysis.rays.find_rays` that the Gibbs rays share.
-GIBBS_RULE_KEYS = ("g_ray", "halo_ratio", "thermal_gap", "weight_scale")
+GIBBS_RULE_KEYS = ("g_ray", "halo_ratio", "thermal_gap", "weight_scale", "particle_halo")
 #: Thresholds of :func:`analysis.rays.find_rays` the note of :func:`gibbs_ladder` reads.
 GIBBS_NOTE_KEYS = ("max_spread",)
 #: A ray whose mass fraction is within this factor of the mass floor is marginal: whether it

@@ -100,6 +100,25 @@ def test_radial_mass_is_the_folded_normal_mean_over_the_radial_law():
     assert _mean_abs_a_r(np.array([0.0]), tau, lam, d)[0] == pytest.approx(closed, rel=1e-10)
 
 
+@pytest.mark.parametrize("cut", [1.0, 3.0, 10.0])
+def test_kept_mass_is_the_mean_mass_of_particles_heavier_than_the_cut(cut):
+    # what the particles' halo cut keeps, E[|a| r 1(|a| r >= cut) | v], against Monte Carlo of
+    # the radial law, from G = 0 (the cut removes most) to a sharp peak (it removes nothing)
+    rng = np.random.default_rng(1)
+    tau, lam, d = 1e-2, 1e-2, 2
+    p = (d + 1) / 2
+    for G in (0.0, 0.5, -0.9, 0.97):
+        om = 1 - G * G
+        r = np.sqrt(rng.gamma(p, 2 * tau / (lam * om), 2_000_000))
+        a = -r * G + math.sqrt(tau / lam) * rng.standard_normal(r.size)
+        m = np.abs(a) * r
+        mc = m * (m >= cut)
+        got = _mean_abs_a_r(np.array([G]), tau, lam, d, cut=cut)[0]
+        assert abs(got - mc.mean()) < 4 * mc.std() / math.sqrt(mc.size) + 1e-12
+    assert _mean_abs_a_r(np.array([0.3]), tau, lam, d, cut=cut)[0] \
+        < _mean_abs_a_r(np.array([0.3]), tau, lam, d)[0]
+
+
 def test_gibbs_rays_at_low_tau_are_the_convex_rays_and_carry_the_predictor():
     lam = 0.01
     cc = convex_counts(convex_reference(X9, Y9, lam), X9)
