@@ -18,6 +18,11 @@ from solvers.activation_regions import activation_patterns
 from solvers.convex import cell_maxima
 from solvers.geometry import lifted
 
+#: A pattern entry of an exact maximum of ``|G|`` is 0 within this angle (radians) of
+#: ``x̃_j``'s hyperplane (:func:`analysis.ternary.ternary_pattern`): the cone projection puts a
+#: maximiser on a face to round-off.
+ZERO_TOL = 1e-9
+
 #: Two local maxima closer than this (chord) are one point found from two cells.
 SAME_POINT = 1e-7
 
@@ -122,4 +127,44 @@ def nearest_maximum(maxima: list, V, s) -> np.ndarray:
     best = np.argmax(cos, axis=1)
     ok = np.isfinite(cos[np.arange(V.shape[0]), best])
     out[ok] = best[ok]
+    return out
+
+
+def basins(V, G, maxima: list, k: int = 16) -> np.ndarray:
+    """The index into ``maxima`` (:func:`maxima_of`) of the local maximum of ``|G|`` whose
+    basin holds each direction of ``V`` (m, d+1), ``G`` (m,) the certificate there; −1 where
+    ``G = 0`` (a flat region, no maximum) or no maximum of that sign exists.
+
+    Discrete ascent: every direction points to its neighbour (among its ``k`` nearest with
+    the same sign of ``G``) of highest ``|G|`` when that is higher than its own, and the
+    pointers are followed to their ends; this follows the flow of ``|G|`` up to the point
+    set's resolution, along the ridges (kinks) too, where a projected gradient step zigzags.
+    An end, a local maximum of the point set, joins the nearest exact maximum of its sign
+    (:func:`nearest_maximum`). The points are an integration rule's nodes
+    (:mod:`analysis.gibbs_rays`) or particles (:func:`analysis.rays.find_rays`): the same
+    partition of the sphere for both (docs/theory.md §6.7)."""
+    from scipy.spatial import cKDTree
+    V = np.atleast_2d(np.asarray(V, dtype=float))
+    G = np.asarray(G, dtype=float).ravel()
+    out = -np.ones(V.shape[0], dtype=int)
+    live = np.nonzero(np.abs(G) > 1e-12)[0]
+    m = live.size
+    if m == 0 or not maxima:
+        return out
+    P, s = V[live], np.where(G[live] >= 0, 1, -1)
+    value = np.abs(G[live])
+    kk = min(k + 1, m)
+    _, nb = cKDTree(P).query(P, k=kk)
+    nb = nb.reshape(m, kk)
+    vals = np.where(s[nb] == s[:, None], value[nb], -np.inf)
+    best = np.argmax(vals, axis=1)
+    parent = nb[np.arange(m), best]
+    parent = np.where(vals[np.arange(m), best] > value, parent, np.arange(m))
+    while True:
+        nxt = parent[parent]
+        if np.array_equal(nxt, parent):
+            break
+        parent = nxt
+    ends, inverse = np.unique(parent, return_inverse=True)
+    out[live] = nearest_maximum(maxima, P[ends], s[ends])[inverse]
     return out

@@ -12,7 +12,8 @@ the sign of ``a`` opposite to that of ``G``. This module finds them exactly and 
 2. **Basins.** The directions of an integration rule on ``S^d`` (the Gibbs solver's adaptive
    quadrature for ``d ≤ 2``, its importance-sampling proposal centred on the peaks of ``|G|``
    for ``d ≥ 3``) ascend ``|G|`` by discrete steps to their highest near neighbour and join
-   the exact local maximum nearest to where they stop (:func:`_basins`). A basin's weight is
+   the exact local maximum nearest to where they stop
+   (:func:`analysis.certificate_maxima.basins`). A basin's weight is
    ``c_k = ∫_basin π_R(v) E[a r | v] dv`` and its mass ``∫_basin π_R(v) E[|a| r 1(|a| r ≥ c) |
    v] dv``, the mass of its particles heavier than the particles' halo cut ``c`` (the
    truncated normal moment of ``a`` given ``r``, integrated over the radial law by
@@ -40,15 +41,11 @@ import numpy as np
 from scipy.special import gammaln, ndtr, roots_genlaguerre
 
 from analysis.certificate import certificate
-from analysis.certificate_maxima import cell_maxima_of, maxima_of, nearest_maximum
-from analysis.kinks import data_kinks
-from analysis.ray_thresholds import THERMAL_GAP, halo_baseline, thermal_gap_threshold
+from analysis.certificate_maxima import ZERO_TOL, basins, cell_maxima_of, maxima_of
+from analysis.kinks import EXACT_ZERO_TOL, data_kinks
+from analysis.ray_thresholds import THERMAL_GAP, halo_baseline, mass_gap, thermal_gap_threshold
 from analysis.ternary import ternary_pattern
 
-#: A pattern entry of an exact Gibbs ray is 0 within this angle (radians) of ``x̃_j``'s
-#: hyperplane (:func:`analysis.ternary.ternary_pattern`): the cone projection puts a maximiser
-#: on a face to round-off.
-ZERO_TOL = 1e-9
 #: Relative tolerance of the quadrature rule of the basins (``d ≤ 2``).
 RULE_RTOL = 1e-6
 #: Points of the importance-sampling rule of the basins (``d ≥ 3``).
@@ -72,6 +69,9 @@ class GibbsRay:
     pattern : ndarray of shape (n,) int8  ternary pattern of ``v*``
     is_ray : bool                         passes the ray rule (module docstring)
     reason : str                          why not, "" for a ray
+    mean_mass : float                     the basin's mean kept particle mass in free-particle
+                                          baselines ``(d+1)τ/λ`` (the heaviness test's
+                                          quantity; a ray needs ``halo_ratio``)
     """
 
     direction: np.ndarray
@@ -84,13 +84,14 @@ class GibbsRay:
     pattern: np.ndarray
     is_ray: bool = True
     reason: str = ""
+    mean_mass: float = float("nan")
 
     def as_dict(self) -> dict:
         return {"direction": [float(x) for x in self.direction], "sign": int(self.sign),
                 "weight": float(self.weight), "mass_fraction": float(self.mass_fraction),
                 "spread": float(self.spread), "G": float(self.G), "gap": float(self.gap),
                 "pattern": [int(t) for t in self.pattern], "is_ray": bool(self.is_ray),
-                "reason": self.reason}
+                "reason": self.reason, "mean_mass": float(self.mean_mass)}
 
 
 @dataclass
@@ -162,6 +163,22 @@ def _mean_abs_a_r(G, tau, lam, d, cut: float = 0.0, order: int = 64):
     return c[:, 0] * (trunc @ w)
 
 
+def _kept_probability(G, tau, lam, d, cut: float, order: int = 64):
+    """``P(|a| r ≥ cut | v)`` at certificates ``G`` (m,): the share of the particles at ``v``
+    that the particles' halo cut keeps, ``E[Φ((μ−k)/σ) + Φ((−k−μ)/σ)]`` over the radial law
+    (notation of :func:`_mean_abs_a_r`; Gauss–Laguerre with the weight ``t^{p−1} e^{−t}``)."""
+    p = 0.5 * (d + 1)
+    t, w = roots_genlaguerre(order, p - 1.0)
+    w = w / math.exp(gammaln(p))
+    G = np.asarray(G, dtype=float)
+    om = (1.0 - G) * (1.0 + G)
+    sigma = math.sqrt(tau / lam)
+    r = np.sqrt(2.0 * tau / (lam * om))[:, None] * np.sqrt(t)[None, :]
+    mu = -r * G[:, None]
+    k = float(cut) / r
+    return (ndtr((mu - k) / sigma) + ndtr((-k - mu) / sigma)) @ w
+
+
 def _phi(z):
     return np.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)
 
@@ -181,37 +198,6 @@ def _rule(sol, X, y, lam, R):
     prop = build_proposal(peaks, d, SAMPLE_POINTS, ref._one_minus_G2(R))
     V, W = prop.sample([0, 1, 0])
     return V, W, "importance sample"
-
-
-def _basins(V, value, s, maxima: list, k: int = 16):
-    """The index into ``maxima`` (from :func:`analysis.certificate_maxima.maxima_of`) of the local maximum each direction of
-    ``V`` (m, d+1) ascends to (−1: none).
-
-    Discrete ascent first: every direction points to its neighbour (among its ``k`` nearest
-    of the same sign of ``G``) of highest ``value = |G|`` when that is higher than its own,
-    and the pointers are followed to their ends; this follows the flow of ``|G|`` up to the
-    node set's resolution, along the ridges (kinks) too. An end, a local maximum of the
-    nodes, joins the nearest exact maximum of its sign
-    (:func:`analysis.certificate_maxima.nearest_maximum`)."""
-    from scipy.spatial import cKDTree
-    m = V.shape[0]
-    out = -np.ones(m, dtype=int)
-    if m == 0 or not maxima:
-        return out
-    kk = min(k + 1, m)
-    _, nb = cKDTree(V).query(V, k=kk)
-    nb = nb.reshape(m, kk)
-    vals = np.where(s[nb] == s[:, None], value[nb], -np.inf)
-    best = np.argmax(vals, axis=1)
-    parent = nb[np.arange(m), best]
-    parent = np.where(vals[np.arange(m), best] > value, parent, np.arange(m))
-    while True:
-        nxt = parent[parent]
-        if np.array_equal(nxt, parent):
-            break
-        parent = nxt
-    ends, inverse = np.unique(parent, return_inverse=True)
-    return nearest_maximum(maxima, V[ends], s[ends])[inverse]
 
 
 def gibbs_rays(sol, *, min_mass_frac: float = 1e-2, g_ray: float = 0.5, halo_ratio: float = 3.0,
@@ -265,11 +251,9 @@ def gibbs_rays(sol, *, min_mass_frac: float = 1e-2, g_ray: float = 0.5, halo_rat
     total = float(m_node.sum())
     baseline = halo_baseline(d, tau, lam)
     kept = pi_w * _mean_abs_a_r(G, tau, lam, d, cut=particle_halo * baseline)
+    kept_n = pi_w * _kept_probability(G, tau, lam, d, cut=particle_halo * baseline)
     s = np.where(G >= 0, 1, -1)
-    flat = np.abs(G) <= 1e-12
-    label = -np.ones(V.shape[0], dtype=int)
-    if maxima:
-        label[~flat] = _basins(V[~flat], s[~flat] * G[~flat], s[~flat], maxima)
+    label = basins(V, G, maxima)
     if weight_scale is None:
         weight_scale = label_weight_scale(X, y)
     eps = None
@@ -284,24 +268,28 @@ def gibbs_rays(sol, *, min_mass_frac: float = 1e-2, g_ray: float = 0.5, halo_rat
         g = float(certificate(v[None], X, R, lam)[0])
         pat = ternary_pattern(v, X, ZERO_TOL)[0]
         frac = mk / total if total > 0 else 0.0
-        peak_mass = float(_mean_abs_a_r(np.array([g]), tau, lam, d)[0])
+        # the basin's mean kept particle mass, as a cluster's cm/cn (find_rays)
+        n_k = float(kept_n[mem].sum())
+        mean_mass = mk / n_k if n_k > 0 else 0.0
+        gap = max(1.0 - abs(g), float(mass_gap(mean_mass, baseline)))
         reasons = []
         if frac < min_mass_frac:
             reasons.append(f"mass fraction {frac:.3g} < {min_mass_frac:g}")
         if abs(g) < g_ray:
             reasons.append(f"|G| {abs(g):.3g} < g_ray {g_ray:g}")
-        if peak_mass < halo_ratio * baseline:
-            reasons.append(f"mean particle mass {peak_mass:.3g} < {halo_ratio:g} x baseline "
+        if mean_mass < halo_ratio * baseline:
+            reasons.append(f"mean particle mass {mean_mass:.3g} < {halo_ratio:g} x baseline "
                            f"{baseline:.3g}")
-        if eps is not None and 1.0 - abs(g) > eps:
-            reasons.append(f"gap {1.0 - abs(g):.3g} > {eps:.3g}")
+        if eps is not None and gap > eps:
+            reasons.append(f"gap {gap:.3g} > {eps:.3g}")
         found.append(GibbsRay(direction=v, sign=-int(sg), weight=float(w_node[mem].sum()),
                               mass_fraction=frac, spread=spread, G=g, gap=1.0 - abs(g),
-                              pattern=pat, is_ray=not reasons, reason="; ".join(reasons)))
+                              pattern=pat, is_ray=not reasons, reason="; ".join(reasons),
+                              mean_mass=mean_mass / baseline))
     found.sort(key=lambda q: -q.mass_fraction)
     rays = [q for q in found if q.is_ray]
     kinks = data_kinks([q.direction for q in rays], X, [q.pattern for q in rays],
-                       zero_tol=[1e-6] * len(rays)) if rays else []
+                       zero_tol=[EXACT_ZERO_TOL] * len(rays)) if rays else []
     unassigned = float(m_node[label < 0].sum() / total) if total > 0 else 0.0
     return GibbsRays(tau=tau, rays=rays, maxima=found, kinks=kinks, gap_threshold=eps,
                      unassigned_mass=unassigned, rule=rule_name, n_nodes=int(V.shape[0]),

@@ -137,8 +137,8 @@ def sensitivity(theta, X, ray_kw: dict, kink_kw: dict | None = None, conv=None,
         "robust": bool}``; thresholds: ``min_mass_frac``, ``halo_ratio`` and
         ``particle_halo`` (with ``tau``),
         ``g_ray`` (with ``G``; levels 0, the value and (1+value)/2), ``min_particles``,
-        ``max_spread``,
-        ``linkage_chord`` (the chosen linkage threshold times each scale), ``rel_tol`` (the
+        ``max_spread`` (the linkage rule's),
+        ``linkage_chord`` (the linkage rule's chosen threshold times each scale), ``rel_tol`` (the
         kink tolerance), ``pattern_angle_tol`` and ``pattern_mass_tol`` (the tolerances of a
         pattern's 0 entries, which also decide the joins across data points and the kink
         identity), ``thermal_gap`` (the constant of the certificate-gap test, with ``tau``
@@ -169,7 +169,8 @@ def sensitivity(theta, X, ray_kw: dict, kink_kw: dict | None = None, conv=None,
     defaults["min_particles"] = (res0.min_particles if F == 1 else
                                  1 if res0.min_particles <= -(-F // 2) else
                                  res0.min_particles // F)
-    defaults["max_spread"] = ray_kw.get("max_spread", 0.3)
+    if res0.rule != "basins":        # the basins rule has no compactness test (§6.1)
+        defaults["max_spread"] = ray_kw.get("max_spread", 0.3)
     for name, v0 in defaults.items():
         seen = set()
         for sc in scales:

@@ -2,7 +2,12 @@
 (THEORY §6; the criteria in THEORY §6.1).
 
 A neuron contributes ``a σ(u·x̃) = a|u| σ(v·x̃)`` with direction ``v = u/|u| ∈ S^d`` and mass
-``|a||u|``. The method, in order:
+``|a||u|``. Two rules group the kept particles (``rule``; docs/theory.md §6.1). With the
+stage's residuals ``R``, ``tau`` and the weight scale (a stage's analysis), the **basins** of the
+exact local maxima of ``|G_R|`` (:func:`analysis.certificate_maxima.basins`), each basin tested
+at its maximum by the rule the exact Gibbs measure's rays get (:func:`_basin_rays`,
+:mod:`analysis.gibbs_rays`): no threshold to choose, and the same partition as the reference's.
+Otherwise the **linkage**, in order:
 
 1. **Lightest particles.** Particles lighter than ``light_frac`` times the mass-weighted
    median particle mass are dropped (a robust scale), and, with ``tau``, those lighter than
@@ -62,6 +67,7 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
 from analysis.certificate import certificate, residuals
+from analysis.certificate_maxima import ZERO_TOL, basins, cell_maxima_of, maxima_of
 from analysis.ray_linkage import (
     _cell_conflicts,
     _linkage_tree,
@@ -83,6 +89,7 @@ from analysis.ray_thresholds import (
     thermal_gap_threshold,
 )
 from analysis.ternary import PatternTolerance, pattern_realisable, ray_pattern, ternary_pattern
+from solvers.activation_regions import TooManyPatterns
 from solvers.geometry import lifted
 
 #: The public names; the building blocks live in :mod:`analysis.ray_linkage` and
@@ -108,6 +115,10 @@ class Ray:
     G : float or None                     certificate at ``direction`` (None without y, lam)
     pattern : ndarray of shape (n,) int8  ternary pattern (:func:`analysis.ternary.ray_pattern`)
     pattern_margin : float                smallest ``|v·x̃_j|/|x̃_j|`` over non-zero entries
+    exact : bool                          ``direction`` is the exact maximum of ``|G|`` of the
+                                          ray's basin and ``pattern`` its own (the basins
+                                          rule); False: the particles' mean direction and the
+                                          straddling-mass pattern (the linkage rule)
     """
 
     direction: np.ndarray
@@ -120,6 +131,7 @@ class Ray:
     G: float | None
     pattern: np.ndarray
     pattern_margin: float
+    exact: bool = False
 
     def as_dict(self) -> dict:
         return {"direction": [float(x) for x in self.direction], "sign": int(self.sign),
@@ -128,7 +140,7 @@ class Ray:
                 "n_cells": int(self.n_cells),
                 "G": None if self.G is None else float(self.G),
                 "pattern": [int(t) for t in self.pattern],
-                "pattern_margin": float(self.pattern_margin)}
+                "pattern_margin": float(self.pattern_margin), "exact": bool(self.exact)}
 
 
 @dataclass
@@ -188,6 +200,9 @@ class RayResult:
                                           ``ray``, ``pattern``, ``replaced_by`` (the
                                           direction's own pattern, trimmed to realisable
                                           zeros); the counts of such a snapshot are suspect
+    rule : str                            "basins" (the basins of the maxima of ``|G|``; no
+                                          threshold, plateau or counts) or "linkage"
+                                          (:func:`find_rays`'s ``rule``)
     """
 
     rays: list
@@ -222,6 +237,7 @@ class RayResult:
     replicas: int = 1
     split: list = field(default_factory=list)
     repaired_patterns: list = field(default_factory=list)
+    rule: str = "linkage"
 
     @property
     def resolved(self) -> bool:
@@ -230,7 +246,7 @@ class RayResult:
         return not self.small
 
     def thresholds_used(self) -> dict:
-        return {"linkage_chord": float(self.threshold),
+        return {"rule": self.rule, "linkage_chord": float(self.threshold),
                 "plateau": [float(self.plateau[0]), float(self.plateau[1])],
                 "min_mass_frac": float(self.min_mass_frac),
                 "light_frac": float(self.light_frac),
@@ -283,6 +299,75 @@ def _first_join(scans, thresholds) -> float:
     return float("inf")
 
 
+def _on_the_maximums_face(mean, vstar, X, L):
+    """A basins-rule ray's direction: the particles' mean direction ``mean`` (d+1,) projected
+    onto the face of its basin's maximum ``vstar``, the directions on every data point's
+    hyperplane that ``vstar`` lies on (:data:`analysis.certificate_maxima.ZERO_TOL`).
+
+    Where ``vstar`` is pinned to kinks on data points the mean is biased off them at finite
+    ``τ`` (the basin's mass is skewed about its mode), while the maximiser lies on them
+    exactly; along directions it is not pinned in, a flat top of ``|G|`` makes the maximiser
+    ill-conditioned in the time-averaged residuals, and the mean is the well-determined
+    location (docs/theory.md §6.1). ``vstar`` itself where the projection vanishes or turns
+    away from it (a maximum pinned in every direction: ``d`` independent hyperplanes)."""
+    from scipy.linalg import null_space
+    v = np.asarray(mean, dtype=float)
+    v = v / np.linalg.norm(v)
+    zeros = np.nonzero(ternary_pattern(vstar, X, ZERO_TOL)[0] == 0)[0]
+    if zeros.size == 0:
+        return v
+    Q = null_space(L[zeros])
+    p = Q @ (Q.T @ v)
+    nrm = float(np.linalg.norm(p))
+    if nrm < 1e-12 or float(p @ vstar) <= 0.0:
+        return np.asarray(vstar, dtype=float)
+    return p / nrm
+
+
+def _basin_rays(idx, V, mass, theta, X, R, lam, maxima, total, min_mass_frac, g_ray, baseline,
+                halo_ratio, eps, n_min, n_plateau):
+    """The rays of ``rule = "basins"`` (:func:`find_rays`): the kept particles ``idx`` go to
+    the basins of the local maxima of ``|G_R|`` (:func:`analysis.certificate_maxima.basins`),
+    and a basin is a ray when its particles pass the rule the exact Gibbs measure's basins get
+    (:func:`analysis.gibbs_rays.gibbs_rays`): mass floor, certificate ``|G(v*)| ≥ g_ray`` at
+    the maximum ``v*``, mean particle mass at least ``halo_ratio`` baselines, gap (the larger of
+    ``1 − |G(v*)|`` and the gap of the mean mass) at most ``ε(τ)``, and ``n_min`` particles.
+
+    Returns ``(labels, signs, maxima_index, rejected, small, thermal)``: as the linkage path
+    builds them, and the index into ``maxima`` of each ray."""
+    N = theta.shape[0]
+    lab = basins(V[idx], certificate(V[idx], X, R, lam), maxima)
+    labels = -np.ones(N, dtype=int)
+    signs, which, rejected, small, hot = [], [], [], [], []
+    for k, (v, sg, _) in enumerate(maxima):
+        mem = idx[lab == k]
+        cm = float(mass[mem].sum())
+        if mem.size == 0 or cm < min_mass_frac * total:
+            continue
+        g = float(certificate(v[None], X, R, lam)[0])
+        sgn = -int(sg)
+        info = {"direction": [float(x) for x in v], "sign": sgn,
+                "mass_fraction": cm / total, "n_particles": int(mem.size), "G": g}
+        mean_mass = cm / mem.size
+        heavy = baseline is None or mean_mass >= halo_ratio * baseline
+        gap = 1.0 - abs(g)
+        if baseline is not None:
+            gap = max(gap, float(mass_gap(mean_mass, baseline)))
+        if abs(g) < g_ray:
+            rejected.append(info)
+        elif not heavy or (eps is not None and gap > eps):
+            if mem.size >= n_plateau:  # a lone heavy thermal particle is no concentration
+                hot.append(_thermal_entry(k, info, mem, theta, V, mass, N, gap, eps, baseline,
+                                          heavy, v))
+        elif mem.size < n_min:
+            small.append(info)
+        else:
+            labels[mem] = len(signs)
+            signs.append(sgn)
+            which.append(k)
+    return labels, signs, which, rejected, small, hot
+
+
 def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
               lam: float | None = None, tau: float | None = None, R: ArrayLike | None = None,
               min_mass_frac: float = 1e-2, halo_ratio: float = 3.0, particle_halo: float = 1.0,
@@ -291,7 +376,8 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
               thresholds: ArrayLike | None = None, pattern_tol: PatternTolerance | None = None,
               pattern_mass_tol: float | None = None, thermal_gap: float = THERMAL_GAP,
               weight_scale: float | None = None, merge: bool = True,
-              knn: int = 12, replicas: int = 1, progress=None) -> RayResult:
+              knn: int = 12, replicas: int = 1, rule: str = "auto",
+              progress=None) -> RayResult:
     """Cluster particles into rays (THEORY §6; method in the module docstring).
 
     Parameters
@@ -379,6 +465,14 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
         snapshot, so a pooled cluster needs ``replicas`` times as many, and a ray of one
         particle (``min_particles = 1``) must be present in half the snapshots
         (``⌈replicas/2⌉`` pooled particles).
+    rule : {"auto", "basins", "linkage"}, default "auto"
+        How the kept particles are grouped. ``"basins"``: by the basins of the exact local
+        maxima of ``|G|`` (from ``R``), each basin one candidate ray tested at its maximum by
+        the rule the exact Gibbs measure's rays get (:func:`_basin_rays`, docs/theory.md
+        §6.1, §6.7); no linkage, no thresholds to scan. ``"linkage"``: the plateau of the
+        single-linkage scan (module docstring). ``"auto"``: basins when ``R``, ``tau`` and
+        the weight scale are given (a stage's analysis, with its time-averaged residuals) and
+        the data's activation cells can be enumerated, else linkage.
     progress : callable ``(done, total)``, optional
         Told after each chunk of the k-nearest-neighbour queries of the linkage (above
         :data:`analysis.ray_linkage.LINKAGE_MAX_PARTICLES` kept particles of one sign they run
@@ -391,13 +485,20 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
     Raises
     ------
     ValueError
-        Shapes that do not match, ``R`` or ``y`` without ``lam``, ``tau < 0``.
+        Shapes that do not match, ``R`` or ``y`` without ``lam``, ``tau < 0``, an unknown
+        ``rule``, ``rule = "basins"`` without ``R`` or ``y``.
+    solvers.activation_regions.TooManyPatterns
+        ``rule = "basins"`` on data with more activation cells than the enumeration takes.
     """
     theta = np.asarray(theta, dtype=np.float64)
     X = np.asarray(X, dtype=np.float64).reshape(np.shape(X)[0], -1)
     if theta.ndim != 2 or theta.shape[1] != X.shape[1] + 2:
         raise ValueError(f"theta must have shape (N, d+2) = (N, {X.shape[1] + 2}), "
                          f"got {theta.shape}")
+    if rule not in ("auto", "basins", "linkage"):
+        raise ValueError(f"rule must be 'auto', 'basins' or 'linkage', got {rule!r}")
+    if rule == "basins" and R is None and y is None:
+        raise ValueError("rule 'basins' needs the certificate: R or y, and lam")
     if (y is not None or R is not None or tau is not None) and lam is None:
         raise ValueError("y, R and tau need lam (the weight decay of the run)")
     if tau is not None and not tau >= 0:
@@ -476,133 +577,156 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
         return empty()
     Vk, mk, sk = V[idx], mass[idx], sign[idx]
     cell_all = cells(sign, V, X)
-    M = idx.size
-    k_nn = max(1, min(int(knn), max(3, n_plateau // replicas - 1)))
-    ei, ej, ew, core_median = _linkage_tree(Vk, sk, mk, k_nn, progress, replicas=replicas)
-    if thresholds is None:
-        lo_t = core_median if np.isfinite(core_median) and 0 < core_median < 0.5 else 1e-4
-        thresholds = np.logspace(np.log10(lo_t), 0, 50)
-    thresholds = np.atleast_1d(np.asarray(thresholds, dtype=float))
-    weighted_dirs = mk[:, None] * Vk
-
-    def clusters(t):
-        sel = ew <= t
-        g = coo_matrix((np.ones(int(sel.sum())), (ei[sel], ej[sel])), shape=(M, M))
-        lab = connected_components(g, directed=False)[1]
-        K = int(lab.max()) + 1
-        cm = np.bincount(lab, weights=mk, minlength=K)
-        cn = np.bincount(lab, minlength=K)
-        cs = np.stack([np.bincount(lab, weights=weighted_dirs[:, c], minlength=K)
-                       for c in range(Vk.shape[1])], axis=1)
-        nrm = np.linalg.norm(cs, axis=1)
-        cdir = cs / np.where(nrm > 0, nrm, 1.0)[:, None]
-        # RMS angle from the mean resultant length ρ: spread² ≈ 2(1 − ρ) for small spreads
-        rho = nrm / np.where(cm > 0, cm, 1.0)
-        compact = np.sqrt(np.maximum(2.0 * (1.0 - rho), 0.0)) <= max_spread
-        csign = np.zeros(K, dtype=int)
-        csign[lab] = sk
-        bulky = (cm >= min_mass_frac * total) & compact
-        heavy = bulky.copy()
-        if baseline is not None:
-            heavy &= cm >= halo_ratio * baseline * cn
-        cg = None
-        certified = heavy
-        if have_G:                         # G only where needed: few clusters are heavy
-            cg = np.full(K, np.nan)
-            cg[bulky] = certificate(cdir[bulky], X, R, lam)
-            certified = heavy.copy()
-            certified[heavy] = -csign[heavy] * cg[heavy] >= g_ray
-        gap = np.full(K, np.nan)
-        thermal = bulky & ~heavy                        # below the free-particle ratio
-        if eps is not None:
-            gap[bulky] = mass_gap(cm[bulky] / np.maximum(cn[bulky], 1), baseline)
-            if G_source == "given residuals":   # one snapshot's G is too noisy (§6.1)
-                gap[bulky] = np.maximum(gap[bulky], 1.0 + csign[bulky] * cg[bulky])
-            thermal |= certified & (gap > eps)
-        good = certified & ~thermal & (cn >= n_min)
-        return lab, cm, cn, cdir, csign, cg, heavy, certified, good, thermal, gap
-
-    scans = [clusters(t) for t in thresholds]
-
-    def ray_counts(least):
-        # from the first threshold that joins two rays into a cluster that is no ray (thermal
-        # mass, or too wide) no threshold resolves them: those counts are no plateau's
-        counts = np.array([int((c[8] & (c[2] >= least)).sum()) for c in scans])
-        t_join = _first_join([(c[0], c[8] & (c[2] >= least)) for c in scans], thresholds)
-        counts[thresholds >= t_join] = 0
-        return counts
-    # the threshold is fixed by the rays that many particles resolve (at least n_plateau);
-    # lighter-populated rays (the exact law puts a ray's weight on few particles, docs/theory.md
-    # §6.1) are counted at it
-    counts = ray_counts(n_plateau)
-    if counts.max(initial=0) == 0 and n_min < n_plateau:
-        counts = ray_counts(n_min)
-    if counts.max(initial=0) == 0:
-        # no ray at any threshold: the plateau of the concentrations (thermal mass with at
-        # least n_plateau particles) fixes the resolution at which they are reported
-        lo, hi = _widest_plateau(np.array([int((c[9] & (c[2] >= n_plateau)).sum())
-                                           for c in scans]))
+    use_basins = rule == "basins" or (rule == "auto" and radial_tests)
+    maxima = None
+    if use_basins:
+        try:
+            maxima = maxima_of(cell_maxima_of(R, X, lam))
+        except TooManyPatterns:
+            if rule == "basins":
+                raise
+            use_basins = False
+    if use_basins:
+        labels, ray_signs, ray_max, rejected, small, hot = _basin_rays(
+            idx, V, mass, theta, X, R, lam, maxima, total, min_mass_frac, g_ray, baseline,
+            halo_ratio, eps, n_min, n_plateau)
+        merged, split = [], []
+        t_star, plateau = float("nan"), (float("nan"), float("nan"))
+        thresholds, counts = np.zeros(0), np.zeros(0, dtype=int)
     else:
-        lo, hi = _widest_plateau(counts)
-    t_star = float(np.sqrt(thresholds[lo] * thresholds[hi]))
-    lab, cm, cn, cdir, csign, cg, heavy, certified, good, thermal, gap = clusters(t_star)
-    cores, rejected, small, hot = [], [], [], []
-    for c in np.nonzero(heavy | thermal)[0]:
-        info = {"direction": [float(x) for x in cdir[c]], "sign": int(csign[c]),
-                "mass_fraction": float(cm[c] / total), "n_particles": int(cn[c]),
-                "G": None if cg is None else float(cg[c])}
-        if thermal[c]:
-            if cn[c] >= n_plateau:     # a lone heavy thermal particle is no concentration
-                hot.append(_thermal_entry(c, info, idx[lab == c], theta, V, mass, N, gap[c],
-                                          eps, baseline, heavy[c], cdir[c]))
-            continue
-        if not certified[c]:
-            rejected.append(info)
-            continue
-        if not good[c]:
-            small.append((c, info))
-            continue
-        core = idx[lab == c]
-        ang = np.arccos(np.clip(V[core] @ cdir[c], -1.0, 1.0))
-        spread = float(np.sqrt(np.sum(mass[core] * ang ** 2) / mass[core].sum()))
-        cores.append((c, core, spread))
-    # absorb the ray's outskirts: any particle of the ray's sign within `absorb` core spreads
-    labels = -np.ones(N, dtype=int)
-    if cores:
-        dirs = np.array([cdir[c] for c, _, _ in cores])
-        rad = np.array([max(absorb * sp, 1e-12) for _, _, sp in cores])
-        ang = np.arccos(np.clip(V @ dirs.T, -1.0, 1.0))
-        ang[(sign[:, None] != csign[[c for c, _, _ in cores]][None, :]) | (ang > rad)
-            | (mass[:, None] <= 0)] = np.inf
-        near = np.argmin(ang, axis=1)
-        labels[np.isfinite(ang[np.arange(N), near])] = near[np.isfinite(ang[np.arange(N), near])]
-        for k, (_, core, _) in enumerate(cores):
-            labels[core] = k
-    # a small cluster whose particles joined a ray as its outskirts is a fragment of that ray,
-    # not an unresolved one
-    small = [info for c, info in small if not np.any(labels[idx[lab == c]] >= 0)]
-    ray_signs = [int(csign[c]) for c, _, _ in cores]
-    merged = []
-    if merge and len(cores) > 1:
-        gap_of = None
-        if radial_tests:
-            def gap_of(v, s):
-                return 1.0 + s * certificate(np.atleast_2d(v), X, R, lam)
-        labels, ray_signs, merged = _merge_across_data_points(labels, ray_signs, V, mass, X,
-                                                              ptol, max_spread, absorb, gap_of,
-                                                              cell_all)
-    split = []
-    if merge and ray_signs and G_source == "given residuals":
-        labels, ray_signs, split = _split_by_basins(labels, ray_signs, V, mass, X, R, lam,
-                                                    min_mass_frac * total)
+        M = idx.size
+        k_nn = max(1, min(int(knn), max(3, n_plateau // replicas - 1)))
+        ei, ej, ew, core_median = _linkage_tree(Vk, sk, mk, k_nn, progress, replicas=replicas)
+        if thresholds is None:
+            lo_t = core_median if np.isfinite(core_median) and 0 < core_median < 0.5 else 1e-4
+            thresholds = np.logspace(np.log10(lo_t), 0, 50)
+        thresholds = np.atleast_1d(np.asarray(thresholds, dtype=float))
+        weighted_dirs = mk[:, None] * Vk
+
+        def clusters(t):
+            sel = ew <= t
+            g = coo_matrix((np.ones(int(sel.sum())), (ei[sel], ej[sel])), shape=(M, M))
+            lab = connected_components(g, directed=False)[1]
+            K = int(lab.max()) + 1
+            cm = np.bincount(lab, weights=mk, minlength=K)
+            cn = np.bincount(lab, minlength=K)
+            cs = np.stack([np.bincount(lab, weights=weighted_dirs[:, c], minlength=K)
+                           for c in range(Vk.shape[1])], axis=1)
+            nrm = np.linalg.norm(cs, axis=1)
+            cdir = cs / np.where(nrm > 0, nrm, 1.0)[:, None]
+            # RMS angle from the mean resultant length ρ: spread² ≈ 2(1 − ρ) for small spreads
+            rho = nrm / np.where(cm > 0, cm, 1.0)
+            compact = np.sqrt(np.maximum(2.0 * (1.0 - rho), 0.0)) <= max_spread
+            csign = np.zeros(K, dtype=int)
+            csign[lab] = sk
+            bulky = (cm >= min_mass_frac * total) & compact
+            heavy = bulky.copy()
+            if baseline is not None:
+                heavy &= cm >= halo_ratio * baseline * cn
+            cg = None
+            certified = heavy
+            if have_G:                         # G only where needed: few clusters are heavy
+                cg = np.full(K, np.nan)
+                cg[bulky] = certificate(cdir[bulky], X, R, lam)
+                certified = heavy.copy()
+                certified[heavy] = -csign[heavy] * cg[heavy] >= g_ray
+            gap = np.full(K, np.nan)
+            thermal = bulky & ~heavy                        # below the free-particle ratio
+            if eps is not None:
+                gap[bulky] = mass_gap(cm[bulky] / np.maximum(cn[bulky], 1), baseline)
+                if G_source == "given residuals":   # one snapshot's G is too noisy (§6.1)
+                    gap[bulky] = np.maximum(gap[bulky], 1.0 + csign[bulky] * cg[bulky])
+                thermal |= certified & (gap > eps)
+            good = certified & ~thermal & (cn >= n_min)
+            return lab, cm, cn, cdir, csign, cg, heavy, certified, good, thermal, gap
+
+        scans = [clusters(t) for t in thresholds]
+
+        def ray_counts(least):
+            # from the first threshold that joins two rays into a cluster that is no ray (thermal
+            # mass, or too wide) no threshold resolves them: those counts are no plateau's
+            counts = np.array([int((c[8] & (c[2] >= least)).sum()) for c in scans])
+            t_join = _first_join([(c[0], c[8] & (c[2] >= least)) for c in scans], thresholds)
+            counts[thresholds >= t_join] = 0
+            return counts
+        # the threshold is fixed by the rays that many particles resolve (at least n_plateau);
+        # lighter-populated rays (the exact law puts a ray's weight on few particles, docs/theory.md
+        # §6.1) are counted at it
+        counts = ray_counts(n_plateau)
+        if counts.max(initial=0) == 0 and n_min < n_plateau:
+            counts = ray_counts(n_min)
+        if counts.max(initial=0) == 0:
+            # no ray at any threshold: the plateau of the concentrations (thermal mass with at
+            # least n_plateau particles) fixes the resolution at which they are reported
+            lo, hi = _widest_plateau(np.array([int((c[9] & (c[2] >= n_plateau)).sum())
+                                               for c in scans]))
+        else:
+            lo, hi = _widest_plateau(counts)
+        t_star = float(np.sqrt(thresholds[lo] * thresholds[hi]))
+        lab, cm, cn, cdir, csign, cg, heavy, certified, good, thermal, gap = clusters(t_star)
+        cores, rejected, small, hot = [], [], [], []
+        for c in np.nonzero(heavy | thermal)[0]:
+            info = {"direction": [float(x) for x in cdir[c]], "sign": int(csign[c]),
+                    "mass_fraction": float(cm[c] / total), "n_particles": int(cn[c]),
+                    "G": None if cg is None else float(cg[c])}
+            if thermal[c]:
+                if cn[c] >= n_plateau:     # a lone heavy thermal particle is no concentration
+                    hot.append(_thermal_entry(c, info, idx[lab == c], theta, V, mass, N, gap[c],
+                                              eps, baseline, heavy[c], cdir[c]))
+                continue
+            if not certified[c]:
+                rejected.append(info)
+                continue
+            if not good[c]:
+                small.append((c, info))
+                continue
+            core = idx[lab == c]
+            ang = np.arccos(np.clip(V[core] @ cdir[c], -1.0, 1.0))
+            spread = float(np.sqrt(np.sum(mass[core] * ang ** 2) / mass[core].sum()))
+            cores.append((c, core, spread))
+        # absorb the ray's outskirts: any particle of the ray's sign within `absorb` core spreads
+        labels = -np.ones(N, dtype=int)
+        if cores:
+            dirs = np.array([cdir[c] for c, _, _ in cores])
+            rad = np.array([max(absorb * sp, 1e-12) for _, _, sp in cores])
+            ang = np.arccos(np.clip(V @ dirs.T, -1.0, 1.0))
+            ang[(sign[:, None] != csign[[c for c, _, _ in cores]][None, :]) | (ang > rad)
+                | (mass[:, None] <= 0)] = np.inf
+            near = np.argmin(ang, axis=1)
+            labels[np.isfinite(ang[np.arange(N), near])] = near[np.isfinite(ang[np.arange(N), near])]
+            for k, (_, core, _) in enumerate(cores):
+                labels[core] = k
+        # a small cluster whose particles joined a ray as its outskirts is a fragment of that ray,
+        # not an unresolved one
+        small = [info for c, info in small if not np.any(labels[idx[lab == c]] >= 0)]
+        ray_signs = [int(csign[c]) for c, _, _ in cores]
+        merged = []
+        if merge and len(cores) > 1:
+            gap_of = None
+            if radial_tests:
+                def gap_of(v, s):
+                    return 1.0 + s * certificate(np.atleast_2d(v), X, R, lam)
+            labels, ray_signs, merged = _merge_across_data_points(labels, ray_signs, V, mass, X,
+                                                                  ptol, max_spread, absorb, gap_of,
+                                                                  cell_all)
+        split = []
+        if merge and ray_signs and G_source == "given residuals":
+            labels, ray_signs, split = _split_by_basins(labels, ray_signs, V, mass, X, R, lam,
+                                                        min_mass_frac * total)
+        plateau = (float(thresholds[lo]), float(thresholds[hi]))
     found, repaired = [], []
     for k, sgn in enumerate(ray_signs):
         members = np.nonzero(labels == k)[0]
         mm = mass[members]
-        vbar = mm @ V[members]
-        vbar /= np.linalg.norm(vbar)
+        if use_basins:
+            vbar = _on_the_maximums_face(mm @ V[members], maxima[ray_max[k]][0], X, L)
+            pat, margin = ternary_pattern(vbar, X, ZERO_TOL)
+            info = {"angle_margin": margin}
+        else:
+            vbar = mm @ V[members]
+            vbar /= np.linalg.norm(vbar)
+            pat, info = ray_pattern(vbar, V[members], mm, X, ptol)
         ang = np.arccos(np.clip(V[members] @ vbar, -1.0, 1.0))
-        pat, info = ray_pattern(vbar, V[members], mm, X, ptol)
         if not pattern_realisable(pat, X):
             # the straddling mass or the angle tolerance put more zeros than a direction can
             # have (docs/theory.md §6.7): the direction's own pattern, with the zeros it can have
@@ -621,7 +745,8 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
                          n_particles=int(members.size),
                          n_cells=int(np.unique(cell_all[members]).size),
                          G=None if not have_G else float(certificate(vbar[None], X, R, lam)[0]),
-                         pattern=pat, pattern_margin=info["angle_margin"]))
+                         pattern=pat, pattern_margin=info["angle_margin"],
+                         exact=bool(use_basins)))
     order = np.argsort([-q.mass_fraction for q in found], kind="stable")
     rays = [found[k] for k in order]
     relabel = -np.ones(len(found) + 1, dtype=int)
@@ -637,8 +762,9 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
     halo = 1.0 - sum(q.mass_fraction for q in rays)
     conflicts = _cell_conflicts(labels, cell_all, mass, len(rays), ptol.mass_tol)
     return RayResult(rays=rays, threshold=t_star, thresholds=thresholds, counts=counts,
-                     plateau=(float(thresholds[lo]), float(thresholds[hi])),
+                     plateau=plateau,
                      halo_mass_fraction=max(0.0, halo),
                      n_cells=int(np.unique(cell_all[idx]).size), rejected=rejected,
                      small=small, cell_conflicts=conflicts, labels=labels, thermal=hot,
-                     merged=merged, split=split, repaired_patterns=repaired, **common)
+                     merged=merged, split=split, repaired_patterns=repaired,
+                     rule="basins" if use_basins else "linkage", **common)

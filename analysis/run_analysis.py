@@ -789,8 +789,13 @@ GIBBS_NOTE_KEYS = ("max_spread",)
 #: A ray whose mass fraction is within this factor of the mass floor is marginal: whether it
 #: counts is decided by sampling noise (particles) or by the floor itself (Gibbs).
 MARGINAL_FACTOR = 1.5
+#: A Gibbs maximum whose basin's mean kept particle mass is within this factor of the
+#: heaviness threshold (``halo_ratio`` baselines) is at the heaviness edge: whether it counts is
+#: decided by a few per cent of mean mass (the particles' sampling of it, their width bias).
+HEAVY_MARGIN = 1.1
 #: A Gibbs ray whose basin's RMS angle exceeds this (the particles' compactness limit
-#: ``max_spread`` of :func:`analysis.rays.find_rays`) is called broad in the note.
+#: ``max_spread`` of :func:`analysis.rays.find_rays`) is called broad in the note, where the
+#: stage's rays came from the linkage rule (the basins rule has no compactness limit).
 BROAD_SPREAD = 0.3
 
 
@@ -846,7 +851,16 @@ def gibbs_ladder(run: RunLike, rows: list[LadderRow], stages: list[FrameAnalysis
             notes.append("marginal Gibbs ray(s) near the mass floor " + ", ".join(
                 f"{q.mass_fraction:.3g} ({'counted' if q.is_ray else 'not counted'})"
                 for q in marginal) + f" (floor {floor:g})")
-        broad = [q for q in gr.rays if q.spread > rule.get("max_spread", BROAD_SPREAD)]
+        hr = rule.get("halo_ratio", 3.0)
+        edge = [q for q in gr.maxima if q.mass_fraction >= floor / MARGINAL_FACTOR
+                and abs(q.G) >= rule.get("g_ray", 0.5)
+                and hr / HEAVY_MARGIN <= q.mean_mass <= hr * HEAVY_MARGIN]
+        if edge:
+            notes.append("Gibbs ray(s) at the heaviness edge, mean particle mass " + ", ".join(
+                f"{q.mean_mass:.3g} ({'counted' if q.is_ray else 'not counted'})"
+                for q in edge) + f" baselines (a ray needs {hr:g})")
+        broad = [q for q in gr.rays if q.spread > rule.get("max_spread", BROAD_SPREAD)
+                 and by_stage[r.stage].rays.rule == "linkage"]
         if broad:
             notes.append("broad Gibbs ray(s), basin RMS spread " + ", ".join(
                 f"{q.spread:.2f}" for q in broad) + " rad (a concentration this wide is no "

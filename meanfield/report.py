@@ -288,9 +288,14 @@ def markdown(rep, figs=()) -> str:
         t = s["thresholds"]
         hot = s.get("thermal_mass") or []
         hot_s = f"{len(hot)}, {sum(abs(h['weight']) for h in hot):.3g}" if hot else "—"
+        if t.get("rule") == "basins":
+            chord = plateau = "— (basins of \\|G\\|)"
+        else:
+            chord = f"{t['linkage_chord']:.3g}"
+            plateau = f"[{t['plateau'][0]:.3g}, {t['plateau'][1]:.3g}]"
         L.append(f"| {s['tau']:.2e} | {s['step']} | {s['risk']:.4e} | {s['n_rays']} | "
                  f"{s['n_hyperplanes']} | {t['halo_mass_fraction']:.3f} | {hot_s} | "
-                 f"{t['linkage_chord']:.3g} | [{t['plateau'][0]:.3g}, {t['plateau'][1]:.3g}] |")
+                 f"{chord} | {plateau} |")
     if rep["snapshots"]:
         s = coldest(rep["snapshots"])
         t = s["thresholds"]
@@ -313,13 +318,20 @@ def markdown(rep, figs=()) -> str:
                f"certificate gap 1 − |G| ≤ ε(τ) = κ(d+1)τ/(λ c_y) = {t['gap_threshold']:.3g} "
                f"(κ = {t['thermal_gap']:g}, c_y = {t['weight_scale']:.3g}; the larger of the "
                f"gap of G and the gap its mean particle mass implies), ")
-        L += ["", f"Thresholds: linkage {t['linkage_chord']:.3g} (plateau "
-              f"[{t['plateau'][0]:.3g}, {t['plateau'][1]:.3g}]), ray mass ≥ {t['min_mass_frac']} "
-              f"of the total, {halo}{cert}{gap}at least {t['min_particles']} particles, "
-              f"spread ≤ {t['max_spread']} rad, particle mass ≥ {t['light_frac']} × weighted "
-              f"median; pattern zeros within "
-              f"{t['pattern_angle_tol']} rad or straddled by ≥ {t['pattern_mass_tol']} of the "
-              f"ray mass."]
+        if t.get("rule") == "basins":
+            L += ["", f"Rule: the basins of the exact local maxima of |G| (docs/theory.md "
+                  f"§6.1), a basin's particles a ray when they "
+                  f"hold ≥ {t['min_mass_frac']} of the total mass, {halo}{cert}{gap}at least "
+                  f"{t['min_particles']} particles, particle mass ≥ {t['light_frac']} × "
+                  f"weighted median; direction and pattern those of the basin's maximum."]
+        else:
+            L += ["", f"Thresholds: linkage {t['linkage_chord']:.3g} (plateau "
+                  f"[{t['plateau'][0]:.3g}, {t['plateau'][1]:.3g}]), ray mass ≥ "
+                  f"{t['min_mass_frac']} of the total, {halo}{cert}{gap}at least "
+                  f"{t['min_particles']} particles, spread ≤ {t['max_spread']} rad, particle "
+                  f"mass ≥ {t['light_frac']} × weighted median; pattern zeros within "
+                  f"{t['pattern_angle_tol']} rad or straddled by ≥ {t['pattern_mass_tol']} of "
+                  f"the ray mass."]
         if s.get("small"):
             L.append(f"Heavy clusters with fewer than {t['min_particles']} particles (not "
                      f"counted): {len(s['small'])}.")

@@ -10,7 +10,7 @@ import pytest
 
 from analysis.certificate import certificate
 from analysis.certificate_maxima import local_maxima
-from analysis.gibbs_rays import _mean_abs_a_r, gibbs_rays
+from analysis.gibbs_rays import _kept_probability, _mean_abs_a_r, gibbs_rays
 from analysis.ray_checks import convex_counts
 from analysis.references import convex_reference, gibbs_reference
 from analysis.ternary import pattern_realisable
@@ -115,6 +115,9 @@ def test_kept_mass_is_the_mean_mass_of_particles_heavier_than_the_cut(cut):
         mc = m * (m >= cut)
         got = _mean_abs_a_r(np.array([G]), tau, lam, d, cut=cut)[0]
         assert abs(got - mc.mean()) < 4 * mc.std() / math.sqrt(mc.size) + 1e-12
+        share = np.mean(m >= cut)          # and the share of the particles kept
+        got = _kept_probability(np.array([G]), tau, lam, d, cut)[0]
+        assert abs(got - share) < 4 * math.sqrt(share * (1 - share) / m.size) + 1e-9
     assert _mean_abs_a_r(np.array([0.3]), tau, lam, d, cut=cut)[0] \
         < _mean_abs_a_r(np.array([0.3]), tau, lam, d)[0]
 

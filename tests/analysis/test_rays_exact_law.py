@@ -29,6 +29,8 @@ def w9():
 
 
 def _rays_of(res, conv, **kw):
+    # the linkage rule's tests name it: with R and tau, "auto" is the basins rule
+    kw.setdefault("rule", "linkage")
     return find_rays(res, XW, lam=LAMW, tau=TAU, R=conv.R, y=YW, **kw)
 
 
@@ -68,6 +70,14 @@ def test_a_ray_held_by_four_heavy_particles_is_one_ray(w9):
     assert len(_rays_of(theta, conv, merge=False).rays) == 7
     old = _rays_of(theta, conv, min_particles=min_particles_default(N))
     assert len(old.rays) == 3 and not old.resolved
+    # the basins rule: one ray on the maximum, its weight the four particles' and the light
+    # halo's in its basin (the planted halo holds 1 % of the mass over the whole circle)
+    bas = _rays_of(theta, conv, rule="basins")
+    assert bas.rule == "basins" and len(bas.rays) == 4 and _matched(bas, D, W) == 4
+    k = int(np.argmax([q.direction @ D[0] for q in bas.rays]))
+    assert np.all(bas.labels[-4:] == k)
+    assert bas.rays[k].weight == pytest.approx(W[0], abs=1e-3)
+    assert _rays_of(theta, conv, rule="auto").rule == "basins"
 
 
 def test_two_heavy_particles_in_one_cell_are_one_ray_only_within_a_ray_width(w9):
@@ -151,6 +161,12 @@ def test_a_satellite_joins_its_own_ray_not_the_next_one_across_a_valley(w9, delt
     lab = res.labels[-2:]
     assert lab[0] == lab[1] >= 0
     assert res.rays[lab[0]].weight == pytest.approx(0.188, abs=1e-9)
+    # the basins rule: both in the basin of ray 2's maximum (the halo's share added)
+    bas = _rays_of(theta, conv, rule="basins")
+    assert len(bas.rays) == 4 and _matched(bas, D, W) == 4
+    lab = bas.labels[-2:]
+    assert lab[0] == lab[1] >= 0
+    assert bas.rays[lab[0]].weight == pytest.approx(0.188, abs=1e-3)
 
 
 def test_no_valley_reads_the_whole_arc():
@@ -166,3 +182,65 @@ def test_no_valley_reads_the_whole_arc():
     assert not _no_valley(va, vb, np.pi / 2, 1, two_peaks)
     assert _no_valley(va, vb, np.pi / 2, 1, one_slope)
     assert _no_valley(vb, va, np.pi / 2, 1, one_slope)
+
+
+def _rotated(theta, angle):
+    """Every particle's direction turned by ``angle`` (radians) in the plane of (w, b)."""
+    c, s = np.cos(angle), np.sin(angle)
+    out = theta.copy()
+    out[:, 1:] = theta[:, 1:] @ np.array([[c, s], [-s, c]])
+    return out
+
+
+@pytest.mark.parametrize("skew", [-0.01, 0.004, 0.01])
+def test_basins_put_a_ray_pinned_to_a_data_point_exactly_on_it(w9, skew):
+    # every kink of W9's convex limit lies on a data point; the rays' particles all turned by
+    # `skew` (a finite-τ basin's mass is skewed about its mode). The basins rule puts each ray
+    # on its maximum's kink, exactly (pattern zero there, kink offset the data point), and keeps
+    # the weights; the linkage rule reports the particles' mean, `skew` off it (and at 0.01
+    # rad refuses one ray: its mean direction's certificate gap exceeds ε(τ))
+    conv, D, W = w9
+    theta, _ = planted_rays(D, W, N, noise=0.002, halo_particles=0.3, halo_mass=0.01, seed=3)
+    theta = _rotated(theta, skew)
+    bas = _rays_of(theta, conv, rule="basins")
+    lin = _rays_of(theta, conv, rule="linkage")
+    assert len(bas.rays) == 4 and lin.rays
+    for q in bas.rays:
+        k = int(np.argmax(D @ q.direction))
+        assert q.exact and np.linalg.norm(q.direction - D[k]) < 1e-9
+        assert np.count_nonzero(q.pattern == 0) == 1
+        assert q.weight == pytest.approx(W[k], abs=2e-3)
+    off = [float(np.arccos(np.clip(np.max(D @ q.direction), -1, 1))) for q in lin.rays]
+    assert min(off) > 0.5 * abs(skew)
+
+
+def test_basins_keep_the_particles_mean_where_the_maximum_is_not_pinned():
+    # residuals whose |G| has smooth maxima (no data point's hyperplane through them): a ray
+    # planted 0.02 rad off its maximum is reported at its particles' mean direction, since a
+    # smooth maximiser moves with the residuals' noise divided by λ (docs/theory.md §6.1)
+    from analysis.certificate_maxima import ZERO_TOL, cell_maxima_of, maxima_of
+    from analysis.ternary import ternary_pattern
+    X = np.array([[-1.0], [-0.3], [0.2], [0.9]])
+    R = np.array([0.3, -0.1, 0.25, 0.2])
+    lam = 0.5
+    mx = maxima_of(cell_maxima_of(R, X, lam))
+    smooth = [(v, s) for v, s, _ in mx
+              if not np.any(ternary_pattern(v, X, ZERO_TOL)[0] == 0)]
+    assert smooth
+    v, s = smooth[0]
+    R = R / abs(float(np.asarray(certificate_at(v, X, R, lam))))      # |G(v*)| = 1
+    t = np.array([-v[1], v[0]])
+    ang = 0.02 + np.random.default_rng(0).normal(0, 0.002, 400)
+    V = np.cos(ang)[:, None] * v + np.sin(ang)[:, None] * t
+    r = np.full(400, 1.0)
+    theta = np.c_[-s * r, r[:, None] * V]
+    res = find_rays(theta, X, lam=lam, tau=1e-5, R=R, weight_scale=1.0, rule="basins")
+    assert len(res.rays) == 1 and res.rays[0].exact
+    mean = V.mean(axis=0) / np.linalg.norm(V.mean(axis=0))
+    assert np.linalg.norm(res.rays[0].direction - mean) < 1e-12
+    assert float(np.arccos(res.rays[0].direction @ v)) == pytest.approx(0.02, abs=2e-3)
+
+
+def certificate_at(v, X, R, lam):
+    from analysis.certificate import certificate
+    return certificate(np.atleast_2d(v), X, R, lam)[0]
