@@ -27,9 +27,13 @@ the sign of ``a`` opposite to that of ``G``. This module finds them exactly and 
    The particles' compactness limit is not part of it (a basin holds one maximum by
    construction); a basin's breadth is its ``spread``.
 
-Patterns and kink hyperplanes of the rays are those of their exact directions (a zero entry
-where the direction lies on the data point's hyperplane to ``ZERO_TOL``), by the rule of the
-particles' (:func:`analysis.kinks.data_kinks`).
+Each ray's ``pattern`` is its maximiser's (a zero entry where ``v*`` lies on the data point's
+hyperplane to :data:`analysis.certificate_maxima.ZERO_TOL`). Its kink hyperplanes, ``K``, are
+those of the kept mass's mean direction and straddling-mass pattern with the particles' zero
+tolerance (:func:`analysis.kinks.ray_kinks`): at finite ``τ`` the top of ``|G|`` is flat (plane
+D12 at ``τ = 10⁻³``: ``G`` differs by ``2·10⁻⁵`` between a data point's hyperplane and the
+maximiser 0.038 away), so the maximiser, pinned to a data point or not, moves with the
+residuals' last digits, while the mean is well determined.
 """
 
 from __future__ import annotations
@@ -42,9 +46,9 @@ from scipy.special import gammaln, ndtr, roots_genlaguerre
 
 from analysis.certificate import certificate
 from analysis.certificate_maxima import ZERO_TOL, basins, cell_maxima_of, maxima_of
-from analysis.kinks import EXACT_ZERO_TOL, data_kinks
+from analysis.kinks import ray_kinks
 from analysis.ray_thresholds import THERMAL_GAP, halo_baseline, mass_gap, thermal_gap_threshold
-from analysis.ternary import ternary_pattern
+from analysis.ternary import PatternTolerance, ray_pattern, ternary_pattern
 
 #: Relative tolerance of the quadrature rule of the basins (``d ≤ 2``).
 RULE_RTOL = 1e-6
@@ -63,12 +67,18 @@ class GibbsRay:
     weight : float                        ``c_k = ∫_basin π E[a r | v] dv`` (signed)
     mass_fraction : float                 the basin's mass of particles heavier than the halo
                                           cut, over the total mass
-    spread : float                        RMS angle (radians) of that mass to ``v*``
+    spread : float                        RMS angle (radians) of that mass to its mean
+                                          direction
     G : float                             ``G(v*)``
     gap : float                           certificate gap ``1 − |G(v*)|``
     pattern : ndarray of shape (n,) int8  ternary pattern of ``v*``
     is_ray : bool                         passes the ray rule (module docstring)
     reason : str                          why not, "" for a ray
+    mean_direction : ndarray (d+1,)       the kept mass's mean direction (the analogue of a
+                                          particle ray's ``direction``; the kinks ``K`` are
+                                          of it)
+    mean_pattern : ndarray (n,) int8      its pattern by the particles' rule (straddling mass,
+                                          :func:`analysis.ternary.ray_pattern`)
     mean_mass : float                     the basin's mean kept particle mass in free-particle
                                           baselines ``(d+1)τ/λ`` (the heaviness test's
                                           quantity; a ray needs ``halo_ratio``)
@@ -85,13 +95,19 @@ class GibbsRay:
     is_ray: bool = True
     reason: str = ""
     mean_mass: float = float("nan")
+    mean_direction: np.ndarray | None = None
+    mean_pattern: np.ndarray | None = None
 
     def as_dict(self) -> dict:
         return {"direction": [float(x) for x in self.direction], "sign": int(self.sign),
                 "weight": float(self.weight), "mass_fraction": float(self.mass_fraction),
                 "spread": float(self.spread), "G": float(self.G), "gap": float(self.gap),
                 "pattern": [int(t) for t in self.pattern], "is_ray": bool(self.is_ray),
-                "reason": self.reason, "mean_mass": float(self.mean_mass)}
+                "reason": self.reason, "mean_mass": float(self.mean_mass),
+                "mean_direction": None if self.mean_direction is None
+                else [float(x) for x in self.mean_direction],
+                "mean_pattern": None if self.mean_pattern is None
+                else [int(t) for t in self.mean_pattern]}
 
 
 @dataclass
@@ -200,9 +216,29 @@ def _rule(sol, X, y, lam, R):
     return V, W, "importance sample"
 
 
+@dataclass
+class _AsRay:
+    """A Gibbs ray as :func:`analysis.kinks.ray_kinks` reads a particle ray: its mean
+    direction, that direction's pattern and its spread."""
+
+    ray: GibbsRay
+
+    @property
+    def direction(self):
+        return self.ray.mean_direction
+
+    @property
+    def pattern(self):
+        return self.ray.mean_pattern
+
+    @property
+    def spread(self):
+        return self.ray.spread
+
+
 def gibbs_rays(sol, *, min_mass_frac: float = 1e-2, g_ray: float = 0.5, halo_ratio: float = 3.0,
                thermal_gap: float = THERMAL_GAP, weight_scale: float | None = None,
-               particle_halo: float = 1.0, patterns=None) -> GibbsRays:
+               particle_halo: float = 1.0, pattern_tol=None, patterns=None) -> GibbsRays:
     """Rays of the exact Gibbs measure at one temperature (module docstring).
 
     Parameters
@@ -220,6 +256,8 @@ def gibbs_rays(sol, *, min_mass_frac: float = 1e-2, g_ray: float = 0.5, halo_rat
         construction; its breadth is reported (``spread``).
     weight_scale : float, optional
         ``c_y`` of the gap threshold (default :func:`analysis.rays.label_weight_scale`).
+    pattern_tol : float or PatternTolerance, optional
+        The tolerances of the mean patterns' zeros (as :func:`analysis.rays.find_rays`).
     patterns : ndarray of shape (P, n) bool, optional
         The realisable activation patterns of ``X`` (computed when omitted).
 
@@ -238,6 +276,8 @@ def gibbs_rays(sol, *, min_mass_frac: float = 1e-2, g_ray: float = 0.5, halo_rat
     R = np.asarray(sol.R, dtype=float).ravel()
     lam, tau = float(sol.lam), float(sol.tau)
     d = X.shape[1]
+    ptol = pattern_tol if isinstance(pattern_tol, PatternTolerance) else (
+        PatternTolerance() if pattern_tol is None else PatternTolerance(float(pattern_tol)))
     asc = cell_maxima_of(R, X, lam, patterns)
     maxima = maxima_of(asc)
     V, W, rule_name = _rule(sol, X, y, lam, R)
@@ -263,8 +303,14 @@ def gibbs_rays(sol, *, min_mass_frac: float = 1e-2, g_ray: float = 0.5, halo_rat
     for k, (v, sg, _) in enumerate(maxima):
         mem = label == k
         mk = float(kept[mem].sum())
-        angk = np.arccos(np.clip(V[mem] @ v, -1.0, 1.0))
+        # the kept mass's mean direction, spread and straddling-mass pattern, as a particle
+        # ray's (analysis.rays.find_rays): the maximiser of a flat top is ill-conditioned
+        vm = kept[mem] @ V[mem] if mk > 0 else np.asarray(v, dtype=float)
+        vm = vm / np.linalg.norm(vm)
+        angk = np.arccos(np.clip(V[mem] @ vm, -1.0, 1.0))
         spread = float(np.sqrt(np.sum(kept[mem] * angk ** 2) / mk)) if mk > 0 else 0.0
+        mean_pat = (ray_pattern(vm, V[mem], kept[mem], X, ptol)[0] if mk > 0
+                    else ternary_pattern(vm, X, ptol.angle_tol)[0])
         g = float(certificate(v[None], X, R, lam)[0])
         pat = ternary_pattern(v, X, ZERO_TOL)[0]
         frac = mk / total if total > 0 else 0.0
@@ -285,11 +331,11 @@ def gibbs_rays(sol, *, min_mass_frac: float = 1e-2, g_ray: float = 0.5, halo_rat
         found.append(GibbsRay(direction=v, sign=-int(sg), weight=float(w_node[mem].sum()),
                               mass_fraction=frac, spread=spread, G=g, gap=1.0 - abs(g),
                               pattern=pat, is_ray=not reasons, reason="; ".join(reasons),
-                              mean_mass=mean_mass / baseline))
+                              mean_mass=mean_mass / baseline, mean_direction=vm,
+                              mean_pattern=mean_pat))
     found.sort(key=lambda q: -q.mass_fraction)
     rays = [q for q in found if q.is_ray]
-    kinks = data_kinks([q.direction for q in rays], X, [q.pattern for q in rays],
-                       zero_tol=[EXACT_ZERO_TOL] * len(rays)) if rays else []
+    kinks = ray_kinks([_AsRay(q) for q in rays], X, ptol.angle_tol)
     unassigned = float(m_node[label < 0].sum() / total) if total > 0 else 0.0
     return GibbsRays(tau=tau, rays=rays, maxima=found, kinks=kinks, gap_threshold=eps,
                      unassigned_mass=unassigned, rule=rule_name, n_nodes=int(V.shape[0]),

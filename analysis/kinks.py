@@ -53,11 +53,6 @@ def _same_split(pk, pl, near_k, near_l) -> bool:
     return any(np.all((pk == o * pl) | both) for o in (1, -1))
 
 
-#: Zero tolerance (radians) of a ray at an exact maximum of ``|G|`` when kinks are compared
-#: (:func:`data_kinks`): the maximiser lies on its face to round-off.
-EXACT_ZERO_TOL = 1e-6
-
-
 def data_kinks(ray_directions, X, patterns=None, *, rel_tol: float = KINK_REL_TOL,
                pure_bias_tol: float = 1e-3, box_margin: float = 1.0,
                zero_tol=None) -> list:
@@ -157,9 +152,8 @@ def ray_kinks(rays, X, angle_tol: float | None = None, spread_factor: float = 3.
     Parameters
     ----------
     rays : list of Ray
-        A ray whose direction is an exact maximum of ``|G|`` (``exact``, the basins rule of
-        :func:`analysis.rays.find_rays`) has the zero tolerance :data:`EXACT_ZERO_TOL`, as the
-        exact Gibbs measure's rays.
+        Or anything with ``direction``, ``pattern`` and ``spread`` (the exact Gibbs measure's
+        rays' mean directions, :mod:`analysis.gibbs_rays`).
     X : ndarray of shape (n, d)
     angle_tol : float, optional
     spread_factor : float, default 3
@@ -175,5 +169,4 @@ def ray_kinks(rays, X, angle_tol: float | None = None, spread_factor: float = 3.
         return []
     a = ANGLE_TOL if angle_tol is None else float(angle_tol)
     return data_kinks([q.direction for q in rays], X, [q.pattern for q in rays],
-                      zero_tol=[EXACT_ZERO_TOL if getattr(q, "exact", False)
-                                else max(a, spread_factor * q.spread) for q in rays], **kw)
+                      zero_tol=[max(a, spread_factor * q.spread) for q in rays], **kw)

@@ -67,7 +67,7 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
 from analysis.certificate import certificate, residuals
-from analysis.certificate_maxima import ZERO_TOL, basins, cell_maxima_of, maxima_of
+from analysis.certificate_maxima import basins, cell_maxima_of, maxima_of
 from analysis.ray_linkage import (
     _cell_conflicts,
     _linkage_tree,
@@ -115,10 +115,6 @@ class Ray:
     G : float or None                     certificate at ``direction`` (None without y, lam)
     pattern : ndarray of shape (n,) int8  ternary pattern (:func:`analysis.ternary.ray_pattern`)
     pattern_margin : float                smallest ``|v·x̃_j|/|x̃_j|`` over non-zero entries
-    exact : bool                          ``direction`` is the exact maximum of ``|G|`` of the
-                                          ray's basin and ``pattern`` its own (the basins
-                                          rule); False: the particles' mean direction and the
-                                          straddling-mass pattern (the linkage rule)
     """
 
     direction: np.ndarray
@@ -131,7 +127,6 @@ class Ray:
     G: float | None
     pattern: np.ndarray
     pattern_margin: float
-    exact: bool = False
 
     def as_dict(self) -> dict:
         return {"direction": [float(x) for x in self.direction], "sign": int(self.sign),
@@ -140,7 +135,7 @@ class Ray:
                 "n_cells": int(self.n_cells),
                 "G": None if self.G is None else float(self.G),
                 "pattern": [int(t) for t in self.pattern],
-                "pattern_margin": float(self.pattern_margin), "exact": bool(self.exact)}
+                "pattern_margin": float(self.pattern_margin)}
 
 
 @dataclass
@@ -299,31 +294,6 @@ def _first_join(scans, thresholds) -> float:
     return float("inf")
 
 
-def _on_the_maximums_face(mean, vstar, X, L):
-    """A basins-rule ray's direction: the particles' mean direction ``mean`` (d+1,) projected
-    onto the face of its basin's maximum ``vstar``, the directions on every data point's
-    hyperplane that ``vstar`` lies on (:data:`analysis.certificate_maxima.ZERO_TOL`).
-
-    Where ``vstar`` is pinned to kinks on data points the mean is biased off them at finite
-    ``τ`` (the basin's mass is skewed about its mode), while the maximiser lies on them
-    exactly; along directions it is not pinned in, a flat top of ``|G|`` makes the maximiser
-    ill-conditioned in the time-averaged residuals, and the mean is the well-determined
-    location (docs/theory.md §6.1). ``vstar`` itself where the projection vanishes or turns
-    away from it (a maximum pinned in every direction: ``d`` independent hyperplanes)."""
-    from scipy.linalg import null_space
-    v = np.asarray(mean, dtype=float)
-    v = v / np.linalg.norm(v)
-    zeros = np.nonzero(ternary_pattern(vstar, X, ZERO_TOL)[0] == 0)[0]
-    if zeros.size == 0:
-        return v
-    Q = null_space(L[zeros])
-    p = Q @ (Q.T @ v)
-    nrm = float(np.linalg.norm(p))
-    if nrm < 1e-12 or float(p @ vstar) <= 0.0:
-        return np.asarray(vstar, dtype=float)
-    return p / nrm
-
-
 def _basin_rays(idx, V, mass, theta, X, R, lam, maxima, total, min_mass_frac, g_ray, baseline,
                 halo_ratio, eps, n_min, n_plateau):
     """The rays of ``rule = "basins"`` (:func:`find_rays`): the kept particles ``idx`` go to
@@ -333,12 +303,11 @@ def _basin_rays(idx, V, mass, theta, X, R, lam, maxima, total, min_mass_frac, g_
     the maximum ``v*``, mean particle mass at least ``halo_ratio`` baselines, gap (the larger of
     ``1 − |G(v*)|`` and the gap of the mean mass) at most ``ε(τ)``, and ``n_min`` particles.
 
-    Returns ``(labels, signs, maxima_index, rejected, small, thermal)``: as the linkage path
-    builds them, and the index into ``maxima`` of each ray."""
+    Returns ``(labels, signs, rejected, small, thermal)`` as the linkage path builds them."""
     N = theta.shape[0]
     lab = basins(V[idx], certificate(V[idx], X, R, lam), maxima)
     labels = -np.ones(N, dtype=int)
-    signs, which, rejected, small, hot = [], [], [], [], []
+    signs, rejected, small, hot = [], [], [], []
     for k, (v, sg, _) in enumerate(maxima):
         mem = idx[lab == k]
         cm = float(mass[mem].sum())
@@ -364,8 +333,7 @@ def _basin_rays(idx, V, mass, theta, X, R, lam, maxima, total, min_mass_frac, g_
         else:
             labels[mem] = len(signs)
             signs.append(sgn)
-            which.append(k)
-    return labels, signs, which, rejected, small, hot
+    return labels, signs, rejected, small, hot
 
 
 def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
@@ -587,7 +555,7 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
                 raise
             use_basins = False
     if use_basins:
-        labels, ray_signs, ray_max, rejected, small, hot = _basin_rays(
+        labels, ray_signs, rejected, small, hot = _basin_rays(
             idx, V, mass, theta, X, R, lam, maxima, total, min_mass_frac, g_ray, baseline,
             halo_ratio, eps, n_min, n_plateau)
         merged, split = [], []
@@ -718,15 +686,12 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
     for k, sgn in enumerate(ray_signs):
         members = np.nonzero(labels == k)[0]
         mm = mass[members]
-        if use_basins:
-            vbar = _on_the_maximums_face(mm @ V[members], maxima[ray_max[k]][0], X, L)
-            pat, margin = ternary_pattern(vbar, X, ZERO_TOL)
-            info = {"angle_margin": margin}
-        else:
-            vbar = mm @ V[members]
-            vbar /= np.linalg.norm(vbar)
-            pat, info = ray_pattern(vbar, V[members], mm, X, ptol)
+        # the mean direction, under either rule: a flat top of |G| at finite τ makes the
+        # maximiser ill-conditioned in the residuals (docs/theory.md §6.1)
+        vbar = mm @ V[members]
+        vbar /= np.linalg.norm(vbar)
         ang = np.arccos(np.clip(V[members] @ vbar, -1.0, 1.0))
+        pat, info = ray_pattern(vbar, V[members], mm, X, ptol)
         if not pattern_realisable(pat, X):
             # the straddling mass or the angle tolerance put more zeros than a direction can
             # have (docs/theory.md §6.7): the direction's own pattern, with the zeros it can have
@@ -745,8 +710,7 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
                          n_particles=int(members.size),
                          n_cells=int(np.unique(cell_all[members]).size),
                          G=None if not have_G else float(certificate(vbar[None], X, R, lam)[0]),
-                         pattern=pat, pattern_margin=info["angle_margin"],
-                         exact=bool(use_basins)))
+                         pattern=pat, pattern_margin=info["angle_margin"]))
     order = np.argsort([-q.mass_fraction for q in found], kind="stable")
     rays = [found[k] for k in order]
     relabel = -np.ones(len(found) + 1, dtype=int)

@@ -783,7 +783,8 @@ def analyze(run: RunLike, *, reference: ArrayLike | Callable | None = None, w2: 
 
 
 #: The thresholds of :func:`analysis.rays.find_rays` that the Gibbs rays share.
-GIBBS_RULE_KEYS = ("g_ray", "halo_ratio", "thermal_gap", "weight_scale", "particle_halo")
+GIBBS_RULE_KEYS = ("g_ray", "halo_ratio", "thermal_gap", "weight_scale", "particle_halo",
+                   "pattern_tol")
 #: Thresholds of :func:`analysis.rays.find_rays` the note of :func:`gibbs_ladder` reads.
 GIBBS_NOTE_KEYS = ("max_spread",)
 #: A ray whose mass fraction is within this factor of the mass floor is marginal: whether it
@@ -839,7 +840,7 @@ def gibbs_ladder(run: RunLike, rows: list[LadderRow], stages: list[FrameAnalysis
         r.gibbs_rays = [q.as_dict() for q in gr.rays]
         mine = by_stage[r.stage].rays.rays
         m = match_rays([q.direction for q in mine], [q.sign for q in mine],
-                       [q.weight for q in mine], [q.direction for q in gr.rays],
+                       [q.weight for q in mine], [q.mean_direction for q in gr.rays],
                        [q.sign for q in gr.rays], [q.weight for q in gr.rays])
         r.gibbs_matched = len(m["pairs"])
         r.gibbs_unmatched_measured = m["unmatched_measured"]
