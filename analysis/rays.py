@@ -555,9 +555,14 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
                 raise
             use_basins = False
     if use_basins:
+        # the basins keep every particle the Gibbs measure's basins do: heavier than the halo
+        # cut (light_frac guards the linkage against chaining: there the rays' outskirts are
+        # absorbed back; the exact law's few heavy particles put the weighted median far above
+        # a ray's other particles)
+        kept = (mass > 0) & (mass >= particle_halo * baseline) if baseline is not None else keep
         labels, ray_signs, rejected, small, hot = _basin_rays(
-            idx, V, mass, theta, X, R, lam, maxima, total, min_mass_frac, g_ray, baseline,
-            halo_ratio, eps, n_min, n_plateau)
+            np.nonzero(kept)[0], V, mass, theta, X, R, lam, maxima, total, min_mass_frac, g_ray,
+            baseline, halo_ratio, eps, n_min, n_plateau)
         merged, split = [], []
         t_star, plateau = float("nan"), (float("nan"), float("nan"))
         thresholds, counts = np.zeros(0), np.zeros(0, dtype=int)
