@@ -155,6 +155,20 @@ class GibbsRays:
                 "n_nodes": int(self.n_nodes), "thresholds": dict(self.thresholds)}
 
 
+def _radial_nodes(G, tau, lam, d, power: float, order: int):
+    """Gauss–Laguerre nodes of the radial law at certificates ``G`` (m,): ``t = λ(1 − G²)
+    r²/(2τ) ~ Gamma(p)``, ``p = (d+1)/2`` (THEORY §5), with the weight ``t^{p−1+power} e^{−t}``
+    over ``Γ(p)``. Returns ``c`` (m, 1) with ``r = c√t``, ``r`` and ``μ = −rG`` (m, order),
+    ``σ = √(τ/λ)`` (the law of ``a`` given ``r`` is ``N(μ, σ²)``) and the weights (order,)."""
+    p = 0.5 * (d + 1)
+    t, w = roots_genlaguerre(order, p - 1.0 + power)
+    w = w / math.exp(gammaln(p))
+    G = np.asarray(G, dtype=float)
+    c = np.sqrt(2.0 * tau / (lam * (1.0 - G) * (1.0 + G)))[:, None]
+    r = c * np.sqrt(t)[None, :]
+    return c, r, -r * G[:, None], math.sqrt(tau / lam), w
+
+
 def _mean_abs_a_r(G, tau, lam, d, cut: float = 0.0, order: int = 64):
     """``E[|a| r 1(|a| r ≥ cut) | v]`` at certificates ``G`` (m,): the mean mass of the
     particles at ``v`` heavier than ``cut`` (``cut = 0``: all of them). Given ``v``,
@@ -164,15 +178,7 @@ def _mean_abs_a_r(G, tau, lam, d, cut: float = 0.0, order: int = 64):
     ``μ = −rG``, ``k = cut/r`` (at ``k = 0`` the folded-normal mean, an even function of ``μ``,
     so smooth in ``t``). With ``r = c√t`` the outer integral is Gauss–Laguerre with the
     weight ``t^{p−1/2} e^{−t}``, ``p = (d+1)/2``."""
-    p = 0.5 * (d + 1)
-    t, w = roots_genlaguerre(order, p - 0.5)
-    w = w / math.exp(gammaln(p))
-    G = np.asarray(G, dtype=float)
-    om = (1.0 - G) * (1.0 + G)
-    sigma = math.sqrt(tau / lam)
-    c = np.sqrt(2.0 * tau / (lam * om))[:, None]                        # r = c √t
-    r = c * np.sqrt(t)[None, :]
-    mu = -r * G[:, None]                                                 # (m, order)
+    c, r, mu, sigma, w = _radial_nodes(G, tau, lam, d, 0.5, order)
     k = float(cut) / r
     trunc = (mu * (ndtr((mu - k) / sigma) - ndtr((-k - mu) / sigma))
              + sigma * (_phi((k - mu) / sigma) + _phi((k + mu) / sigma)))
@@ -183,14 +189,7 @@ def _kept_probability(G, tau, lam, d, cut: float, order: int = 64):
     """``P(|a| r ≥ cut | v)`` at certificates ``G`` (m,): the share of the particles at ``v``
     that the particles' halo cut keeps, ``E[Φ((μ−k)/σ) + Φ((−k−μ)/σ)]`` over the radial law
     (notation of :func:`_mean_abs_a_r`; Gauss–Laguerre with the weight ``t^{p−1} e^{−t}``)."""
-    p = 0.5 * (d + 1)
-    t, w = roots_genlaguerre(order, p - 1.0)
-    w = w / math.exp(gammaln(p))
-    G = np.asarray(G, dtype=float)
-    om = (1.0 - G) * (1.0 + G)
-    sigma = math.sqrt(tau / lam)
-    r = np.sqrt(2.0 * tau / (lam * om))[:, None] * np.sqrt(t)[None, :]
-    mu = -r * G[:, None]
+    _, r, mu, sigma, w = _radial_nodes(G, tau, lam, d, 0.0, order)
     k = float(cut) / r
     return (ndtr((mu - k) / sigma) + ndtr((-k - mu) / sigma)) @ w
 
@@ -292,7 +291,6 @@ def gibbs_rays(sol, *, min_mass_frac: float = 1e-2, g_ray: float = 0.5, halo_rat
     baseline = halo_baseline(d, tau, lam)
     kept = pi_w * _mean_abs_a_r(G, tau, lam, d, cut=particle_halo * baseline)
     kept_n = pi_w * _kept_probability(G, tau, lam, d, cut=particle_halo * baseline)
-    s = np.where(G >= 0, 1, -1)
     label = basins(V, G, maxima)
     if weight_scale is None:
         weight_scale = label_weight_scale(X, y)

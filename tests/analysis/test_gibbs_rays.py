@@ -83,15 +83,18 @@ def test_local_maxima_in_the_plane_are_maxima_and_ascent_ends_at_them():
         assert min(_angle(v, u) for u, t in exact if t == s) < 1e-4
 
 
+def _masses(rng, G, tau, lam, d, n=2_000_000):
+    """Masses ``|a| r`` of ``n`` draws of the radial law at ``G`` (THEORY §5)."""
+    r = np.sqrt(rng.gamma((d + 1) / 2, 2 * tau / (lam * (1 - G * G)), n))
+    return np.abs(-r * G + math.sqrt(tau / lam) * rng.standard_normal(n)) * r
+
+
 def test_radial_mass_is_the_folded_normal_mean_over_the_radial_law():
     rng = np.random.default_rng(0)
     tau, lam, d = 1e-2, 0.05, 2
     p = (d + 1) / 2
     for G in (0.0, 0.5, -0.9, 0.999):
-        om = 1 - G * G
-        r = np.sqrt(rng.gamma(p, 2 * tau / (lam * om), 2_000_000))
-        a = -r * G + math.sqrt(tau / lam) * rng.standard_normal(r.size)
-        mc = np.abs(a) * r
+        mc = _masses(rng, G, tau, lam, d)
         got = _mean_abs_a_r(np.array([G]), tau, lam, d)[0]
         assert abs(got - mc.mean()) < 4 * mc.std() / math.sqrt(mc.size)
     # G = 0: a and r independent, E|a| E r in closed form
@@ -106,12 +109,8 @@ def test_kept_mass_is_the_mean_mass_of_particles_heavier_than_the_cut(cut):
     # the radial law, from G = 0 (the cut removes most) to a sharp peak (it removes nothing)
     rng = np.random.default_rng(1)
     tau, lam, d = 1e-2, 1e-2, 2
-    p = (d + 1) / 2
     for G in (0.0, 0.5, -0.9, 0.97):
-        om = 1 - G * G
-        r = np.sqrt(rng.gamma(p, 2 * tau / (lam * om), 2_000_000))
-        a = -r * G + math.sqrt(tau / lam) * rng.standard_normal(r.size)
-        m = np.abs(a) * r
+        m = _masses(rng, G, tau, lam, d)
         mc = m * (m >= cut)
         got = _mean_abs_a_r(np.array([G]), tau, lam, d, cut=cut)[0]
         assert abs(got - mc.mean()) < 4 * mc.std() / math.sqrt(mc.size) + 1e-12

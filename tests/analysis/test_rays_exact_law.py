@@ -204,7 +204,7 @@ def test_basins_report_a_rays_particles_not_its_maximiser(w9, skew):
     theta = _rotated(theta, skew)
     bas = _rays_of(theta, conv, rule="basins")
     assert len(bas.rays) == 4
-    for k, q in enumerate(bas.rays):
+    for q in bas.rays:
         j = int(np.argmax(D @ q.direction))
         assert q.weight == pytest.approx(W[j], abs=2e-3)
         assert float(np.arccos(np.clip(D[j] @ q.direction, -1, 1))) == pytest.approx(
