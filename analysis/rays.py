@@ -241,8 +241,11 @@ class RayResult:
         return not self.small
 
     def thresholds_used(self) -> dict:
-        return {"rule": self.rule, "linkage_chord": float(self.threshold),
-                "plateau": [float(self.plateau[0]), float(self.plateau[1])],
+        basins = self.rule == "basins"          # no linkage threshold chosen: null
+        return {"rule": self.rule,
+                "linkage_chord": None if basins else float(self.threshold),
+                "plateau": [None, None] if basins else [float(self.plateau[0]),
+                                                        float(self.plateau[1])],
                 "min_mass_frac": float(self.min_mass_frac),
                 "light_frac": float(self.light_frac),
                 "max_spread": float(self.max_spread),

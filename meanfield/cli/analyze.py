@@ -24,7 +24,8 @@ def register(sub):
         "analyze", help="count rays and kink hyperplanes against 2P-1; write a report",
         description="Cluster into rays (direction of (w, b), sign of a) the particles of each "
                     "temperature's stationary measure: the snapshot frames of the stage's "
-                    "second half, every chain, pooled (docs/theory.md 6.1); count rays J and "
+                    "second half, every chain, pooled, grouped by the basins of the maxima "
+                    "of |G| (docs/theory.md 6.1); count rays J and "
                     "distinct kink hyperplanes K, with single snapshots' counts beside them; "
                     "with the references, the exact Gibbs measure's own rays at each "
                     "temperature (6.7); compute P (affine dichotomies of the data) and write "
