@@ -456,7 +456,8 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
     Raises
     ------
     ValueError
-        Shapes that do not match, ``R`` or ``y`` without ``lam``, ``tau < 0``, an unknown
+        Shapes that do not match, non-finite ``theta`` or ``R``, ``replicas < 1``, ``R`` or
+        ``y`` without ``lam``, ``tau < 0``, an unknown
         ``rule``, ``rule = "basins"`` without ``R`` or ``y``.
     solvers.activation_regions.TooManyPatterns
         ``rule = "basins"`` on data with more activation cells than the enumeration takes.
@@ -481,7 +482,15 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
     if pattern_mass_tol is not None:
         ptol.mass_tol = float(pattern_mass_tol)
     N = theta.shape[0]
-    replicas = max(1, int(replicas))
+    if not np.all(np.isfinite(theta)):
+        bad = np.nonzero(~np.all(np.isfinite(theta), axis=1))[0]
+        raise ValueError(f"theta has non-finite entries in {bad.size} row(s), first row "
+                         f"{int(bad[0])}: a particle must be finite to have a direction and mass")
+    if R is not None and not np.all(np.isfinite(np.asarray(R, dtype=float))):
+        raise ValueError("R (the residuals) has non-finite entries")
+    if int(replicas) < 1:
+        raise ValueError(f"replicas must be at least 1, got {replicas}")
+    replicas = int(replicas)
     if N % replicas:
         raise ValueError(f"theta has {N} rows, not a multiple of replicas = {replicas}")
     n_plateau = min_particles_default(N // replicas) * replicas
@@ -532,6 +541,8 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
 
     def empty():
         thr = np.zeros(0) if thresholds is None else np.asarray(thresholds, dtype=float)
+        common["rule"] = ("basins" if rule == "basins" or (rule == "auto" and radial_tests)
+                          else "linkage")
         return RayResult(rays=[], threshold=float("nan"), thresholds=thr,
                          counts=np.zeros(len(thr), int), plateau=(float("nan"), float("nan")),
                          halo_mass_fraction=1.0 if total > 0 else 0.0, n_cells=0, rejected=[],
@@ -739,4 +750,4 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
                      n_cells=int(np.unique(cell_all[idx]).size), rejected=rejected,
                      small=small, cell_conflicts=conflicts, labels=labels, thermal=hot,
                      merged=merged, split=split, repaired_patterns=repaired,
-                     rule="basins" if use_basins else "linkage", **common)
+                     **{**common, "rule": "basins" if use_basins else "linkage"})

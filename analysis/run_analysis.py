@@ -164,6 +164,9 @@ class LadderRow:
         (:func:`analysis.gibbs_rays.gibbs_rays`); ``None`` where no Gibbs reference exists.
     gibbs_rays : list of dict or None
         Those rays (:meth:`analysis.gibbs_rays.GibbsRay.as_dict`).
+    gibbs_maxima : list of dict or None
+        Every local maximum of ``|G|`` with its basin, rays and refused (``is_ray``,
+        ``reason``).
     gibbs_matched, gibbs_unmatched_measured, gibbs_unmatched_reference
         The one-to-one matching of the row's rays to the Gibbs rays
         (:func:`analysis.references.match_rays`).
@@ -200,6 +203,7 @@ class LadderRow:
     J_gibbs: int | None = None
     K_gibbs: int | None = None
     gibbs_rays: list | None = None
+    gibbs_maxima: list | None = None
     gibbs_matched: int | None = None
     gibbs_unmatched_measured: list | None = None
     gibbs_unmatched_reference: list | None = None
@@ -790,6 +794,10 @@ GIBBS_NOTE_KEYS = ("max_spread",)
 #: A ray whose mass fraction is within this factor of the mass floor is marginal: whether it
 #: counts is decided by sampling noise (particles) or by the floor itself (Gibbs).
 MARGINAL_FACTOR = 1.5
+def _vec(v) -> str:
+    return "(" + ", ".join(f"{x:.3f}" for x in v) + ")"
+
+
 #: A Gibbs maximum whose basin's mean kept particle mass is within this factor of the
 #: heaviness threshold (``halo_ratio`` baselines) is at the heaviness edge: whether it counts is
 #: decided by a few per cent of mean mass (the particles' sampling of it, their width bias).
@@ -838,6 +846,7 @@ def gibbs_ladder(run: RunLike, rows: list[LadderRow], stages: list[FrameAnalysis
         results[r.stage] = gr
         r.J_gibbs, r.K_gibbs = gr.J, gr.K
         r.gibbs_rays = [q.as_dict() for q in gr.rays]
+        r.gibbs_maxima = [q.as_dict() for q in gr.maxima]
         mine = by_stage[r.stage].rays.rays
         m = match_rays([q.direction for q in mine], [q.sign for q in mine],
                        [q.weight for q in mine], [q.mean_direction for q in gr.rays],
@@ -857,9 +866,15 @@ def gibbs_ladder(run: RunLike, rows: list[LadderRow], stages: list[FrameAnalysis
                 and abs(q.G) >= rule.get("g_ray", 0.5)
                 and hr / HEAVY_MARGIN <= q.mean_mass <= hr * HEAVY_MARGIN]
         if edge:
-            notes.append("Gibbs ray(s) at the heaviness edge, mean particle mass " + ", ".join(
+            notes.append("at the heaviness edge: mean particle mass " + ", ".join(
                 f"{q.mean_mass:.3g} ({'counted' if q.is_ray else 'not counted'})"
-                for q in edge) + f" baselines (a ray needs {hr:g})")
+                for q in edge) + f" free-particle baselines (d+1)tau/lam, a ray needs {hr:g}")
+        far = [f"particle ray {_vec(mine[i].direction)} mass {mine[i].mass_fraction:.3g}"
+               for i in m["unmatched_measured"]]
+        far += [f"Gibbs ray {_vec(gr.rays[j].mean_direction)} mass "
+                f"{gr.rays[j].mass_fraction:.3g}" for j in m["unmatched_reference"]]
+        if far:
+            notes.append("unmatched: " + "; ".join(far))
         broad = [q for q in gr.rays if q.spread > rule.get("max_spread", BROAD_SPREAD)
                  and by_stage[r.stage].rays.rule == "linkage"]
         if broad:

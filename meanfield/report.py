@@ -322,8 +322,10 @@ def markdown(rep, figs=()) -> str:
             L += ["", f"Rule: the basins of the exact local maxima of |G| (docs/theory.md "
                   f"§6.1), a basin's particles a ray when they "
                   f"hold ≥ {t['min_mass_frac']} of the total mass, {halo}{cert}{gap}at least "
-                  f"{t['min_particles']} particles, particle mass ≥ {t['light_frac']} × "
-                  f"weighted median; direction and pattern those of the basin's maximum."]
+                  f"{t['min_particles']} particles; a ray's direction, spread and pattern are "
+                  f"its particles' (mass-weighted mean; pattern zeros within "
+                  f"{t['pattern_angle_tol']} rad or straddled by ≥ {t['pattern_mass_tol']} of "
+                  f"the ray mass)."]
         else:
             L += ["", f"Thresholds: linkage {t['linkage_chord']:.3g} (plateau "
                   f"[{t['plateau'][0]:.3g}, {t['plateau'][1]:.3g}]), ray mass ≥ "
@@ -391,16 +393,27 @@ def markdown(rep, figs=()) -> str:
         L += _references_markdown(rep["references"], rep.get("run") or "RUN.h5")
     for f in figs:
         L += ["", f"![{f}]({f})", "", plots.RUN_FIGURES[f.rsplit(".", 1)[0]].caption]
-    L += ["", "Method: directions (w, b)/|(w, b)| of one sign of a are linked by single linkage "
-          "on the mutual-reachability chord distance; a cluster is a ray when it holds enough "
-          "mass, its mean particle mass is well above the free-particle baseline (d+1)τ/λ, its "
-          "direction passes the certificate G of the stage's time-averaged residuals, its "
-          "certificate gap 1 − |G| is at most ε(τ) ∝ τ (else it is thermal mass, whose weight "
-          "vanishes with τ; docs/theory.md §6.5) and it holds enough particles; rays of one "
-          "sign cut by a data point's cell boundary are joined (§6.6); the linkage threshold is the middle of the widest plateau of "
-          "the ray count (analysis/rays.py). Two rays share a kink hyperplane only when they "
-          "split the training inputs alike and their hyperplanes coincide within a fraction of "
-          "the data's spread (analysis/kinks.py; docs/theory.md)."]
+    basins = bool(rep["snapshots"]) and coldest(rep["snapshots"])["thresholds"].get(
+        "rule") == "basins"
+    tests = ("it holds enough mass, its mean particle mass is well above the free-particle "
+             "baseline (d+1)τ/λ, it passes the certificate G of the stage's time-averaged "
+             "residuals, its certificate gap 1 − |G| is at most ε(τ) ∝ τ (else it is thermal "
+             "mass, whose weight vanishes with τ; docs/theory.md §6.5) and it holds enough "
+             "particles")
+    if basins:
+        method = ("Method: each particle heavier than the baseline (d+1)τ/λ goes to the basin "
+                  "of a local maximum of |G| (G of the stage's time-averaged residuals), the "
+                  "partition the exact Gibbs measure's rays get; a basin is a ray when " + tests
+                  + " (docs/theory.md §6.1, §6.7).")
+    else:
+        method = ("Method: directions (w, b)/|(w, b)| of one sign of a are linked by single "
+                  "linkage on the mutual-reachability chord distance; a cluster is a ray when "
+                  + tests + "; rays of one sign cut by a data point's cell boundary are joined "
+                  "(§6.6); the linkage threshold is the middle of the widest plateau of the ray "
+                  "count (analysis/rays.py).")
+    L += ["", method + " Two rays share a kink hyperplane only when they split the training "
+          "inputs alike and their hyperplanes coincide within a fraction of the data's spread "
+          "(analysis/kinks.py; docs/theory.md)."]
     return "\n".join(L) + "\n"
 
 

@@ -225,6 +225,20 @@ def test_empty_and_bad_input():
         find_rays(np.zeros((10, 3)), X)
     with pytest.raises(ValueError):
         find_rays(np.ones((10, 4)), X, y=np.zeros(8))
+    bad = np.ones((10, 4))
+    for v in (np.nan, np.inf):                  # a non-finite particle is named, not clustered
+        bad[3, 2] = v
+        with pytest.raises(ValueError, match="row 3"):
+            find_rays(bad, X)
+    with pytest.raises(ValueError, match="R"):
+        find_rays(np.ones((10, 4)), X, lam=1.0, R=np.full(X.shape[0], np.nan))
+    with pytest.raises(ValueError, match="replicas"):
+        find_rays(np.ones((10, 4)), X, replicas=0)
+    with pytest.raises(ValueError, match="rule"):
+        find_rays(np.ones((10, 4)), X, rule="kmeans")
+    # the rule asked for is the rule reported, also when nothing is left to group
+    empty = find_rays(np.zeros((10, 4)), X, lam=1.0, R=np.zeros(X.shape[0]), rule="basins")
+    assert empty.rays == [] and empty.rule == "basins"
 
 
 def test_kinks_merge_v_and_minus_v_and_skip_pure_bias():
