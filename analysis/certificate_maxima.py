@@ -130,19 +130,40 @@ def nearest_maximum(maxima: list, V, s) -> np.ndarray:
     return out
 
 
-def basins(V, G, maxima: list, k: int = 16) -> np.ndarray:
+#: Points on a great-circle arc where :func:`basins` looks for a valley of ``|G|``.
+ARC_POINTS = 17
+
+
+def _arc_dips(P, Q, s, start, X, R, lam, points: int = ARC_POINTS) -> np.ndarray:
+    """For each pair of rows of ``P``, ``Q`` (m, d+1): whether ``s·G`` dips below ``start``
+    (m,) somewhere on the great-circle arc between them (a valley: the two are on two hills)."""
+    from analysis.certificate import certificate
+    m = P.shape[0]
+    if m == 0:
+        return np.zeros(0, dtype=bool)
+    t = np.linspace(0.0, 1.0, points)[1:-1]
+    pts = P[:, None, :] * (1.0 - t)[None, :, None] + Q[:, None, :] * t[None, :, None]
+    pts /= np.linalg.norm(pts, axis=2, keepdims=True)
+    g = s[:, None] * certificate(pts.reshape(-1, P.shape[1]), X, R, lam).reshape(m, -1)
+    return np.min(g, axis=1) < start - 1e-12 * np.maximum(1.0, np.abs(start))
+
+
+def basins(V, G, maxima: list, X, R, lam, k: int = 16) -> np.ndarray:
     """The index into ``maxima`` (:func:`maxima_of`) of the local maximum of ``|G|`` whose
-    basin holds each direction of ``V`` (m, d+1), ``G`` (m,) the certificate there; −1 where
-    ``G = 0`` (a flat region, no maximum) or no maximum of that sign exists.
+    basin holds each direction of ``V`` (m, d+1), ``G`` (m,) the certificate there (from
+    residuals ``R`` (n,) on inputs ``X`` (n, d) at weight decay ``lam``); −1 where ``G = 0`` (a
+    flat region, no maximum) or no maximum of that sign exists.
 
     Discrete ascent: every direction points to its neighbour (among its ``k`` nearest with
-    the same sign of ``G``) of highest ``|G|`` when that is higher than its own, and the
+    the same sign of ``G``) of highest ``|G|`` when that is higher than its own and no valley
+    of ``|G|`` lies on the arc between them (``|G|`` nowhere on it below the direction's own:
+    a sparse point set, a ray held by a few particles, has neighbours on other hills), and the
     pointers are followed to their ends; this follows the flow of ``|G|`` up to the point
     set's resolution, along the ridges (kinks) too, where a projected gradient step zigzags.
-    An end, a local maximum of the point set, joins the nearest exact maximum of its sign
-    (:func:`nearest_maximum`). The points are an integration rule's nodes
-    (:mod:`analysis.gibbs_rays`) or particles (:func:`analysis.rays.find_rays`): the same
-    partition of the sphere for both (docs/theory.md §6.7)."""
+    An end joins the nearest exact maximum of its sign that it reaches without crossing a
+    valley (the nearest of its sign when none does). The points are an integration rule's
+    nodes (:mod:`analysis.gibbs_rays`) or particles (:func:`analysis.rays.find_rays`): the
+    same partition of the sphere for both (docs/theory.md §6.7)."""
     from scipy.spatial import cKDTree
     V = np.atleast_2d(np.asarray(V, dtype=float))
     G = np.asarray(G, dtype=float).ravel()
@@ -159,12 +180,40 @@ def basins(V, G, maxima: list, k: int = 16) -> np.ndarray:
     vals = np.where(s[nb] == s[:, None], value[nb], -np.inf)
     best = np.argmax(vals, axis=1)
     parent = nb[np.arange(m), best]
-    parent = np.where(vals[np.arange(m), best] > value, parent, np.arange(m))
+    up = vals[np.arange(m), best] > value
+    step = np.nonzero(up)[0]
+    up[step] = ~_arc_dips(P[step], P[parent[step]], s[step], value[step], X, R, lam)
+    parent = np.where(up, parent, np.arange(m))
     while True:
         nxt = parent[parent]
         if np.array_equal(nxt, parent):
             break
         parent = nxt
     ends, inverse = np.unique(parent, return_inverse=True)
-    out[live] = nearest_maximum(maxima, P[ends], s[ends])[inverse]
+    out[live] = _join_ends(maxima, P[ends], s[ends], value[ends], X, R, lam)[inverse]
+    return out
+
+
+def _join_ends(maxima, E, s, value, X, R, lam) -> np.ndarray:
+    """The maximum each end of an ascent (``E`` (m, d+1), signs ``s``, ``|G|`` ``value``)
+    joins: the nearest of its sign reached without a valley, else the nearest of its sign."""
+    out = nearest_maximum(maxima, E, s)
+    Vm = np.array([v for v, _, _ in maxima])
+    sm = np.array([sg for _, sg, _ in maxima])
+    cos = E @ Vm.T
+    cos[s[:, None] != sm[None, :]] = -np.inf
+    order = np.argsort(-cos, axis=1)
+    todo = np.nonzero(out >= 0)[0]
+    for rank in range(len(maxima)):
+        if todo.size == 0:
+            break
+        cand = order[todo, rank]
+        ok_sign = np.isfinite(cos[todo, cand])
+        dips = np.ones(todo.size, dtype=bool)
+        sel = np.nonzero(ok_sign)[0]
+        dips[sel] = _arc_dips(E[todo[sel]], Vm[cand[sel]], s[todo[sel]], value[todo[sel]], X,
+                              R, lam)
+        reach = ok_sign & ~dips
+        out[todo[reach]] = cand[reach]
+        todo = todo[~reach & ok_sign]
     return out

@@ -70,7 +70,8 @@ class GibbsRay:
     spread : float                        RMS angle (radians) of that mass to its mean
                                           direction
     G : float                             ``G(v*)``
-    gap : float                           certificate gap ``1 − |G(v*)|``
+    gap : float                           the gap the rule tests: the larger of ``1 − |G(v*)|``
+                                          and the gap its mean particle mass implies
     pattern : ndarray of shape (n,) int8  ternary pattern of ``v*``
     is_ray : bool                         passes the ray rule (module docstring)
     reason : str                          why not, "" for a ray
@@ -291,7 +292,7 @@ def gibbs_rays(sol, *, min_mass_frac: float = 1e-2, g_ray: float = 0.5, halo_rat
     baseline = halo_baseline(d, tau, lam)
     kept = pi_w * _mean_abs_a_r(G, tau, lam, d, cut=particle_halo * baseline)
     kept_n = pi_w * _kept_probability(G, tau, lam, d, cut=particle_halo * baseline)
-    label = basins(V, G, maxima)
+    label = basins(V, G, maxima, X, R, lam)
     if weight_scale is None:
         weight_scale = label_weight_scale(X, y)
     eps = None
@@ -327,7 +328,7 @@ def gibbs_rays(sol, *, min_mass_frac: float = 1e-2, g_ray: float = 0.5, halo_rat
         if eps is not None and gap > eps:
             reasons.append(f"gap {gap:.3g} > {eps:.3g}")
         found.append(GibbsRay(direction=v, sign=-int(sg), weight=float(w_node[mem].sum()),
-                              mass_fraction=frac, spread=spread, G=g, gap=1.0 - abs(g),
+                              mass_fraction=frac, spread=spread, G=g, gap=gap,
                               pattern=pat, is_ray=not reasons, reason="; ".join(reasons),
                               mean_mass=mean_mass / baseline, mean_direction=vm,
                               mean_pattern=mean_pat))

@@ -308,7 +308,7 @@ def _basin_rays(idx, V, mass, theta, X, R, lam, maxima, total, min_mass_frac, g_
 
     Returns ``(labels, signs, rejected, small, thermal)`` as the linkage path builds them."""
     N = theta.shape[0]
-    lab = basins(V[idx], certificate(V[idx], X, R, lam), maxima)
+    lab = basins(V[idx], certificate(V[idx], X, R, lam), maxima, X, R, lam)
     labels = -np.ones(N, dtype=int)
     signs, rejected, small, hot = [], [], [], []
     for k, (v, sg, _) in enumerate(maxima):

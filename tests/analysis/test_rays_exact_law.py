@@ -240,3 +240,22 @@ def test_basins_keep_the_particles_mean_where_the_maximum_is_not_pinned():
 def certificate_at(v, X, R, lam):
     from analysis.certificate import certificate
     return certificate(np.atleast_2d(v), X, R, lam)[0]
+
+
+@pytest.mark.parametrize("per", [2, 4, 6, 10])
+def test_basins_of_a_few_particles_per_ray_do_not_cross_valleys(w9, per):
+    # the exact law's low-τ measure: each of the four rays held by `per` heavy particles within
+    # 2e-3 rad of its direction, nothing else. A particle's 16 nearest neighbours then lie on
+    # other hills; an ascent step across a valley of |G| merged all four into one basin (per 4)
+    conv, D, W = w9
+    rng = np.random.default_rng(per)
+    rows = []
+    for d, w in zip(D, W):
+        t = np.array([-d[1], d[0]])
+        ang = rng.uniform(-2e-3, 2e-3, per)
+        V = np.cos(ang)[:, None] * d + np.sin(ang)[:, None] * t
+        r = np.full(per, np.sqrt(abs(w) * 4))
+        rows.append(np.c_[np.sign(w) * r, r[:, None] * V])
+    res = _rays_of(np.vstack(rows), conv, rule="basins")
+    assert len(res.rays) == 4 and _matched(res, D, W) == 4
+    assert sorted(q.n_particles for q in res.rays) == [per] * 4
