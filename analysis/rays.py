@@ -59,6 +59,7 @@ Every threshold is returned with the result (:meth:`RayResult.thresholds_used`).
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -522,6 +523,15 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
     if baseline is not None and weight_scale is not None and thermal_gap > 0:
         eps = thermal_gap_threshold(X.shape[1], tau, lam, weight_scale, thermal_gap)
     radial_tests = eps is not None and G_source == "given residuals"
+    if rule == "basins" and eps is None and thermal_gap > 0:
+        missing = [name for name, v in (("tau", tau), ("weight_scale (or y)", weight_scale))
+                   if v is None]
+        warnings.warn(f"find_rays(rule='basins') without {' and '.join(missing)}: the "
+                      "certificate-gap test is off"
+                      + ("" if tau is not None else " and so is the heaviness test")
+                      + ", so every basin above the mass floor with |G| >= g_ray is a ray; "
+                      "pass tau and weight_scale=label_weight_scale(X, y) for the rule the "
+                      "exact Gibbs measure's rays get", UserWarning, stacklevel=2)
     if min_particles is not None:
         n_min = max(1, int(min_particles))
         n_min = n_min * replicas if n_min > 1 else -(-replicas // 2)

@@ -1,6 +1,8 @@
 """Ray clustering on planted rays (known directions, weights, angular noise, thermal halo),
 certificate filtering, boundary rays, and kink hyperplanes."""
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -237,8 +239,27 @@ def test_empty_and_bad_input():
     with pytest.raises(ValueError, match="rule"):
         find_rays(np.ones((10, 4)), X, rule="kmeans")
     # the rule asked for is the rule reported, also when nothing is left to group
-    empty = find_rays(np.zeros((10, 4)), X, lam=1.0, R=np.zeros(X.shape[0]), rule="basins")
+    with pytest.warns(UserWarning, match="without tau and weight_scale"):
+        empty = find_rays(np.zeros((10, 4)), X, lam=1.0, R=np.zeros(X.shape[0]), rule="basins")
     assert empty.rays == [] and empty.rule == "basins"
+
+
+def test_basins_rule_without_the_radial_tests_says_so():
+    # an explicit basins rule without tau or the labels' weight scale cannot run the tests the
+    # exact Gibbs measure's rays get; it says which are off instead of skipping them silently
+    X = np.linspace(-1.0, 1.0, 8)[:, None]
+    R = np.sin(3.0 * X[:, 0])
+    theta = np.random.default_rng(0).standard_normal((200, 3))
+    with pytest.warns(UserWarning, match="without weight_scale .or y.: the certificate-gap"):
+        res = find_rays(theta, X, lam=0.1, tau=1e-3, R=R, rule="basins")
+    assert res.gap_threshold is None
+    with pytest.warns(UserWarning, match="so is the heaviness test"):
+        find_rays(theta, X, lam=0.1, R=R, weight_scale=1.0, rule="basins")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = find_rays(theta, X, lam=0.1, tau=1e-3, R=R, weight_scale=1.0, rule="basins")
+        find_rays(theta, X, lam=0.1, tau=1e-3, R=R, rule="auto")  # auto: linkage, no warning
+    assert res.gap_threshold is not None
 
 
 def test_kinks_merge_v_and_minus_v_and_skip_pure_bias():
