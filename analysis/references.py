@@ -297,6 +297,11 @@ def _width_bias(run: RunLike, stage: int, window: float, diff, se, quad_error: f
             "z_without_width_bias": z}
 
 
+#: The fewest particles the suggested second run of ``--extrapolate-n`` gets: below twice this
+#: the suggestion doubles ``N`` instead of halving it (the O(1/N) term must dominate in both).
+EXTRAPOLATE_MIN_N = 100
+
+
 def verdict_text(g: dict, run_path: str = "RUN.h5") -> str:
     """The verdict of a Gibbs row (:func:`gibbs_distance`) as the command line and report.md
     write it: the verdict, and after it what it needs said.
@@ -307,7 +312,7 @@ def verdict_text(g: dict, run_path: str = "RUN.h5") -> str:
       the estimate is taken off (what is left, where that ``z`` is above
       :data:`Z_CONSISTENT`), else that coefficient alone, and the command that removes it,
       ``meanfield analyze RUN --extrapolate-n B.h5`` with ``B`` the same run at half the
-      particles;
+      particles (twice as many below ``2 ·`` :data:`EXTRAPOLATE_MIN_N`);
     - any other: the verdict alone.
     """
     v = g["verdict"]
@@ -338,7 +343,12 @@ def verdict_text(g: dict, run_path: str = "RUN.h5") -> str:
                f"test")
     else:
         est = "no estimate"
-    half = f"n_particles = {max(1, N // 2)}" if N else "another n_particles"
+    if not N:
+        half = "another n_particles"
+    elif N // 2 >= EXTRAPOLATE_MIN_N:
+        half = f"n_particles = {N // 2}"
+    else:       # a run of a handful of particles is far from the O(1/N) regime: go larger
+        half = f"n_particles = {2 * N}"
     return (f"{v}, {WIDTH_BIAS_NOTE} ({est}); meanfield analyze {run_path} --extrapolate-n "
             f"B.h5 removes it, B the same run at {half}")
 

@@ -182,7 +182,7 @@ def test_the_exact_sampler_names_the_width_bias_with_its_estimate_and_the_comman
     assert text == (f"{VERDICT_INCONSISTENT}, {WIDTH_BIAS_NOTE} (estimated 1.2e-02 = 0.6/N "
                     f"from 500 particles, here 0.75/N; z 1 once it is taken off: an estimate, not a "
                     f"test); meanfield analyze runs/a.h5 --extrapolate-n B.h5 removes it, B "
-                    f"the same run at n_particles = 25")
+                    f"the same run at n_particles = 100")
     assert WIDTH_BIAS_NOTE == "possibly the O(1/N) width bias of the N-particle law"
     # an estimate that leaves more than 3 errors says what else the rest may be
     far = verdict_text({**row, "z_without_width_bias": 4.0}, "runs/a.h5")
@@ -191,7 +191,7 @@ def test_the_exact_sampler_names_the_width_bias_with_its_estimate_and_the_comman
     # no frame to estimate it from: the coefficient the difference implies, said to be no test
     text = verdict_text({**row, "width_bias": None}, "runs/a.h5")
     assert "it would be 0.75/N, against at most 0.095/N measured with the exact sampler" in text
-    assert "not a test" in text and "n_particles = 25" in text
+    assert "not a test" in text and "n_particles = 100" in text
 
 
 def test_the_verdicts_are_four_words_in_one_place():
@@ -231,7 +231,7 @@ def test_the_analyze_line_and_the_report_row_say_each_verdict():
     assert f"z = 5: inconsistent, {WIDTH_BIAS_NOTE} (it would be 0.64/N" in lines[2]
     assert "allowance" not in lines[2] and "combined error 2.0e-03)" in lines[2]   # exact
     assert lines[2].endswith("meanfield analyze a.h5 --extrapolate-n B.h5 removes it, B the "
-                             "same run at n_particles = 32")
+                             "same run at n_particles = 128")
     assert lines[3].endswith("(std. error 0.0e+00): too few observations (1 per chain in the "
                              "window; an MCSE needs at least 8 and a nonzero, finite value at "
                              "every point: no z)")
@@ -304,7 +304,7 @@ def test_meanfield_analyze_prints_the_verdict_and_its_note(analysed, name, verdi
         assert g["z"] == g["z_without_allowance"] > Z_CONSISTENT
         assert g["width_bias"]["frames"] == 10 and g["width_bias"]["particles"] == 80
         assert g["width_bias_implied"] == pytest.approx(8 * g["max_abs_diff"])
-        assert WIDTH_BIAS_NOTE in line and "n_particles = 4" in line
+        assert WIDTH_BIAS_NOTE in line and "n_particles = 16" in line
         assert "meanfield analyze mala.h5 --extrapolate-n B.h5" in line
     else:
         assert g["n_observations"] == 2 and math.isnan(g["z"]) and "z =" not in line

@@ -268,6 +268,9 @@ def test_an_inconsistent_exact_comparison_names_the_width_bias():
     assert text.startswith(f"{VERDICT_INCONSISTENT}, {WIDTH_BIAS_NOTE}")
     assert "meanfield analyze A.h5 --extrapolate-n B.h5" in text and "n_particles = 500" in text
     assert "0.07/N" in text and "not a test" in text
+    # a handful of particles is far from the O(1/N) regime: the second run gets more, not fewer
+    assert "B the same run at n_particles = 10" in verdict_text({**exact_off, "n_particles": 5})
+    assert "n_particles = 100" in verdict_text({**exact_off, "n_particles": 200})
     est = {**exact_off, "width_bias": {"max_abs": 6e-5, "max_abs_coefficient": 0.06,
                                        "particles": 4000}, "z_without_width_bias": 1.0}
     text = verdict_text(est, "A.h5")
