@@ -52,6 +52,13 @@ def register(sub):
     p.add_argument("--halo-ratio", type=float, default=3.0,
                    help="a ray's mean particle mass |a||u| is at least HALO_RATIO times the "
                         "free-particle baseline (d+1) tau/lam (default 3)")
+    p.add_argument("--rule", choices=("auto", "linkage"), default="auto",
+                   help="how a stage's particles are grouped into rays: 'auto' by the basins "
+                        "of the exact maxima of |G| at its time-averaged residuals, the rule "
+                        "the exact Gibbs measure's rays get (single linkage where G is not "
+                        "available or the data have too many activation cells); 'linkage' the "
+                        "single-linkage plateau everywhere, to compare (docs/theory.md §6.1; "
+                        "default auto)")
     p.add_argument("--max-regions", type=float, default=None, metavar="N",
                    help="most regions the count of P may enumerate, judged by its upper bound "
                         "(Cover's count of the distinct data points); a larger count is "
@@ -412,7 +419,8 @@ def main(args) -> int:
             rep = analyze_run(args.run, tmp, figures=not args.no_figures, w2=not args.no_w2,
                               references=not args.no_references, min_mass_frac=args.min_mass,
                               sensitivity=not args.no_sensitivity,
-                              g_ray=args.g_ray, halo_ratio=args.halo_ratio, fmt=args.format,
+                              g_ray=args.g_ray, halo_ratio=args.halo_ratio, rule=args.rule,
+                              fmt=args.format,
                               progress=False if args.quiet else None, max_regions=limit)
         except TooManyRegions as exc:
             raise InputError(args.run, "--max-regions", exc.reason("--max-regions")) from None

@@ -82,6 +82,24 @@ def test_cli_analyze_json_keys(run_file, tmp_path, capsys):
         assert key in rep
     assert {"distinct", "antichain", "max_per_binary"} <= set(rep["theorem6"])
     assert cli_main(["analyze", str(path), "--g-ray", "2"]) == 2
+    with pytest.raises(SystemExit) as exc:
+        cli_main(["analyze", str(path), "--rule", "kmeans"])
+    assert exc.value.code == 2
+
+
+def test_cli_analyze_rule_linkage_reaches_every_stage(tiny_run_file, tmp_path, capsys):
+    """``--rule linkage`` groups every stage by the single linkage (to compare with the default
+    basins rule); the report says which rule each snapshot got."""
+    _, path = tiny_run_file
+    rules = {}
+    for rule in ("auto", "linkage"):
+        assert cli_main(["analyze", str(path), "-o", str(tmp_path / rule), "--json",
+                         "--no-figures", "--no-w2", "--no-sensitivity", "--no-references",
+                         "--rule", rule]) == 0
+        rep = json.loads(capsys.readouterr().out)
+        rules[rule] = {s["thresholds"]["rule"] for s in rep["snapshots"]}
+    assert rules["linkage"] == {"linkage"}
+    assert "basins" in rules["auto"]
 
 
 def test_analyze_run_defaults_are_those_of_meanfield_analyze():
