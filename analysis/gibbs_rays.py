@@ -14,10 +14,10 @@ the sign of ``a`` opposite to that of ``G``. This module finds them exactly and 
    for ``d ≥ 3``) ascend ``|G|`` by discrete steps to their highest near neighbour and join
    the exact local maximum nearest to where they stop
    (:func:`analysis.certificate_maxima.basins`). A basin's weight is
-   ``c_k = ∫_basin π_R(v) E[a r | v] dv`` and its mass ``∫_basin π_R(v) E[|a| r 1(|a| r ≥ c) |
-   v] dv``, the mass of its particles heavier than the particles' halo cut ``c`` (the
-   truncated normal moment of ``a`` given ``r``, integrated over the radial law by
-   Gauss–Laguerre quadrature, :func:`_mean_abs_a_r`), the analogues of a particle ray's
+   ``c_k = ∫_basin π_R(v) E[a r 1(|a| r ≥ c) | v] dv`` and its mass ``∫_basin π_R(v) E[|a| r
+   1(|a| r ≥ c) | v] dv``, the weight and mass of its particles heavier than the particles'
+   halo cut ``c`` (truncated normal moments of ``a`` given ``r``, integrated over the radial
+   law by Gauss–Laguerre quadrature, :func:`_mean_abs_a_r`), the analogues of a particle ray's
    ``(1/N) Σ a_i |u_i|`` and ``Σ |a_i||u_i|/N`` over its kept particles.
 3. **The ray rule the particles get** (:func:`analysis.rays.find_rays`, docs/theory.md §6.5): a
    local maximum is a ray when its basin holds at least ``min_mass_frac`` of the mass, it passes
@@ -64,7 +64,9 @@ class GibbsRay:
     ----------
     direction : ndarray of shape (d+1,)   the maximiser ``v*`` (unit vector)
     sign : int                            sign of ``a`` (``−sign G(v*)``)
-    weight : float                        ``c_k = ∫_basin π E[a r | v] dv`` (signed)
+    weight : float                        ``c_k = ∫_basin π E[a r 1(|a| r ≥ c) | v] dv``
+                                          (signed; the basin's particles heavier than the
+                                          halo cut ``c``, as a particle ray's weight)
     mass_fraction : float                 the basin's mass of particles heavier than the halo
                                           cut, over the total mass
     spread : float                        RMS angle (radians) of that mass to its mean
@@ -170,20 +172,22 @@ def _radial_nodes(G, tau, lam, d, power: float, order: int):
     return c, r, -r * G[:, None], math.sqrt(tau / lam), w
 
 
-def _mean_abs_a_r(G, tau, lam, d, cut: float = 0.0, order: int = 64):
+def _mean_abs_a_r(G, tau, lam, d, cut: float = 0.0, order: int = 64, signed: bool = False):
     """``E[|a| r 1(|a| r ≥ cut) | v]`` at certificates ``G`` (m,): the mean mass of the
-    particles at ``v`` heavier than ``cut`` (``cut = 0``: all of them). Given ``v``,
-    ``a | r ~ N(−rG, σ²)``, ``σ² = τ/λ``, and ``t = λ(1 − G²) r²/(2τ) ~ Gamma((d+1)/2)`` (THEORY
-    §5). For fixed ``r`` the truncated first absolute moment of the normal is closed:
-    ``E[|a| 1(|a| ≥ k)] = μ Φ((μ−k)/σ) + σ φ((k−μ)/σ) − μ Φ((−k−μ)/σ) + σ φ((k+μ)/σ)``,
-    ``μ = −rG``, ``k = cut/r`` (at ``k = 0`` the folded-normal mean, an even function of ``μ``,
-    so smooth in ``t``). With ``r = c√t`` the outer integral is Gauss–Laguerre with the
-    weight ``t^{p−1/2} e^{−t}``, ``p = (d+1)/2``."""
+    particles at ``v`` heavier than ``cut`` (``cut = 0``: all of them); with ``signed``,
+    ``E[a r 1(|a| r ≥ cut) | v]``, their mean weight. Given ``v``, ``a | r ~ N(−rG, σ²)``,
+    ``σ² = τ/λ``, and ``t = λ(1 − G²) r²/(2τ) ~ Gamma((d+1)/2)`` (THEORY §5). For fixed ``r``
+    the truncated first moments of the normal are closed:
+    ``E[±a 1(±a ≥ k)] = ±μ Φ((±μ−k)/σ) + σ φ((k∓μ)/σ)``, ``μ = −rG``, ``k = cut/r``; their sum
+    is ``E[|a| 1(|a| ≥ k)]`` (at ``k = 0`` the folded-normal mean, an even function of ``μ``,
+    so smooth in ``t``), their difference ``E[a 1(|a| ≥ k)]`` (``μ`` at ``k = 0``). With
+    ``r = c√t`` the outer integral is Gauss–Laguerre with the weight ``t^{p−1/2} e^{−t}``,
+    ``p = (d+1)/2``."""
     c, r, mu, sigma, w = _radial_nodes(G, tau, lam, d, 0.5, order)
     k = float(cut) / r
-    trunc = (mu * (ndtr((mu - k) / sigma) - ndtr((-k - mu) / sigma))
-             + sigma * (_phi((k - mu) / sigma) + _phi((k + mu) / sigma)))
-    return c[:, 0] * (trunc @ w)
+    up = mu * ndtr((mu - k) / sigma) + sigma * _phi((k - mu) / sigma)       # E[a 1(a ≥ k)]
+    down = -mu * ndtr((-k - mu) / sigma) + sigma * _phi((k + mu) / sigma)   # E[-a 1(a ≤ -k)]
+    return c[:, 0] * ((up - down if signed else up + down) @ w)
 
 
 def _kept_probability(G, tau, lam, d, cut: float, order: int = 64):
@@ -286,11 +290,11 @@ def gibbs_rays(sol, *, min_mass_frac: float = 1e-2, g_ray: float = 0.5, halo_rat
     p = 0.5 * (d + 1)
     h = W * np.exp(-p * np.log(om))
     pi_w = h / h.sum()                              # probability of each node
-    w_node = pi_w * (-G) * (d + 1) * tau / (lam * om)
     m_node = pi_w * _mean_abs_a_r(G, tau, lam, d)
     total = float(m_node.sum())
     baseline = halo_baseline(d, tau, lam)
     kept = pi_w * _mean_abs_a_r(G, tau, lam, d, cut=particle_halo * baseline)
+    w_node = pi_w * _mean_abs_a_r(G, tau, lam, d, cut=particle_halo * baseline, signed=True)
     kept_n = pi_w * _kept_probability(G, tau, lam, d, cut=particle_halo * baseline)
     label = basins(V, G, maxima, X, R, lam)
     if weight_scale is None:

@@ -121,6 +121,26 @@ def test_kept_mass_is_the_mean_mass_of_particles_heavier_than_the_cut(cut):
         < _mean_abs_a_r(np.array([0.3]), tau, lam, d)[0]
 
 
+@pytest.mark.parametrize("cut", [0.0, 1.0, 3.0, 10.0])
+def test_kept_weight_is_the_mean_signed_weight_of_particles_heavier_than_the_cut(cut):
+    # a Gibbs ray's weight, E[a r 1(|a| r >= cut) | v], as a particle ray's (its kept
+    # particles' a r, both signs of a): against Monte Carlo of the radial law, and at cut = 0
+    # against the closed form E[a r | v] = -G (d+1) tau / (lam (1 - G^2)) (THEORY §5)
+    rng = np.random.default_rng(2)
+    tau, lam, d = 1e-2, 1e-2, 2
+    for G in (0.0, 0.5, -0.9, 0.97):
+        n = 2_000_000
+        r = np.sqrt(rng.gamma((d + 1) / 2, 2 * tau / (lam * (1 - G * G)), n))
+        a = -r * G + math.sqrt(tau / lam) * rng.standard_normal(n)
+        wc = a * r * (np.abs(a) * r >= cut)
+        got = _mean_abs_a_r(np.array([G]), tau, lam, d, cut=cut, signed=True)[0]
+        assert abs(got - wc.mean()) < 4 * wc.std() / math.sqrt(n) + 1e-12
+        if cut == 0.0:
+            # to the 64-node rule's accuracy: in t the integrand has a sqrt(t), no polynomial
+            assert got == pytest.approx(-G * (d + 1) * tau / (lam * (1 - G * G)), rel=1e-5,
+                                        abs=1e-14)
+
+
 def test_gibbs_rays_at_low_tau_are_the_convex_rays_and_carry_the_predictor():
     lam = 0.01
     cc = convex_counts(convex_reference(X9, Y9, lam), X9)
