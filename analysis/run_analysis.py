@@ -353,8 +353,13 @@ class RunAnalysis:
         th = last.theorem6
         reason = None
         if not res.resolved:
-            reason = (f"N = {len(last.theta)} is too small for a verdict: {len(res.small)} "
-                      f"heavy cluster(s) with fewer than {res.min_particles} particles")
+            # a pooled stage holds `replicas` snapshots: N and the rule's count are per snapshot
+            reps = max(1, int(last.replicas))
+            per = "" if reps == 1 else f" per snapshot ({reps} snapshots pooled)"
+            least = res.min_particles if reps == 1 else -(-res.min_particles // reps)
+            reason = (f"N = {len(last.theta) // reps} is too small for a verdict: "
+                      f"{len(res.small)} heavy cluster(s) with fewer than {least} "
+                      f"particles{per}")
         elif res.repaired_patterns:
             reason = (f"ray(s) {[m['ray'] for m in res.repaired_patterns]} had a ternary pattern "
                       f"no direction can have on these data (more zeros than a direction can "

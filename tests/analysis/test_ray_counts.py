@@ -232,8 +232,22 @@ def test_report_gives_no_theorem6_verdict_when_N_is_too_small(tmp_path):
     rep = analyze_run(path, w2=False, references=False, sensitivity=False)
     assert rep["ladder"][-1]["J"] == 3
     assert not rep["theorem6"]["decided"]
-    assert "too small" in rep["theorem6"]["undecided_reason"]
+    assert rep["theorem6"]["undecided_reason"].startswith("N = 402 is too small")
     assert "Not decided" in markdown(rep)
+    # two snapshots of the stage pooled: the reason speaks of one snapshot's N and rule
+    pooled = tmp_path / "pooled.h5"
+    cfg2 = config.from_dict({"data": {"kind": "inline", "X": X6.tolist(), "y": Y6.tolist()},
+                             "model": {"n_particles": 402},
+                             "dynamics": {"lam": LAM6, "taus": [1e-4], "steps_per_tau": 1000}})
+    with RunWriter(pooled, cfg2, ds) as w:
+        for step in (800, 1000):
+            w.append_frame(np.vstack([theta, pair]), step, step / 20, 1e-4, 0, 1000)
+        w.mark_complete()
+    rep = analyze_run(pooled, w2=False, references=False, sensitivity=False)
+    assert rep["ladder"][-1]["J"] == 3 and rep["ladder"][-1]["replicas"] == 2
+    reason = rep["theorem6"]["undecided_reason"]
+    assert reason.startswith("N = 402 is too small") and "per snapshot (2 snapshots pooled)" \
+        in reason
 
 
 def test_particle_objective_by_hand_and_at_the_convex_optimum():
