@@ -222,6 +222,42 @@ def _pattern_str(p):
     return "".join({1: "+", 0: "0", -1: "−"}[int(t)] for t in p)
 
 
+def _ladder_table(rep) -> list[str]:
+    """The ladder table's lines: a row per stage, and the convex ``τ → 0`` counts' row. A
+    column of what was not computed (the references, ``W2``) is left out, not shown empty."""
+    def w2(r):
+        return None if r["w2_to_previous"] is None else \
+            f"{r['w2_to_previous']:.3e} ({r['w2_method']})"
+
+    # (header, cell of a stage, shown only where some stage has it)
+    cols = [("τ", lambda r: f"{r['tau']:.2e}", None),
+            (rep.get("step_unit", "step"), lambda r: f"{r['step']}", None),
+            ("stationary", lambda r: {True: "yes", False: "**NO**", None: "—"}[
+                r.get("stationary")], None),
+            ("R̂ (worst observable)", _rhat_text, None),
+            (_ess_header(rep["ladder"]), _ess_text, None),
+            ("rays J", lambda r: count_text(r, "J"), None),
+            ("hyperplanes K", lambda r: count_text(r, "K"), None),
+            ("Gibbs J, K (matched)", _gibbs_text, "J_gibbs"),
+            ("matched to τ → 0", lambda r: _fmt(r.get("matched"), "d"), "matched"),
+            ("risk", lambda r: f"{r['risk']:.4e}", None),
+            ("halo mass", lambda r: f"{r['halo_mass_fraction']:.3f}", None),
+            ("W2 to previous τ", lambda r: w2(r) or "—", "w2_to_previous"),
+            ("W2 of rays to previous τ", lambda r: _fmt(r["w2_rays_to_previous"]),
+             "w2_rays_to_previous"),
+            ("RMS \\|f − f_τ→0\\| on the data, last snapshot",
+             lambda r: _fmt(r["dist_to_reference"]), "dist_to_reference")]
+    cols = [c for c in cols
+            if c[2] is None or any(r.get(c[2]) is not None for r in rep["ladder"])]
+    L = ["| " + " | ".join(h for h, _, _ in cols) + " |", "|" + "---|" * len(cols)]
+    L += ["| " + " | ".join(cell(r) for _, cell, _ in cols) + " |" for r in rep["ladder"]]
+    if rep.get("convex_counts"):        # the τ → 0 limit: one row, not a column of every τ
+        c = rep["convex_counts"]
+        conv = {"τ": "τ → 0 (convex)", "rays J": f"{c['J']}", "hyperplanes K": f"{c['K']}"}
+        L.append("| " + " | ".join(conv.get(h, "—") for h, _, _ in cols) + " |")
+    return L
+
+
 def markdown(rep, figs=()) -> str:
     """The Markdown report of :func:`analyze_run`'s result."""
     L = [f"# Ray report for `{rep['run']}`", ""]
@@ -244,24 +280,7 @@ def markdown(rep, figs=()) -> str:
                  "snapshot alone in `report.json` (`J_chains`, `K_chains`); the risk and halo "
                  "columns and the figures but the trajectory figure (every chain) are chain "
                  "0's")
-    L += ["", "## Low-temperature limit", "",
-          f"| τ | {rep.get('step_unit', 'step')} | stationary | R̂ (worst observable) | {_ess_header(rep['ladder'])} | rays J | hyperplanes K | "
-          "Gibbs J, K (matched) | matched to τ → 0 | risk | "
-          "halo mass | W2 to previous τ | W2 of rays to previous τ | RMS \\|f − f_τ→0\\| on the data, last snapshot |",
-          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rep["ladder"]:
-        w2 = "—" if r["w2_to_previous"] is None else f"{r['w2_to_previous']:.3e} ({r['w2_method']})"
-        st = {True: "yes", False: "**NO**", None: "—"}[r.get("stationary")]
-        L.append(f"| {r['tau']:.2e} | {r['step']} | {st} | {_rhat_text(r)} | {_ess_text(r)} | "
-                 f"{count_text(r, 'J')} | "
-                 f"{count_text(r, 'K')} | {_gibbs_text(r)} | {_fmt(r.get('matched'), 'd')} | "
-                 f"{r['risk']:.4e} | "
-                 f"{r['halo_mass_fraction']:.3f} | {w2} | {_fmt(r['w2_rays_to_previous'])} | "
-                 f"{_fmt(r['dist_to_reference'])} |")
-    if rep.get("convex_counts"):        # the τ → 0 limit: one row, not a column of every τ
-        c = rep["convex_counts"]
-        L.append(f"| τ → 0 (convex) | — | — | — | — | {c['J']} | {c['K']} | — | — | — | — | — "
-                 "| — | — |")
+    L += ["", "## Low-temperature limit", ""] + _ladder_table(rep)
     L += _stationarity_markdown(rep["ladder"])
     if any(r.get("replicas") for r in rep["ladder"]):
         L += ["", "Rays J and kink hyperplanes K of a stage are those of its stationary "

@@ -138,3 +138,18 @@ def test_theorem6_of_a_stage_not_stationary_reads_as_words(run_file, tmp_path):
     assert ("- not stationary: the coldest stage is not stationary (see above); measured: "
             "distinct yes, antichain no, max per binary 2") in md
     assert "{'" not in md
+
+
+def test_ladder_table_leaves_out_the_columns_not_computed(tiny_run_file):
+    """Without the references and ``W2`` the ladder table has no columns for them (not a
+    column of dashes), and every row has as many cells as the header."""
+    from meanfield.report import markdown
+    _, path = tiny_run_file
+    rep = analyze_run(path, w2=False, references=False, sensitivity=False)
+    lines = markdown(rep).split("## Low-temperature limit")[1].strip().splitlines()
+    table = [ln for ln in lines[:2 + len(rep["ladder"])]]
+    header = table[0]
+    for gone in ("Gibbs J, K", "matched to τ → 0", "W2 to previous τ", "W2 of rays", "RMS"):
+        assert gone not in header
+    assert "rays J" in header and "hyperplanes K" in header and "risk" in header
+    assert {ln.count("|") for ln in table} == {header.count("|")}
