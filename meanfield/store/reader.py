@@ -303,7 +303,8 @@ class Run:
             ``k`` out of range.
         RunFileError
             The frame cannot be read (damaged file), has the wrong shape or holds a
-            non-finite particle (the message names the frame and the particle).
+            non-finite particle, or one whose squared norm overflows (the message names the
+            frame and the particle).
         """
         if not -self.n_frames <= k < self.n_frames:
             raise IndexError(f"frame {k} out of range ({self.n_frames} frames)")
@@ -334,6 +335,14 @@ class Run:
             raise RunFileError(self.path, f"frame {k}",
                                f"particle {i} is not finite ({cols[c]} = {theta[i, c]}; "
                                f"{count} of {theta.shape[0]} particles); the file is damaged")
+        with np.errstate(over="ignore"):
+            sq = np.einsum("ij,ij->i", theta, theta)
+        if not np.all(np.isfinite(sq)):
+            i = int(np.nonzero(~np.isfinite(sq))[0][0])
+            raise RunFileError(self.path, f"frame {k}",
+                               f"particle {i} overflows (|theta|^2 = inf, largest entry "
+                               f"{np.abs(theta[i]).max():.3g}); no run writes it (it stops as "
+                               "diverged first): the file is damaged or was edited")
         return theta
 
     def to_xarray(self, frames: bool = True):
@@ -434,10 +443,69 @@ def _chain_rows(root, nf: int, no: int, config: RunConfig, src: str) -> dict:
         g = observables[name]
         obs[name] = {k: read_rows(g[k], no, src) for k in ("step", "time", "value")}
     frame_step = read_rows(pos["step"], nf, src)
+    frame_tau = read_rows(temp["value"], nf, src)
+    _check_rows(root, obs, frame_step, frame_tau, config, src)
     place, schedule = _place(root, obs, frame_step, nf, no, config, src)
     return dict(frame_step=frame_step, frame_time=read_rows(pos["time"], nf, src),
-                frame_tau=read_rows(temp["value"], nf, src), observables=obs, **place,
-                schedule=schedule)
+                frame_tau=frame_tau, observables=obs, **place, schedule=schedule)
+
+
+#: Observables every run records finite (it stops as diverged before a non-finite state is
+#: observed); others are NaN where undefined (``stationarity`` early in a stage, the Euler
+#: stability number of the exact sampler).
+ALWAYS_FINITE = ("tau", "risk", "regulariser", "mean_sq_norm", "residuals")
+
+
+def _check_rows(root, obs: dict, frame_step, frame_tau, config: RunConfig, src: str) -> None:
+    """Refuse rows no run writes (an edited or damaged file, read as untrusted input): steps
+    that do not increase, a frame's temperature that is negative or not finite, a non-finite
+    value of :data:`ALWAYS_FINITE`, and a stored stage outside the ladder.
+
+    Raises
+    ------
+    RunFileError
+        Naming the dataset, the row and the value.
+    """
+    prefix = root.name.rstrip("/") + "/" if root.name != "/" else ""
+    taus = np.asarray(config.taus, dtype=float)
+
+    def refuse(where, k, why):
+        raise RunFileError(src, f"{prefix.lstrip('/')}{where}",
+                           f"row {int(k)}: {why}; no run writes this (the file is damaged or "
+                           "was edited)")
+
+    for where, steps in [("particles/neurons/position/step", frame_step)] + [
+            (f"observables/{name}/step", o["step"]) for name, o in obs.items()]:
+        steps = np.asarray(steps)
+        back = np.nonzero(np.diff(steps) <= 0)[0]
+        if back.size:
+            k = back[0] + 1
+            refuse(where, k, f"step {steps[k]} after {steps[k - 1]} (steps must increase)")
+    ft = np.asarray(frame_tau, dtype=float)
+    off = ~(np.isfinite(ft) & (ft >= 0))
+    if off.any():
+        k = np.nonzero(off)[0][0]
+        refuse("particles/neurons/temperature/value", k,
+               f"tau = {float(ft[k])!r} is not a temperature (finite, >= 0)")
+    for name, o in obs.items():
+        if name not in ALWAYS_FINITE:
+            continue
+        v = np.asarray(o["value"], dtype=float)
+        bad = ~np.isfinite(v)
+        if bad.any():
+            k = np.argwhere(bad)[0]
+            refuse(f"observables/{name}/value", k[0], f"{float(v[tuple(k)])!r} is not finite")
+    neu = root["particles/neurons"]
+    for where, group, rows in (("observables/stage/value", root["observables"], len(
+            obs["tau"]["step"]) if "tau" in obs else 0),
+                               ("particles/neurons/stage/value", neu, len(frame_step))):
+        if "stage" not in group or "value" not in group["stage"]:
+            continue
+        st = np.asarray(read_rows(group["stage"]["value"], rows, src))
+        out = np.nonzero((st < 0) | (st >= len(taus)))[0]
+        if out.size:
+            refuse(where, out[0], f"stage {st[out[0]]} outside the ladder's "
+                                  f"{len(taus)} temperatures")
 
 
 def check_untrusted(f, src: str):
@@ -459,8 +527,9 @@ def check_untrusted(f, src: str):
 
 
 def _check_parameters(p, config: RunConfig, src: str) -> None:
-    """Refuse a file whose ``/parameters`` attributes ``n_particles`` and ``chains`` disagree
-    with its stored config (the shapes of its datasets were checked against the attributes)."""
+    """Refuse a file whose ``/parameters`` attributes ``n_particles``, ``chains``, ``lam``,
+    ``eta`` or ``taus`` disagree with its stored config (the shapes of its datasets were
+    checked against the attributes; the analysis reads the config)."""
     for attr, want in (("n_particles", config.model.n_particles),
                        ("chains", config.dynamics.chains)):
         if attr not in p.attrs:
@@ -471,6 +540,17 @@ def _check_parameters(p, config: RunConfig, src: str) -> None:
             raise RunFileError(src, f"parameters.{attr}",
                                f"{got.tolist()!r} disagrees with the stored config "
                                f"({want}); the file is damaged or was edited")
+    for attr, want in (("lam", [config.dynamics.lam]), ("eta", [config.dynamics.eta]),
+                       ("taus", list(config.taus))):
+        if attr not in p.attrs:
+            continue
+        got = np.asarray(p.attrs[attr])
+        if got.dtype.kind not in "fiu" or got.size != len(want) \
+                or not np.array_equal(got.reshape(-1).astype(float), np.asarray(want, float)):
+            raise RunFileError(src, f"parameters.{attr}",
+                               f"{got.tolist()!r} disagrees with the stored config "
+                               f"({want if len(want) > 1 or attr == 'taus' else want[0]}); the "
+                               "file is damaged or was edited")
 
 
 def _check_data_hash(X, y, stored: str, src: str) -> None:

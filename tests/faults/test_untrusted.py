@@ -142,8 +142,44 @@ def wrong_data_hash(path, tmp):
     return "data/X, data/y", "the values do not match the stored data_hash"
 
 
+def stage_outside_the_ladder(path, tmp):
+    with h5py.File(path, "a") as f:
+        f["particles/neurons/stage/value"][1] = 7
+    return ("particles/neurons/stage/value", "row 1: stage 7 outside the ladder's 2 "
+            "temperatures; no run writes this")
+
+
+def negative_temperature(path, tmp):
+    with h5py.File(path, "a") as f:
+        f["particles/neurons/temperature/value"][0] = -1.0
+    return ("particles/neurons/temperature/value", "row 0: tau = -1.0 is not a temperature "
+            "(finite, >= 0)")
+
+
+def nan_residual(path, tmp):
+    with h5py.File(path, "a") as f:
+        f["observables/residuals/value"][20, 3] = np.nan
+    return "observables/residuals/value", "row 20: nan is not finite"
+
+
+def steps_reversed(path, tmp):
+    with h5py.File(path, "a") as f:
+        ds = f["particles/neurons/position/step"]
+        n = int(f.attrs["n_frames"])
+        ds[:n] = ds[:n][::-1]
+    return "particles/neurons/position/step", "(steps must increase)"
+
+
+def lam_attribute(path, tmp):
+    with h5py.File(path, "a") as f:
+        f["parameters"].attrs["lam"] = -1.0
+    return "parameters.lam", "-1.0 disagrees with the stored config (0.05)"
+
+
 CASES = [external_link, soft_link, external_storage, virtual_dataset, huge_shape, huge_chunk,
-         shape_against_parameters, flipped_y, flipped_observable, wrong_data_hash]
+         shape_against_parameters, flipped_y, flipped_observable, wrong_data_hash,
+         stage_outside_the_ladder, negative_temperature, nan_residual, steps_reversed,
+         lam_attribute]
 
 
 @pytest.mark.parametrize("craft", CASES, ids=lambda c: c.__name__)
@@ -156,7 +192,8 @@ def test_inspect_refuses_a_crafted_file_in_one_line(tiny_run_file, tmp_path, cap
 
 
 @pytest.mark.parametrize("craft", [external_link, external_storage, virtual_dataset,
-                                   huge_shape, flipped_y, wrong_data_hash],
+                                   huge_shape, flipped_y, wrong_data_hash,
+                                   stage_outside_the_ladder, nan_residual],
                          ids=lambda c: c.__name__)
 def test_analyze_refuses_a_crafted_file_and_writes_nothing(tiny_run_file, tmp_path, capsys,
                                                            craft):
@@ -194,6 +231,18 @@ def test_a_flipped_bit_in_a_frame_names_the_frame(tiny_run_file, tmp_path, capsy
     assert line == (f"meanfield: error: {bad}: frame 2: particles/neurons/position/value: "
                     "checksum mismatch (Fletcher-32): the stored data was changed after it was "
                     "written; the file is damaged")
+
+
+def test_a_particle_that_overflows_is_refused_naming_it(tiny_run_file, tmp_path, capsys):
+    # finite but |theta|^2 = inf: no run writes it (it stops as diverged first); read, it gave
+    # overflow warnings and J = 0
+    bad = _copy(tiny_run_file[1], tmp_path)
+    with h5py.File(bad, "a") as f:
+        f["particles/neurons/position/value"][3, 17, 1] = 1e200
+    line = one_line(capsys, cli.main(["analyze", str(bad), "-o", str(tmp_path / "rep"),
+                                      "--no-w2", "--no-references", "--no-figures"]))
+    assert line.startswith(f"meanfield: error: {bad}: frame 3: particle 17 overflows"), line
+    assert not (tmp_path / "rep").exists()
 
 
 def test_a_frame_read_later_follows_no_link(tiny_run_file, tmp_path):

@@ -98,6 +98,7 @@ def test_an_old_stored_config_reads_leniently_with_a_warning(run_file, tmp_path)
     del stored["output"]["checkpoint_every"]        # missing: its default
     with h5py.File(old, "r+") as f:
         f["parameters"].attrs["config_json"] = json.dumps(stored)
+        f["parameters"].attrs["lam"] = -0.5         # as the run that stored it wrote both
     with pytest.warns(StoredConfigWarning, match=r"old\.h5: the stored config no longer "
                                                  r"validates .*dynamics"):
         run = open_run(old)
