@@ -149,7 +149,8 @@ def load_chains(path, state_cls):
         raise CheckpointError(src, "", "permission denied") from None
     except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as exc:
         raise CheckpointError(src, "", f"damaged checkpoint ({type(exc).__name__}: "
-                                       f"{str(exc)[:80]})") from None
+                                       f"{str(exc)[:80]}): it cannot be resumed; start over "
+                                       "with --overwrite") from None
     try:
         meta = json.loads(str(data.pop("meta")))
     except (KeyError, ValueError):

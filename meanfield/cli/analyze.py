@@ -212,6 +212,9 @@ def _two_runs(args, option):
     other = getattr(args, option)
     for path in (args.run, other):
         _not_a_config(path)
+    if Path(args.run).resolve() == Path(other).resolve():
+        raise InputError(other, "", f"is {args.run} itself: --{option.replace('_', '-')} "
+                                    "needs a second run of the same data")
     a, b = open_run(args.run), open_run(other)
     if a.X.shape != b.X.shape or not (np.array_equal(a.X, b.X) and np.array_equal(a.y, b.y)):
         raise InputError(other, "", f"not the same training data as {args.run}")
@@ -379,6 +382,9 @@ def main(args) -> int:
     if getattr(args, "no_cache", False):
         from analysis import refcache
         refcache.disable()
+    if args.outdir is not None and not args.outdir.strip():
+        raise InputError("-o/--outdir", "", "empty path: name a report folder, or leave "
+                                            "-o out for <run>-report")
     given = [f for f, v in (("--against", args.against), ("--extrapolate", args.extrapolate),
                             ("--extrapolate-n", args.extrapolate_n)) if v]
     if len(given) > 1:
@@ -405,8 +411,8 @@ def main(args) -> int:
         raise InputError("--min-mass", "", f"must be in [0, 1), got {args.min_mass}")
     if not -1 <= args.g_ray <= 1:
         raise InputError("--g-ray", "", f"must be in [-1, 1], got {args.g_ray}")
-    if not args.halo_ratio >= 0:
-        raise InputError("--halo-ratio", "", f"must be >= 0, got {args.halo_ratio}")
+    if not 0 <= args.halo_ratio < math.inf:
+        raise InputError("--halo-ratio", "", f"must be finite and >= 0, got {args.halo_ratio}")
     from analysis.dichotomies import TooManyRegions
     from meanfield.cli.dichotomies import max_regions_of
     limit = max_regions_of(args.max_regions)

@@ -664,7 +664,9 @@ def open_run(path: str | os.PathLike) -> Run:
         try:
             config, invalid = stored_config(cfg_json, src)
         except ConfigError as exc:
-            raise RunFileError(src, "parameters.config_json", str(exc)) from None
+            # its source is this file, named once
+            raise RunFileError(src, "parameters.config_json", ": ".join(
+                t for t in (exc.field, exc.reason) if t)) from None
         if invalid is not None:
             warnings.warn(StoredConfigWarning(
                 f"{src}: the stored config no longer validates ({invalid}); read as "

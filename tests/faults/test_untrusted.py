@@ -408,3 +408,26 @@ def test_sigterm_ends_a_reader_of_a_damaged_heap_and_its_child(heap_file, tmp_pa
     left = [c for c in children if os.path.exists(f"/proc/{c}")
             and Path(f"/proc/{c}/stat").read_text().split()[2] != "Z"]
     assert not left, f"the checking process {left} outlived its parent"
+
+
+def test_a_stored_config_that_is_not_json_names_the_file_once(tiny_run_file, tmp_path, capsys):
+    bad = _copy(tiny_run_file[1], tmp_path)
+    with h5py.File(bad, "a") as f:
+        set_text(f["parameters"], "config_json", "{not json")
+    line = one_line(capsys, cli.main(["inspect", str(bad)]))
+    assert line.startswith(f"meanfield: error: {bad}: parameters.config_json: "), line
+    assert line.count(str(bad)) == 1, line
+
+
+@pytest.mark.parametrize("flags, says", [
+    (["-o", ""], "-o/--outdir: empty path"),
+    (["--halo-ratio", "inf"], "--halo-ratio: must be finite and >= 0"),
+    (["--against", "SELF"], "needs a second run of the same data"),
+])
+def test_analyze_refuses_options_that_cannot_mean_what_they_say(tiny_run_file, tmp_path,
+                                                                capsys, flags, says):
+    run = str(tiny_run_file[1])
+    flags = [run if f == "SELF" else f for f in flags]
+    line = one_line(capsys, cli.main(["analyze", run, "--no-references", "--no-figures",
+                                      *flags]))
+    assert says in line, line
