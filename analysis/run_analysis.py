@@ -28,6 +28,7 @@ from analysis.dichotomies import (
     TooManyRegions,
     count_dichotomies,
 )
+from analysis.frozen import frozen_particles
 from analysis.kinks import ray_kinks
 from analysis.protocols import RunLike
 from analysis.ray_checks import averaged_residuals, convex_comparison, convex_counts
@@ -173,6 +174,10 @@ class LadderRow:
     gibbs_note : str or None
         Why the counts differ where they do (marginal rays near the mass floor; at the coldest
         stage, Gibbs rays that vanish as ``τ → 0`` or convex rays that merge at finite ``τ``).
+    frozen : dict or None
+        The particles whose direction did not change over the stage's stationary window
+        (:func:`analysis.frozen.frozen_particles`: ``mass_fraction``, ``particles`` per chain,
+        ``from_step``, ``to_step``); ``None`` with fewer than two frames there.
     """
 
     stage: int
@@ -208,6 +213,7 @@ class LadderRow:
     gibbs_unmatched_measured: list | None = None
     gibbs_unmatched_reference: list | None = None
     gibbs_note: str | None = None
+    frozen: dict | None = None
 
     def as_dict(self) -> dict:
         """The row of the report's ``ladder`` table."""
@@ -698,11 +704,12 @@ def analyze(run: RunLike, *, reference: ArrayLike | Callable | None = None, w2: 
             dc = count_dichotomies(run.X, exact=True, max_regions=max_regions, progress=regions)
         except TooManyRegions:
             pass            # the float count stays, flagged near its tolerance in the report
-    frames, per_frame = [], {}
+    frames, per_frame, frozen = [], {}, {}
     chains = chains_of(run)
     stages = sorted({int(s) for s in run.frame_stage})
     for st in stages:
         pool = stage_frames(run, st)
+        frozen[st] = frozen_particles(run, pool)
         diag = diagnostic_frames(pool)
         counts = []
         for c_i, c in enumerate(chains):
@@ -770,6 +777,7 @@ def analyze(run: RunLike, *, reference: ArrayLike | Callable | None = None, w2: 
         counts = per_frame[r.stage]
         r.J_frames, r.K_frames = [j for j, _ in counts], [k for _, k in counts]
         r.replicas = pooled[r.stage].replicas
+        r.frozen = frozen.get(r.stage)
         if len(chains) > 1:         # each chain's last snapshot (the last of its diagnostics)
             per = len(counts) // len(chains)
             r.J_chains = [counts[(c + 1) * per - 1][0] for c in range(len(chains))]

@@ -281,7 +281,7 @@ def markdown(rep, figs=()) -> str:
                  "columns and the figures but the trajectory figure (every chain) are chain "
                  "0's")
     L += ["", "## Low-temperature limit", ""] + _ladder_table(rep)
-    L += _stationarity_markdown(rep["ladder"])
+    L += _stationarity_markdown(rep["ladder"], rep.get("step_unit", "step"))
     if any(r.get("replicas") for r in rep["ladder"]):
         L += ["", "Rays J and kink hyperplanes K of a stage are those of its stationary "
               "measure: the frames of the stage's second half, every chain, pooled, each "
@@ -499,8 +499,10 @@ def _ess_text(row) -> str:
     return f"{v['ess_bulk'] / K:.0f}, {v['ess_tail'] / K:.0f} ({total})"
 
 
-def _stationarity_markdown(rows) -> list:
-    """Verdict lines under the ladder table (docs/theory.md §2.5)."""
+def _stationarity_markdown(rows, unit: str = "step") -> list:
+    """Verdict lines under the ladder table (docs/theory.md §2.5), each with the share of its
+    mass whose direction the sampler did not move (:func:`analysis.frozen.frozen_note`)."""
+    from analysis.frozen import frozen_note
     L = ["", "Stationarity of each stage (second half: autocorrelation-aware standard error of "
          "the time-averaged predictor, early/late drift, step parity, stability number η h, "
          "ray-weight drift between snapshots):", ""]
@@ -519,6 +521,9 @@ def _stationarity_markdown(rows) -> list:
         else:
             L.append(f"- τ = {r['tau']:.2e}: **not stationary**: {'; '.join(v['reasons'])} "
                      f"({nums}); J, K and Theorem 6 of this stage are not results")
+        note = frozen_note(r.get("frozen"), unit)
+        if note:
+            L[-1] += f". Frozen: {note}"
     return L
 
 

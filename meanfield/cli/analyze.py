@@ -376,6 +376,7 @@ def main(args) -> int:
     """Run ``meanfield analyze`` with the parsed ``args``; returns the exit code."""
     # first: the analysis stack and its compiled libraries load here, so one that cannot
     # (too little address space, tests/faults/test_faults_env.py) fails before any work
+    from analysis.frozen import frozen_note
     from analysis.run_analysis import count_text
     from meanfield.report import FIGURES, analyze_run
     from meanfield.sweep.summary import is_study_dir
@@ -463,6 +464,10 @@ def main(args) -> int:
         for r in rep["ladder"]:
             if r.get("gibbs_note"):
                 print(f"tau={r['tau']:.2e} Gibbs rays: {r['gibbs_note']}")
+        for r in rep["ladder"]:
+            note = frozen_note(r.get("frozen"), unit)
+            if note:
+                print(f"tau={r['tau']:.2e} frozen: {note}")
         snaps = {sn["step"]: sn for sn in rep["snapshots"]}
         for r in rep["ladder"]:
             hot = (snaps.get(r["step"]) or {}).get("thermal_mass") or []
