@@ -17,7 +17,7 @@ the sign of ``a`` opposite to that of ``G``. This module finds them exactly and 
    ``c_k = ∫_basin π_R(v) E[a r 1(|a| r ≥ c) | v] dv`` and its mass ``∫_basin π_R(v) E[|a| r
    1(|a| r ≥ c) | v] dv``, the weight and mass of its particles heavier than the particles'
    halo cut ``c`` (truncated normal moments of ``a`` given ``r``, integrated over the radial
-   law by Gauss–Laguerre quadrature, :func:`_mean_abs_a_r`), the analogues of a particle ray's
+   law by Gauss–Laguerre quadrature, :func:`_radial_moments`), the analogues of a particle ray's
    ``(1/N) Σ a_i |u_i|`` and ``Σ |a_i||u_i|/N`` over its kept particles.
 3. **The ray rule the particles get** (:func:`analysis.rays.find_rays`, docs/theory.md §6.5): a
    local maximum is a ray when its basin holds at least ``min_mass_frac`` of the mass, it passes
@@ -172,22 +172,38 @@ def _radial_nodes(G, tau, lam, d, power: float, order: int):
     return c, r, -r * G[:, None], math.sqrt(tau / lam), w
 
 
-def _mean_abs_a_r(G, tau, lam, d, cut: float = 0.0, order: int = 64, signed: bool = False):
-    """``E[|a| r 1(|a| r ≥ cut) | v]`` at certificates ``G`` (m,): the mean mass of the
-    particles at ``v`` heavier than ``cut`` (``cut = 0``: all of them); with ``signed``,
-    ``E[a r 1(|a| r ≥ cut) | v]``, their mean weight. Given ``v``, ``a | r ~ N(−rG, σ²)``,
-    ``σ² = τ/λ``, and ``t = λ(1 − G²) r²/(2τ) ~ Gamma((d+1)/2)`` (THEORY §5). For fixed ``r``
-    the truncated first moments of the normal are closed:
+def _radial_moments(G, tau, lam, d, cut: float = 0.0, order: int = 64):
+    """At certificates ``G`` (m,): ``E[|a| r | v]`` (the mean mass of all the particles at
+    ``v``), ``E[|a| r 1(|a| r ≥ cut) | v]`` (of those heavier than ``cut``) and
+    ``E[a r 1(|a| r ≥ cut) | v]`` (their mean weight), from one set of nodes. Given ``v``,
+    ``a | r ~ N(−rG, σ²)``, ``σ² = τ/λ``, and ``t = λ(1 − G²) r²/(2τ) ~ Gamma((d+1)/2)`` (THEORY
+    §5). For fixed ``r`` the truncated first moments of the normal are closed:
     ``E[±a 1(±a ≥ k)] = ±μ Φ((±μ−k)/σ) + σ φ((k∓μ)/σ)``, ``μ = −rG``, ``k = cut/r``; their sum
-    is ``E[|a| 1(|a| ≥ k)]`` (at ``k = 0`` the folded-normal mean, an even function of ``μ``,
-    so smooth in ``t``), their difference ``E[a 1(|a| ≥ k)]`` (``μ`` at ``k = 0``). With
-    ``r = c√t`` the outer integral is Gauss–Laguerre with the weight ``t^{p−1/2} e^{−t}``,
-    ``p = (d+1)/2``."""
+    is ``E[|a| 1(|a| ≥ k)]`` (at ``k = 0`` the folded-normal mean ``μ(2Φ(μ/σ) − 1) +
+    2σφ(μ/σ)``, an even function of ``μ``, so smooth in ``t``), their difference
+    ``E[a 1(|a| ≥ k)]`` (``μ`` at ``k = 0``). With ``r = c√t`` the outer integral is
+    Gauss–Laguerre with the weight ``t^{p−1/2} e^{−t}``, ``p = (d+1)/2``.
+
+    Returns
+    -------
+    (mass, kept_mass, kept_weight) : three ndarrays of shape (m,)
+    """
     c, r, mu, sigma, w = _radial_nodes(G, tau, lam, d, 0.5, order)
+    z = mu / sigma
+    mass = c[:, 0] * ((mu * (2.0 * ndtr(z) - 1.0) + 2.0 * sigma * _phi(z)) @ w)
+    if cut == 0.0:
+        return mass, mass, c[:, 0] * (mu @ w)
     k = float(cut) / r
     up = mu * ndtr((mu - k) / sigma) + sigma * _phi((k - mu) / sigma)       # E[a 1(a ≥ k)]
     down = -mu * ndtr((-k - mu) / sigma) + sigma * _phi((k + mu) / sigma)   # E[-a 1(a ≤ -k)]
-    return c[:, 0] * ((up - down if signed else up + down) @ w)
+    return mass, c[:, 0] * ((up + down) @ w), c[:, 0] * ((up - down) @ w)
+
+
+def _mean_abs_a_r(G, tau, lam, d, cut: float = 0.0, order: int = 64, signed: bool = False):
+    """``E[|a| r 1(|a| r ≥ cut) | v]`` at certificates ``G`` (m,), or with ``signed``
+    ``E[a r 1(|a| r ≥ cut) | v]`` (:func:`_radial_moments`)."""
+    _, kept_mass, kept_weight = _radial_moments(G, tau, lam, d, cut, order)
+    return kept_weight if signed else kept_mass
 
 
 def _kept_probability(G, tau, lam, d, cut: float, order: int = 64):
@@ -254,7 +270,7 @@ def gibbs_rays(sol, *, min_mass_frac: float = 1e-2, g_ray: float = 0.5, halo_rat
         The ray rule of :func:`analysis.rays.find_rays` (same defaults). As the particles
         lighter than ``particle_halo`` times the baseline ``(d+1)τ/λ`` are halo there, a
         basin's mass fraction and spread are those of the mass of its particles heavier than
-        that (:func:`_mean_abs_a_r` with the cut; the whole mass is the denominator). The
+        that (:func:`_radial_moments` with the cut; the whole mass is the denominator). The
         particles' compactness test (``max_spread``) is not applied: it ends the linkage's
         plateau where clusters of two rays merge, and a basin holds one maximum by
         construction; its breadth is reported (``spread``).
@@ -290,11 +306,10 @@ def gibbs_rays(sol, *, min_mass_frac: float = 1e-2, g_ray: float = 0.5, halo_rat
     p = 0.5 * (d + 1)
     h = W * np.exp(-p * np.log(om))
     pi_w = h / h.sum()                              # probability of each node
-    m_node = pi_w * _mean_abs_a_r(G, tau, lam, d)
-    total = float(m_node.sum())
     baseline = halo_baseline(d, tau, lam)
-    kept = pi_w * _mean_abs_a_r(G, tau, lam, d, cut=particle_halo * baseline)
-    w_node = pi_w * _mean_abs_a_r(G, tau, lam, d, cut=particle_halo * baseline, signed=True)
+    m_node, kept, w_node = (pi_w * q for q in _radial_moments(G, tau, lam, d,
+                                                               cut=particle_halo * baseline))
+    total = float(m_node.sum())
     kept_n = pi_w * _kept_probability(G, tau, lam, d, cut=particle_halo * baseline)
     label = basins(V, G, maxima, X, R, lam)
     if weight_scale is None:

@@ -59,6 +59,7 @@ Every threshold is returned with the result (:meth:`RayResult.thresholds_used`).
 
 from __future__ import annotations
 
+import hashlib
 import warnings
 from dataclasses import dataclass, field
 
@@ -298,6 +299,26 @@ def _first_join(scans, thresholds) -> float:
     return float("inf")
 
 
+#: The last few partitions of :func:`_basins_of`, by the hash of their input: the threshold
+#: scan of :func:`analysis.ray_checks.sensitivity` asks for the same one about twenty times.
+_BASINS_SEEN: dict = {}
+_BASINS_KEPT = 4
+
+
+def _basins_of(V, X, R, lam, maxima) -> np.ndarray:
+    """:func:`analysis.certificate_maxima.basins` of the directions ``V`` (m, d+1), remembered
+    for its last :data:`_BASINS_KEPT` inputs (a pure function of them)."""
+    h = hashlib.blake2b(digest_size=16)
+    for a in (V, X, R, [lam]) + tuple(np.r_[v, sg] for v, sg, _ in maxima):
+        h.update(np.ascontiguousarray(a, dtype=np.float64).tobytes())
+    key = h.hexdigest()
+    if key not in _BASINS_SEEN:
+        if len(_BASINS_SEEN) >= _BASINS_KEPT:
+            del _BASINS_SEEN[next(iter(_BASINS_SEEN))]
+        _BASINS_SEEN[key] = basins(V, certificate(V, X, R, lam), maxima, X, R, lam)
+    return _BASINS_SEEN[key].copy()
+
+
 def _basin_rays(idx, V, mass, theta, X, R, lam, maxima, total, min_mass_frac, g_ray, baseline,
                 halo_ratio, eps, n_min, n_plateau):
     """The rays of ``rule = "basins"`` (:func:`find_rays`): the kept particles ``idx`` go to
@@ -309,7 +330,7 @@ def _basin_rays(idx, V, mass, theta, X, R, lam, maxima, total, min_mass_frac, g_
 
     Returns ``(labels, signs, rejected, small, thermal)`` as the linkage path builds them."""
     N = theta.shape[0]
-    lab = basins(V[idx], certificate(V[idx], X, R, lam), maxima, X, R, lam)
+    lab = _basins_of(V[idx], X, R, lam, maxima)
     labels = -np.ones(N, dtype=int)
     signs, rejected, small, hot = [], [], [], []
     for k, (v, sg, _) in enumerate(maxima):
