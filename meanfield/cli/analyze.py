@@ -212,9 +212,6 @@ def _two_runs(args, option):
     other = getattr(args, option)
     for path in (args.run, other):
         _not_a_config(path)
-    if Path(args.run).resolve() == Path(other).resolve():
-        raise InputError(other, "", f"is {args.run} itself: --{option.replace('_', '-')} "
-                                    "needs a second run of the same data")
     a, b = open_run(args.run), open_run(other)
     if a.X.shape != b.X.shape or not (np.array_equal(a.X, b.X) and np.array_equal(a.y, b.y)):
         raise InputError(other, "", f"not the same training data as {args.run}")
