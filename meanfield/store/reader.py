@@ -4,6 +4,7 @@ running or killed run, and one-line errors for files that cannot be read."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import numbers
 import os
@@ -332,14 +333,14 @@ class Run:
             i, c = (int(v) for v in np.argwhere(bad)[0])
             cols = ["a"] + [f"w{j + 1}" for j in range(self.d)] + ["b"]
             count = int(bad.any(axis=1).sum())
-            raise RunFileError(self.path, f"frame {k}",
+            raise RunFileError(self.path, f"frame {k}: {name}",
                                f"particle {i} is not finite ({cols[c]} = {theta[i, c]}; "
                                f"{count} of {theta.shape[0]} particles); the file is damaged")
         with np.errstate(over="ignore"):
             sq = np.einsum("ij,ij->i", theta, theta)
         if not np.all(np.isfinite(sq)):
             i = int(np.nonzero(~np.isfinite(sq))[0][0])
-            raise RunFileError(self.path, f"frame {k}",
+            raise RunFileError(self.path, f"frame {k}: {name}",
                                f"particle {i} overflows (|theta|^2 = inf, largest entry "
                                f"{np.abs(theta[i]).max():.3g}); no run writes it (it stops as "
                                "diverged first): the file is damaged or was edited")
@@ -446,6 +447,7 @@ def _chain_rows(root, nf: int, no: int, config: RunConfig, src: str) -> dict:
     frame_tau = read_rows(temp["value"], nf, src)
     _check_rows(root, obs, frame_step, frame_tau, config, src)
     place, schedule = _place(root, obs, frame_step, nf, no, config, src)
+    _check_stages(root, place, frame_tau, config, src)
     return dict(frame_step=frame_step, frame_time=read_rows(pos["time"], nf, src),
                 frame_tau=frame_tau, observables=obs, **place, schedule=schedule)
 
@@ -454,6 +456,43 @@ def _chain_rows(root, nf: int, no: int, config: RunConfig, src: str) -> dict:
 #: observed); others are NaN where undefined (``stationarity`` early in a stage, the Euler
 #: stability number of the exact sampler).
 ALWAYS_FINITE = ("tau", "risk", "regulariser", "mean_sq_norm", "residuals")
+
+
+#: Observables that are sums of squares.
+NON_NEGATIVE = ("risk", "regulariser", "mean_sq_norm")
+
+
+def _check_stages(root, place: dict, frame_tau, config: RunConfig, src: str) -> None:
+    """Refuse stages that go back (a run visits its ladder in order, so the stage of its rows,
+    frames and observations, never decreases) and a frame whose temperature is not its stage's
+    ``taus[stage]`` (the analysis reads both).
+
+    Raises
+    ------
+    RunFileError
+        Naming the dataset, the row and the values.
+    """
+    prefix = root.name.strip("/") + "/" if root.name != "/" else ""
+    taus = np.asarray(config.taus, dtype=float)
+    for where, key in (("observables/stage/value", "stage"),
+                       ("particles/neurons/stage/value", "frame_stage")):
+        st = np.asarray(place[key], dtype=np.int64)
+        back = np.nonzero(np.diff(st) < 0)[0]
+        if back.size:
+            k = int(back[0]) + 1
+            raise RunFileError(src, prefix + where,
+                               f"row {k}: stage {st[k]} after stage {st[k - 1]}: a run visits "
+                               "its ladder in order; the file is damaged or was edited")
+    fs = np.asarray(place["frame_stage"], dtype=np.int64)
+    ft = np.asarray(frame_tau, dtype=float)
+    ok = (fs >= 0) & (fs < len(taus))
+    off = np.nonzero(ok & (ft != taus[np.where(ok, fs, 0)]))[0]
+    if off.size:
+        k = int(off[0])
+        raise RunFileError(src, prefix + "particles/neurons/temperature/value",
+                           f"row {k}: tau = {float(ft[k])!r}, but the frame is of stage "
+                           f"{fs[k]} at tau = {float(taus[fs[k]])!r} (dynamics.taus); the file "
+                           "is damaged or was edited")
 
 
 def _check_rows(root, obs: dict, frame_step, frame_tau, config: RunConfig, src: str) -> None:
@@ -495,6 +534,10 @@ def _check_rows(root, obs: dict, frame_step, frame_tau, config: RunConfig, src: 
         if bad.any():
             k = np.argwhere(bad)[0]
             refuse(f"observables/{name}/value", k[0], f"{float(v[tuple(k)])!r} is not finite")
+        if name in NON_NEGATIVE and np.any(v < 0):
+            k = int(np.nonzero(v < 0)[0][0])
+            refuse(f"observables/{name}/value", k, f"{float(v[k])!r} is negative (a sum of "
+                                                   "squares)")
     neu = root["particles/neurons"]
     for where, group, rows in (("observables/stage/value", root["observables"], len(
             obs["tau"]["step"]) if "tau" in obs else 0),
@@ -667,6 +710,13 @@ def open_run(path: str | os.PathLike) -> Run:
             # its source is this file, named once
             raise RunFileError(src, "parameters.config_json", ": ".join(
                 t for t in (exc.field, exc.reason) if t)) from None
+        stored_hash_of_config = text(p.attrs.get("config_hash", ""))
+        if stored_hash_of_config and hashlib.sha256(cfg_json.encode()).hexdigest()[:12] \
+                != stored_hash_of_config:
+            raise RunFileError(src, "parameters.config_json",
+                               f"does not match the stored config_hash "
+                               f"({stored_hash_of_config}): the config was changed after the "
+                               "run wrote it; the file is damaged or was edited")
         if invalid is not None:
             warnings.warn(StoredConfigWarning(
                 f"{src}: the stored config no longer validates ({invalid}); read as "

@@ -502,6 +502,6 @@ def test_a_non_finite_particle_in_a_frame_is_one_line_naming_it(tiny_run_file, t
                      "--no-figures"])
     line = one_line(capsys.readouterr().err)
     assert code == 2
-    assert line == (f"meanfield: error: {bad}: frame 2: particle 7 is not finite (w1 = nan; "
-                    "1 of 64 particles); the file is damaged")
+    assert line == (f"meanfield: error: {bad}: frame 2: particles/neurons/position/value: "
+                    "particle 7 is not finite (w1 = nan; 1 of 64 particles); the file is damaged")
     assert sorted(q.name for q in tmp_path.iterdir()) == ["nan.h5"]

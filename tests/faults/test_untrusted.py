@@ -176,10 +176,42 @@ def lam_attribute(path, tmp):
     return "parameters.lam", "-1.0 disagrees with the stored config (0.05)"
 
 
+def edited_config(path, tmp):
+    """lam changed in the stored config and in its attribute alike: the config_hash stays."""
+    import json
+    with h5py.File(path, "a") as f:
+        cfg = json.loads(f["parameters"].attrs["config_json"])
+        cfg["dynamics"]["lam"] = 0.5
+        set_text(f["parameters"], "config_json", json.dumps(cfg, sort_keys=True,
+                                                            separators=(",", ":")))
+        f["parameters"].attrs["lam"] = 0.5
+    return "parameters.config_json", "does not match the stored config_hash"
+
+
+def frame_of_another_temperature(path, tmp):
+    with h5py.File(path, "a") as f:
+        f["particles/neurons/temperature/value"][2] = 0.5
+    return ("particles/neurons/temperature/value", "row 2: tau = 0.5, but the frame is of "
+            "stage 0 at tau = 0.01 (dynamics.taus)")
+
+
+def stage_going_back(path, tmp):
+    with h5py.File(path, "a") as f:
+        f["particles/neurons/stage/value"][4] = 0
+    return "particles/neurons/stage/value", "row 4: stage 0 after stage 1"
+
+
+def negative_risk(path, tmp):
+    with h5py.File(path, "a") as f:
+        f["observables/risk/value"][5] = -1.0
+    return "observables/risk/value", "row 5: -1.0 is negative"
+
+
 CASES = [external_link, soft_link, external_storage, virtual_dataset, huge_shape, huge_chunk,
          shape_against_parameters, flipped_y, flipped_observable, wrong_data_hash,
          stage_outside_the_ladder, negative_temperature, nan_residual, steps_reversed,
-         lam_attribute]
+         lam_attribute, edited_config, frame_of_another_temperature, stage_going_back,
+         negative_risk]
 
 
 @pytest.mark.parametrize("craft", CASES, ids=lambda c: c.__name__)
@@ -241,7 +273,8 @@ def test_a_particle_that_overflows_is_refused_naming_it(tiny_run_file, tmp_path,
         f["particles/neurons/position/value"][3, 17, 1] = 1e200
     line = one_line(capsys, cli.main(["analyze", str(bad), "-o", str(tmp_path / "rep"),
                                       "--no-w2", "--no-references", "--no-figures"]))
-    assert line.startswith(f"meanfield: error: {bad}: frame 3: particle 17 overflows"), line
+    assert line.startswith(f"meanfield: error: {bad}: frame 3: particles/neurons/position/value: "
+                           "particle 17 overflows"), line
     assert not (tmp_path / "rep").exists()
 
 

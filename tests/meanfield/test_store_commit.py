@@ -176,14 +176,14 @@ print("ready", flush=True)
 k = 0
 while True:
     k += 1
-    w.append_observations([Observation(step=k, time=k / 2, stage=0, step_in_stage=k, tau=0.1,
+    w.append_observations([Observation(step=k, time=k / 2, stage=0, step_in_stage=k, tau=0.01,
                                        risk=k * 1.0,
                                        regulariser=1.0, mean_sq_norm=1.0, stationarity=0.0,
                                        residuals=np.full(5, k * 1.0),
                                        residuals_previous=np.full(5, k * 1.0),
                                        eta_lambda_max=0.0)])
     if k % 10 == 0:
-        w.append_frame(np.full((300, 4), k * 1.0), k, k / 2, 0.1, 0, k)
+        w.append_frame(np.full((300, 4), k * 1.0), k, k / 2, 0.01, 0, k)
 """
 
 
