@@ -78,5 +78,6 @@ def frozen_note(frozen: dict | None, unit: str = "step") -> str | None:
     units = unit + ("es" if unit.endswith("s") else "s")
     return (f"{100 * frozen['mass_fraction']:.0f} % of the mass ({who}) kept its direction "
             f"over {units} {frozen['from_step']}-{frozen['to_step']}: the sampler moved their "
-            "radius only (heavy particles pinned on a kink, docs/theory.md §2.6), so their "
-            "directions are where the stage found them, not samples of it")
+            "radius only (heavy particles pinned on a kink, docs/theory.md §2.6): their "
+            "directions are where the stage found them, not draws from its stationary law, "
+            "and averages that depend on them can be off by more than their standard errors")

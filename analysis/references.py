@@ -334,8 +334,8 @@ def verdict_text(g: dict, run_path: str = "RUN.h5") -> str:
         if zw is not None:
             est += f"; z {zw:.2g} once it is taken off"
             if zw > Z_CONSISTENT:
-                est += (", so the rest is not width bias as estimated (a stage not relaxed, the "
-                        "Monte Carlo error)")
+                est += (", so the rest is not width bias as estimated (a stage not relaxed, "
+                        "heavy particles frozen in direction, the Monte Carlo error)")
         est += ": an estimate, not a test"
     elif implied is not None:
         est = (f"it would be {implied:.2g}/N, against at most 0.095/N measured with the exact "

@@ -187,7 +187,8 @@ def test_the_exact_sampler_names_the_width_bias_with_its_estimate_and_the_comman
     # an estimate that leaves more than 3 errors says what else the rest may be
     far = verdict_text({**row, "z_without_width_bias": 4.0}, "runs/a.h5")
     assert "z 4 once it is taken off, so the rest is not width bias as estimated (a stage not " \
-        "relaxed, the Monte Carlo error): an estimate, not a test)" in far
+        "relaxed, heavy particles frozen in direction, the Monte Carlo error): an estimate, " \
+        "not a test)" in far
     # no frame to estimate it from: the coefficient the difference implies, said to be no test
     text = verdict_text({**row, "width_bias": None}, "runs/a.h5")
     assert "it would be 0.75/N, against at most 0.095/N measured with the exact sampler" in text
