@@ -462,17 +462,19 @@ ALWAYS_FINITE = ("tau", "risk", "regulariser", "mean_sq_norm", "residuals")
 NON_NEGATIVE = ("risk", "regulariser", "mean_sq_norm")
 
 
+def _bad_row(src: str, root, where: str, k, why: str) -> RunFileError:
+    """The refusal of row ``k`` of dataset ``where`` of chain group ``root``: ``why``, and
+    that no run writes it."""
+    prefix = root.name.strip("/") + "/" if root.name != "/" else ""
+    return RunFileError(src, prefix + where, f"row {int(k)}: {why}; no run writes this (the "
+                                             "file is damaged or was edited)")
+
+
 def _check_stages(root, place: dict, frame_tau, config: RunConfig, src: str) -> None:
     """Refuse stages that go back (a run visits its ladder in order, so the stage of its rows,
     frames and observations, never decreases) and a frame whose temperature is not its stage's
-    ``taus[stage]`` (the analysis reads both).
-
-    Raises
-    ------
-    RunFileError
-        Naming the dataset, the row and the values.
-    """
-    prefix = root.name.strip("/") + "/" if root.name != "/" else ""
+    ``taus[stage]`` (the analysis reads both), naming the dataset, the row and the values
+    (:class:`RunFileError`)."""
     taus = np.asarray(config.taus, dtype=float)
     for where, key in (("observables/stage/value", "stage"),
                        ("particles/neurons/stage/value", "frame_stage")):
@@ -480,19 +482,17 @@ def _check_stages(root, place: dict, frame_tau, config: RunConfig, src: str) -> 
         back = np.nonzero(np.diff(st) < 0)[0]
         if back.size:
             k = int(back[0]) + 1
-            raise RunFileError(src, prefix + where,
-                               f"row {k}: stage {st[k]} after stage {st[k - 1]}: a run visits "
-                               "its ladder in order; the file is damaged or was edited")
+            raise _bad_row(src, root, where, k, f"stage {st[k]} after stage {st[k - 1]} (a run "
+                                                "visits its ladder in order)")
     fs = np.asarray(place["frame_stage"], dtype=np.int64)
     ft = np.asarray(frame_tau, dtype=float)
     ok = (fs >= 0) & (fs < len(taus))
     off = np.nonzero(ok & (ft != taus[np.where(ok, fs, 0)]))[0]
     if off.size:
         k = int(off[0])
-        raise RunFileError(src, prefix + "particles/neurons/temperature/value",
-                           f"row {k}: tau = {float(ft[k])!r}, but the frame is of stage "
-                           f"{fs[k]} at tau = {float(taus[fs[k]])!r} (dynamics.taus); the file "
-                           "is damaged or was edited")
+        raise _bad_row(src, root, "particles/neurons/temperature/value", k,
+                       f"tau = {float(ft[k])!r}, but the frame is of stage {fs[k]} at tau = "
+                       f"{float(taus[fs[k]])!r} (dynamics.taus)")
 
 
 def _check_rows(root, obs: dict, frame_step, frame_tau, config: RunConfig, src: str) -> None:
@@ -505,13 +505,10 @@ def _check_rows(root, obs: dict, frame_step, frame_tau, config: RunConfig, src: 
     RunFileError
         Naming the dataset, the row and the value.
     """
-    prefix = root.name.rstrip("/") + "/" if root.name != "/" else ""
     taus = np.asarray(config.taus, dtype=float)
 
     def refuse(where, k, why):
-        raise RunFileError(src, f"{prefix.lstrip('/')}{where}",
-                           f"row {int(k)}: {why}; no run writes this (the file is damaged or "
-                           "was edited)")
+        raise _bad_row(src, root, where, k, why)
 
     for where, steps in [("particles/neurons/position/step", frame_step)] + [
             (f"observables/{name}/step", o["step"]) for name, o in obs.items()]:

@@ -142,24 +142,32 @@ def wrong_data_hash(path, tmp):
     return "data/X, data/y", "the values do not match the stored data_hash"
 
 
-def stage_outside_the_ladder(path, tmp):
-    with h5py.File(path, "a") as f:
-        f["particles/neurons/stage/value"][1] = 7
-    return ("particles/neurons/stage/value", "row 1: stage 7 outside the ladder's 2 "
-            "temperatures; no run writes this")
+def _edit(name, dataset, index, value, why):
+    """A craft that writes ``value`` at ``index`` of ``dataset``: a row no run writes, refused
+    naming the dataset and ``why``."""
+    def craft(path, tmp):
+        with h5py.File(path, "a") as f:
+            f[dataset][index] = value
+        return dataset, why
+    craft.__name__ = name
+    return craft
 
 
-def negative_temperature(path, tmp):
-    with h5py.File(path, "a") as f:
-        f["particles/neurons/temperature/value"][0] = -1.0
-    return ("particles/neurons/temperature/value", "row 0: tau = -1.0 is not a temperature "
-            "(finite, >= 0)")
-
-
-def nan_residual(path, tmp):
-    with h5py.File(path, "a") as f:
-        f["observables/residuals/value"][20, 3] = np.nan
-    return "observables/residuals/value", "row 20: nan is not finite"
+stage_outside_the_ladder = _edit(
+    "stage_outside_the_ladder", "particles/neurons/stage/value", 1, 7,
+    "row 1: stage 7 outside the ladder's 2 temperatures; no run writes this")
+negative_temperature = _edit(
+    "negative_temperature", "particles/neurons/temperature/value", 0, -1.0,
+    "row 0: tau = -1.0 is not a temperature (finite, >= 0)")
+nan_residual = _edit("nan_residual", "observables/residuals/value", (20, 3), np.nan,
+                     "row 20: nan is not finite")
+frame_of_another_temperature = _edit(
+    "frame_of_another_temperature", "particles/neurons/temperature/value", 2, 0.5,
+    "row 2: tau = 0.5, but the frame is of stage 0 at tau = 0.01 (dynamics.taus)")
+stage_going_back = _edit("stage_going_back", "particles/neurons/stage/value", 4, 0,
+                         "row 4: stage 0 after stage 1")
+negative_risk = _edit("negative_risk", "observables/risk/value", 5, -1.0,
+                      "row 5: -1.0 is negative")
 
 
 def steps_reversed(path, tmp):
@@ -186,25 +194,6 @@ def edited_config(path, tmp):
                                                             separators=(",", ":")))
         f["parameters"].attrs["lam"] = 0.5
     return "parameters.config_json", "does not match the stored config_hash"
-
-
-def frame_of_another_temperature(path, tmp):
-    with h5py.File(path, "a") as f:
-        f["particles/neurons/temperature/value"][2] = 0.5
-    return ("particles/neurons/temperature/value", "row 2: tau = 0.5, but the frame is of "
-            "stage 0 at tau = 0.01 (dynamics.taus)")
-
-
-def stage_going_back(path, tmp):
-    with h5py.File(path, "a") as f:
-        f["particles/neurons/stage/value"][4] = 0
-    return "particles/neurons/stage/value", "row 4: stage 0 after stage 1"
-
-
-def negative_risk(path, tmp):
-    with h5py.File(path, "a") as f:
-        f["observables/risk/value"][5] = -1.0
-    return "observables/risk/value", "row 5: -1.0 is negative"
 
 
 CASES = [external_link, soft_link, external_storage, virtual_dataset, huge_shape, huge_chunk,
