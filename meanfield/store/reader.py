@@ -580,17 +580,19 @@ def _check_parameters(p, config: RunConfig, src: str) -> None:
             raise RunFileError(src, f"parameters.{attr}",
                                f"{got.tolist()!r} disagrees with the stored config "
                                f"({want}); the file is damaged or was edited")
-    for attr, want in (("lam", [config.dynamics.lam]), ("eta", [config.dynamics.eta]),
-                       ("taus", list(config.taus))):
+    floats: tuple[tuple[str, list[float]], ...] = (
+        ("lam", [config.dynamics.lam]), ("eta", [config.dynamics.eta]),
+        ("taus", list(config.taus)))
+    for attr, values in floats:
         if attr not in p.attrs:
             continue
         got = np.asarray(p.attrs[attr])
-        if got.dtype.kind not in "fiu" or got.size != len(want) \
-                or not np.array_equal(got.reshape(-1).astype(float), np.asarray(want, float)):
+        if got.dtype.kind not in "fiu" or got.size != len(values) \
+                or not np.array_equal(got.reshape(-1).astype(float), np.asarray(values, float)):
+            shown = values if attr == "taus" else values[0]
             raise RunFileError(src, f"parameters.{attr}",
-                               f"{got.tolist()!r} disagrees with the stored config "
-                               f"({want if len(want) > 1 or attr == 'taus' else want[0]}); the "
-                               "file is damaged or was edited")
+                               f"{got.tolist()!r} disagrees with the stored config ({shown}); "
+                               "the file is damaged or was edited")
 
 
 def _check_data_hash(X, y, stored: str, src: str) -> None:
