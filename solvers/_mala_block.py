@@ -45,6 +45,7 @@ from solvers._kernels import _ndim, _scaled_residuals
 from solvers._mala import (
     _GOLD,
     _act,
+    _add_gradient_terms,
     _forward_serial,
     _keys,
     _log_mixture,
@@ -124,22 +125,6 @@ def _jump_subset(k5, step, i, K, N, excl, ne, sub):
 
 
 @nb.njit(inline="always")
-def _lane_gradient(hj, XT, j, q, d, GW, g0, g1, g2, g3):
-    """Point ``j``'s term ``hj x_j`` of member ``q``'s gradient in ``w``: the first four
-    coordinates in registers, the rest in ``GW[4:, q]`` (the same FMAs in the same order)."""
-    g0 = _fma(hj, XT[0, j], g0)
-    if d > 1:
-        g1 = _fma(hj, XT[1, j], g1)
-    if d > 2:
-        g2 = _fma(hj, XT[2, j], g2)
-    if d > 3:
-        g3 = _fma(hj, XT[3, j], g3)
-    for k in range(4, d):
-        GW[k, q] = _fma(hj, XT[k, j], GW[k, q])
-    return g0, g1, g2, g3
-
-
-@nb.njit(inline="always")
 def _lane_sums(F, Z, S, XT, j, q, d, act, p, GW, sa, sb, g0, g1, g2, g3):
     """Member ``q``'s terms of point ``j`` in the sums of its gradient at ``θ`` against its
     field (``solvers._mala._current_terms``, the same operations): the sums in registers, so
@@ -153,7 +138,7 @@ def _lane_sums(F, Z, S, XT, j, q, d, act, p, GW, sa, sb, g0, g1, g2, g3):
     hj = fj * dsj
     sa = _fma(fj, S[j, q], sa)
     sb += hj
-    g0, g1, g2, g3 = _lane_gradient(hj, XT, j, q, d, GW, g0, g1, g2, g3)
+    g0, g1, g2, g3 = _add_gradient_terms(hj, XT, j, d, g0, g1, g2, g3, GW[:, q])
     return sa, sb, g0, g1, g2, g3
 
 
@@ -180,7 +165,7 @@ def _lane_proposal(TH, THP, S, F, ZP, SP, DF, XT, j, q, d, act, p, inv_N, GW, du
     pa = _fma(epj, sj, pa)
     hj = epj * dsj
     pb += hj
-    g0, g1, g2, g3 = _lane_gradient(hj, XT, j, q, d, GW, g0, g1, g2, g3)
+    g0, g1, g2, g3 = _add_gradient_terms(hj, XT, j, d, g0, g1, g2, g3, GW[:, q])
     return du2, pa, pb, g0, g1, g2, g3
 
 
