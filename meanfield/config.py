@@ -42,6 +42,13 @@ from meanfield.schema import (
 from solvers.schedule import Schedule
 
 
+def json_hash(text: str) -> str:
+    """First 12 hex digits of the SHA-256 of ``text``: a config's ``config_hash`` and
+    ``physics_hash`` (of their canonical JSON), and a run file's check of its stored
+    ``config_json`` against its ``config_hash``."""
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """A validated run configuration.
@@ -91,8 +98,8 @@ class RunConfig:
         return json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"))
 
     def hash(self) -> str:
-        """First 12 hex digits of the SHA-256 of :meth:`canonical_json`."""
-        return hashlib.sha256(self.canonical_json().encode()).hexdigest()[:12]
+        """First 12 hex digits of the SHA-256 of :meth:`canonical_json` (:func:`json_hash`)."""
+        return json_hash(self.canonical_json())
 
     def physics_hash(self) -> str:
         """Hash of everything in the config that changes the trajectory, except the data set.
@@ -108,7 +115,7 @@ class RunConfig:
         del d["data"]
         d["output"] = {k: v for k, v in d["output"].items() if k != "checkpoint_every"}
         s = json.dumps(d, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(s.encode()).hexdigest()[:12]
+        return json_hash(s)
 
     @property
     def n_particles(self) -> int:

@@ -4,7 +4,6 @@ running or killed run, and one-line errors for files that cannot be read."""
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import numbers
 import os
@@ -16,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from meanfield.config import RunConfig, stored_config
+from meanfield.config import RunConfig, json_hash, stored_config
 from meanfield.errors import ConfigError, RunFileError, StoredConfigWarning
 from meanfield.store.layout import (
     LATER_OBSERVABLES,
@@ -445,7 +444,7 @@ def _chain_rows(root, nf: int, no: int, config: RunConfig, src: str) -> dict:
         obs[name] = {k: read_rows(g[k], no, src) for k in ("step", "time", "value")}
     frame_step = read_rows(pos["step"], nf, src)
     frame_tau = read_rows(temp["value"], nf, src)
-    _check_rows(root, obs, frame_step, frame_tau, config, src)
+    _check_rows(root, obs, frame_step, frame_tau, src)
     place, schedule = _place(root, obs, frame_step, nf, no, config, src)
     _check_stages(root, place, frame_tau, config, src)
     return dict(frame_step=frame_step, frame_time=read_rows(pos["time"], nf, src),
@@ -471,14 +470,18 @@ def _bad_row(src: str, root, where: str, k, why: str) -> RunFileError:
 
 
 def _check_stages(root, place: dict, frame_tau, config: RunConfig, src: str) -> None:
-    """Refuse stages that go back (a run visits its ladder in order, so the stage of its rows,
-    frames and observations, never decreases) and a frame whose temperature is not its stage's
-    ``taus[stage]`` (the analysis reads both), naming the dataset, the row and the values
-    (:class:`RunFileError`)."""
+    """Refuse a stage outside the ladder, stages that go back (a run visits its ladder in
+    order, so the stage of its rows, frames and observations, never decreases) and a frame
+    whose temperature is not its stage's ``taus[stage]`` (the analysis reads both), naming the
+    dataset, the row and the values (:class:`RunFileError`)."""
     taus = np.asarray(config.taus, dtype=float)
     for where, key in (("observables/stage/value", "stage"),
                        ("particles/neurons/stage/value", "frame_stage")):
         st = np.asarray(place[key], dtype=np.int64)
+        out = np.nonzero((st < 0) | (st >= len(taus)))[0]
+        if out.size:
+            raise _bad_row(src, root, where, out[0], f"stage {st[out[0]]} outside the "
+                                                     f"ladder's {len(taus)} temperatures")
         back = np.nonzero(np.diff(st) < 0)[0]
         if back.size:
             k = int(back[0]) + 1
@@ -495,18 +498,17 @@ def _check_stages(root, place: dict, frame_tau, config: RunConfig, src: str) -> 
                        f"{float(taus[fs[k]])!r} (dynamics.taus)")
 
 
-def _check_rows(root, obs: dict, frame_step, frame_tau, config: RunConfig, src: str) -> None:
+def _check_rows(root, obs: dict, frame_step, frame_tau, src: str) -> None:
     """Refuse rows no run writes (an edited or damaged file, read as untrusted input): steps
     that do not increase, a frame's temperature that is negative or not finite, a non-finite
-    value of :data:`ALWAYS_FINITE`, and a stored stage outside the ladder.
+    value of :data:`ALWAYS_FINITE`, a negative one of :data:`NON_NEGATIVE` (the stages are
+    :func:`_check_stages`').
 
     Raises
     ------
     RunFileError
         Naming the dataset, the row and the value.
     """
-    taus = np.asarray(config.taus, dtype=float)
-
     def refuse(where, k, why):
         raise _bad_row(src, root, where, k, why)
 
@@ -535,17 +537,6 @@ def _check_rows(root, obs: dict, frame_step, frame_tau, config: RunConfig, src: 
             k = int(np.nonzero(v < 0)[0][0])
             refuse(f"observables/{name}/value", k, f"{float(v[k])!r} is negative (a sum of "
                                                    "squares)")
-    neu = root["particles/neurons"]
-    for where, group, rows in (("observables/stage/value", root["observables"], len(
-            obs["tau"]["step"]) if "tau" in obs else 0),
-                               ("particles/neurons/stage/value", neu, len(frame_step))):
-        if "stage" not in group or "value" not in group["stage"]:
-            continue
-        st = np.asarray(read_rows(group["stage"]["value"], rows, src))
-        out = np.nonzero((st < 0) | (st >= len(taus)))[0]
-        if out.size:
-            refuse(where, out[0], f"stage {st[out[0]]} outside the ladder's "
-                                  f"{len(taus)} temperatures")
 
 
 def check_untrusted(f, src: str):
@@ -710,8 +701,7 @@ def open_run(path: str | os.PathLike) -> Run:
             raise RunFileError(src, "parameters.config_json", ": ".join(
                 t for t in (exc.field, exc.reason) if t)) from None
         stored_hash_of_config = text(p.attrs.get("config_hash", ""))
-        if stored_hash_of_config and hashlib.sha256(cfg_json.encode()).hexdigest()[:12] \
-                != stored_hash_of_config:
+        if stored_hash_of_config and json_hash(cfg_json) != stored_hash_of_config:
             raise RunFileError(src, "parameters.config_json",
                                f"does not match the stored config_hash "
                                f"({stored_hash_of_config}): the config was changed after the "

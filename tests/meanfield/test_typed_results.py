@@ -86,12 +86,6 @@ def test_open_run_gives_the_typed_config(run_file):
     assert json.loads(run.config_json) == cfg.as_dict()
 
 
-def _hash(text: str) -> str:
-    """The ``config_hash`` a run stores beside its ``config_json``."""
-    import hashlib
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-
 def test_an_old_stored_config_reads_leniently_with_a_warning(run_file, tmp_path):
     """A stored config that no longer validates (here: a key since removed, a value out of
     today's range, a key missing) is read as stored, with the defaults for missing keys."""
@@ -104,7 +98,7 @@ def test_an_old_stored_config_reads_leniently_with_a_warning(run_file, tmp_path)
     del stored["output"]["checkpoint_every"]        # missing: its default
     with h5py.File(old, "r+") as f:                 # as the run that stored it wrote them
         f["parameters"].attrs["config_json"] = json.dumps(stored)
-        f["parameters"].attrs["config_hash"] = _hash(json.dumps(stored))
+        f["parameters"].attrs["config_hash"] = config.json_hash(json.dumps(stored))
         f["parameters"].attrs["lam"] = -0.5
     with pytest.warns(StoredConfigWarning, match=r"old\.h5: the stored config no longer "
                                                  r"validates .*dynamics"):
@@ -118,7 +112,7 @@ def test_an_old_stored_config_reads_leniently_with_a_warning(run_file, tmp_path)
     stored["data"]["kind"] = "nope"
     with h5py.File(old, "r+") as f:
         f["parameters"].attrs["config_json"] = json.dumps(stored)
-        f["parameters"].attrs["config_hash"] = _hash(json.dumps(stored))
+        f["parameters"].attrs["config_hash"] = config.json_hash(json.dumps(stored))
     with pytest.raises(RunFileError, match="data.kind"):
         open_run(old)
 
