@@ -24,6 +24,7 @@ y = [1.0, -0.5, 0.5, 1.2, -0.8, 0.3, -1.0, 0.9]
 [dynamics]
 integrator = "mala"
 eta = 0.2
+fine = 0.5
 steps_per_tau = "auto"
 max_steps_per_tau = 40000
 chains = 2

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 from meanfield.errors import ConfigError
 from solvers.integrators import INTEGRATORS
-from solvers.limits import ACTIVATIONS, DEFAULT_JUMPS, DEFAULT_RADIAL, MAX_STEPS
+from solvers.limits import ACTIVATIONS, DEFAULT_FINE, DEFAULT_JUMPS, DEFAULT_RADIAL, MAX_STEPS
 from solvers.schedule import AUTO_CHUNKS
 
 #: Initialisations: i.i.d. Gaussian, or the convex τ → 0 solution's rays (THEORY §2.2).
@@ -439,6 +439,12 @@ class DynamicsConfig(_Table):
         (``|θ_i|`` resampled along its direction, docs/theory.md §2.6), in ``[0, 1]`` (0:
         none; default :data:`DEFAULT_RADIAL`). ``None`` for the other integrators, as
         ``jumps``.
+    fine : float or None
+        ``"mala"`` only: share of the Langevin moves made at a fine step ``eta/16^k``, ``k``
+        uniform in 1..4, in ``[0, 1]`` (default :data:`DEFAULT_FINE`, 0; the embedded default
+        and the shipped configs use 0.5): without them a heavy particle pinned on a data
+        point's kink at low ``tau`` keeps its direction (docs/theory.md §2.6). ``None`` for
+        the other integrators, as ``jumps``; left out of the config's hash when 0.
     chains : int
         Independent particle systems of the run, ``1 <= chains <=`` :data:`MAX_CHAINS`
         (same data, ladder and integrator; seeds and initial particles from ``seed`` and the
@@ -457,6 +463,7 @@ class DynamicsConfig(_Table):
     seed: int = 0
     jumps: float | None = None
     radial: float | None = None
+    fine: float | None = None
     chains: int = 1
 
     @staticmethod
@@ -528,8 +535,13 @@ class DynamicsConfig(_Table):
             _num(dyn, "radial", src, "dynamics", nonneg=True, maximum=1.0,
                  why="the probability of a radial move after each move")
             dyn["radial"] = float(dyn["radial"])
+            if dyn["fine"] is None:
+                dyn["fine"] = DEFAULT_FINE
+            _num(dyn, "fine", src, "dynamics", nonneg=True, maximum=1.0,
+                 why="the share of the Langevin moves made at a fine step")
+            dyn["fine"] = float(dyn["fine"])
         else:
-            for key in ("jumps", "radial"):
+            for key in ("jumps", "radial", "fine"):
                 _check(dyn[key] is None, src, f"dynamics.{key}",
                        "only with integrator = \"mala\"")
         _check(spec.exact or dyn["eta"] * dyn["lam"] < 2.0, src, "dynamics.eta",

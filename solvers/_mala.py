@@ -21,6 +21,15 @@ the other particles held fixed. The move is
   ``q_S(x) = (1/K) Σ_k N(x; θ_{o_k}, s² I)`` depends on the other particles only, and the move
   is accepted with probability ``min(1, exp(−ΔU/τ) q_S(θ) / q_S(θ'))``.
 
+A share ``fine`` of the Langevin moves is made at a *fine step*: ``η`` replaced by
+``η FINE_RATIO^k``, ``k`` uniform in ``1..FINE_LEVELS`` (in the proposal and in both of its
+densities). The step is drawn without looking at the state, so each step size is a
+Metropolis–Hastings kernel of its own and the mixture keeps ``π_N``. It is for the stiff
+coordinates of heavy particles: at low ``τ`` a heavy particle on a kink hyperplane of a data
+point (or on two, at their intersection) is pinned across it within ``~τ/(λ|a||u|)``, far inside
+the noise ``sqrt(2ητ)`` of a Langevin move, which is then always refused, so without fine
+steps those coordinates keep the value the stage found them at (docs/theory.md §2.6).
+
 After its move, with probability ``radial``, the particle gets a *radial move*: ``t = |θ|²``
 is resampled along its direction ``ω = θ/|θ|`` (activation pattern and sign of ``a`` kept),
 from a Gamma proposal fitted to the conditional law of ``t`` given ``ω`` and the other
@@ -60,7 +69,9 @@ the seed beyond the two used there (SplitMix64 outputs 3..6):
 * subset members, key ``k5``, draw ``i K + k``;
 * the radial move, key ``k6``: position ``step·M + 4i`` decides whether it is made,
   ``4i + 1`` chooses between its two proposals, ``4i + 2`` accepts, and the hash of ``4i + 3``
-  starts the chain of the Gamma draw (:func:`_gamma`).
+  starts the chain of the Gamma draw (:func:`_gamma`);
+* the fine step, key ``k8`` (SplitMix64 output 8; 7 is the blocked pass's order): position
+  ``step·M + 2i`` decides whether the Langevin move is fine, ``2i + 1`` draws ``k``.
 """
 
 from __future__ import annotations
@@ -88,11 +99,23 @@ MIXTURE_CUT = 60.0
 #: Least probability of the wide radial proposal (:func:`_radial_proposal`).
 RADIAL_WIDE = 0.1
 
+#: A fine Langevin move's step is ``η FINE_RATIO^k``, ``k`` uniform in ``1..FINE_LEVELS``
+#: (steps down to ``η/65536``, noise widths down to ``1/256`` of the move's).
+FINE_RATIO = 1.0 / 16.0
+FINE_LEVELS = 4
+
 #: Entries of the move counters (``counts``), in order.
 COUNTS = ("moves", "moves_accepted", "jumps", "jumps_accepted", "jumps_changed_cell",
           "radial_moves", "radial_accepted")
 
 _GOLD = np.uint64(0x9E3779B97F4A7C15)
+
+
+@nb.njit(inline="always")
+def _fine_key(seed):
+    """The key ``k8`` of the fine Langevin moves' steps (SplitMix64 output 8 of the seed; 7
+    is the blocked pass's order)."""
+    return _mix(np.uint64(seed) + np.uint64(8) * _GOLD)
 
 
 @nb.njit(inline="always")
@@ -388,7 +411,7 @@ def _forward_serial(T, XT, n, partial, scratch, kind, p, dims):
 
 @nb.njit(cache=True, nogil=True)     # chains step in parallel threads (solvers.langevin)
 def mala_steps(T, X, y, XT, partial, scratch, sub, f, R, counts, f_sum, lam, eta, tau,
-               seed, step0, nsteps, kind, p, data_term, jumps, radial, dims, relu):
+               seed, step0, nsteps, kind, p, data_term, jumps, radial, fine, dims, relu):
     """Advance ``nsteps`` Metropolis-adjusted passes from global step ``step0``.
 
     Parameters
@@ -419,6 +442,8 @@ def mala_steps(T, X, y, XT, partial, scratch, sub, f, R, counts, f_sum, lam, eta
         Share of jump moves in ``[0, 1]``.
     radial : float
         Probability of a radial move after each particle's move, in ``[0, 1]``.
+    fine : float
+        Share of the Langevin moves made at a fine step (:data:`FINE_RATIO`), in ``[0, 1]``.
     dims : tuple
         ``()`` (``d = T.shape[0] - 2`` at run time: one compile for every input dimension) or
         a d-tuple (specialised: the loops over the coordinates unrolled, faster; bitwise the
@@ -466,6 +491,8 @@ def mala_steps(T, X, y, XT, partial, scratch, sub, f, R, counts, f_sum, lam, eta
     gp = np.empty(D)
     can_jump = jumps > 0.0 and N >= 2
     do_radial = radial > 0.0
+    do_fine = fine > 0.0
+    k8 = _fine_key(seed)
     m_rad = 0.5 * D - 1.0
     for st in range(nsteps + 1):
         # the predictor of the particles as they are, in the fixed block order
@@ -510,8 +537,15 @@ def mala_steps(T, X, y, XT, partial, scratch, sub, f, R, counts, f_sum, lam, eta
                 else:
                     for c in range(D):
                         g[c] = lam * th[c]
+                etak = eta
+                sdk = sd
+                inv4k = inv4
+                if do_fine and _uniform(_hash(k8, _position(step, 2 * i))) < fine:
+                    etak = eta * FINE_RATIO ** (1 + _below(k8, step, 2 * i + 1, FINE_LEVELS))
+                    sdk = math.sqrt(2.0 * etak * tau)
+                    inv4k = 1.0 / (4.0 * etak * tau)
                 for c in range(D):
-                    thp[c] = th[c] - eta * g[c] + sd * _normal(k1, _position(step, i * D + c))
+                    thp[c] = th[c] - etak * g[c] + sdk * _normal(k1, _position(step, i * D + c))
             du = 0.0
             pa = 0.0
             pb = 0.0
@@ -536,11 +570,11 @@ def mala_steps(T, X, y, XT, partial, scratch, sub, f, R, counts, f_sum, lam, eta
                 fwd = 0.0
                 bwd = 0.0
                 for c in range(D):
-                    r = thp[c] - th[c] + eta * g[c]
+                    r = thp[c] - th[c] + etak * g[c]
                     fwd += r * r
-                    r = th[c] - thp[c] + eta * gp[c]
+                    r = th[c] - thp[c] + etak * gp[c]
                     bwd += r * r
-                log_a = -du / tau - (bwd - fwd) * inv4
+                log_a = -du / tau - (bwd - fwd) * inv4k
             # log u < 0 <= log_a: accepted without the uniform's logarithm (the same verdict;
             # False for a NaN log_a either way)
             ok = log_a >= 0.0 or \

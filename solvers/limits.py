@@ -23,3 +23,7 @@ DEFAULT_JUMPS = 0.1
 #: Default probability of a radial move after each move of ``integrator = "mala"``
 #: (:mod:`solvers._mala`, docs/theory.md §2.6).
 DEFAULT_RADIAL = 1.0
+#: Default share of the Langevin moves of ``integrator = "mala"`` made at a fine step
+#: (:mod:`solvers._mala`, docs/theory.md §2.6): none, so that configs written before the key
+#: keep their sampler and hash; the embedded default and the shipped configs ask for 0.5.
+DEFAULT_FINE = 0.0

@@ -43,7 +43,7 @@ import numpy as np
 from solvers import _activations, _mala, _mala_block, _rng
 from solvers import _kernels as kernels
 from solvers.integrators import INTEGRATORS, integrator_named
-from solvers.limits import ACT_CODES, DEFAULT_JUMPS, DEFAULT_RADIAL, MAX_DRAWS
+from solvers.limits import ACT_CODES, DEFAULT_FINE, DEFAULT_JUMPS, DEFAULT_RADIAL, MAX_DRAWS
 
 __all__ = ["ACT_CODES", "DEFAULT_JUMPS", "DEFAULT_RADIAL", "INTEGRATORS", "SPECIALISED_DIMS",
            "Stepper", "compile_ahead", "compile_in_background", "compile_variant", "kernel_dims",
@@ -320,6 +320,11 @@ class Stepper:
         a Metropolis–Hastings move of ``|θ_i|`` along the particle's direction from a
         proposal fitted to its conditional law (``solvers._mala``), in ``[0, 1]`` (0: none;
         default :data:`solvers.limits.DEFAULT_RADIAL`).
+    fine : float
+        ``"mala"`` only: the share of the Langevin moves made at a fine step ``η/16^k``,
+        ``k`` uniform in ``1..4`` (``solvers._mala``; for the stiff coordinates of heavy
+        particles pinned on kinks at low ``τ``, docs/theory.md §2.6), in ``[0, 1]`` (default
+        :data:`solvers.limits.DEFAULT_FINE`). The sequential pass only (``block`` below 2).
     block : int
         ``"mala"`` only: ``2 <= b <= 1024`` runs the *blocked* pass
         (``solvers._mala_block.mala_block_steps``, docs/theory.md §2.6): the particles in rounds
@@ -357,12 +362,13 @@ class Stepper:
     ValueError
         Inconsistent shapes, unknown activation or integrator, ``batch_size`` outside
         ``[0, n]`` (or not 0 with ``"mala"``), ``jumps`` outside ``[0, 1]``, or
-        ``N (d+2) >= 2**32`` (beyond the noise counter), ``block`` outside ``[0, 1024]``.
+        ``N (d+2) >= 2**32`` (beyond the noise counter), ``block`` outside ``[0, 1024]``,
+        ``fine`` outside ``[0, 1]`` or above 0 with ``block >= 2``.
     """
 
     def __init__(self, X, y, n_particles, *, lam, eta, activation="relu", sharpness=10.0,
                  cap=3.0, batch_size=0, seed=0, integrator="em", jumps=None, radial=None,
-                 block=0):
+                 block=0, fine=None):
         self.X = np.ascontiguousarray(X, dtype=np.float64)
         self.y = np.ascontiguousarray(y, dtype=np.float64)
         if self.X.ndim != 2 or self.y.shape != (self.X.shape[0],):
@@ -391,6 +397,12 @@ class Stepper:
         block = int(block)
         if not 0 <= block <= 1024:
             raise ValueError(f"block must be in [0, 1024], got {block}")
+        fine = DEFAULT_FINE if fine is None else float(fine)
+        if not 0.0 <= fine <= 1.0:
+            raise ValueError(f"fine must be in [0, 1], got {fine}")
+        if fine > 0.0 and block >= 2 and integrator == "mala":
+            raise ValueError(f"the blocked pass (block={block}) has no fine steps: give fine=0 "
+                             f"or block=0")
         if not 0 <= int(seed) < 2**63:
             raise ValueError(f"seed must be in [0, 2**63), got {seed}")
         self.n_particles, self.n, self.d = N, n, d
@@ -404,6 +416,7 @@ class Stepper:
         self.spec = spec
         self.jumps = jumps if integrator == "mala" else 0.0
         self.radial = radial if integrator == "mala" else 0.0
+        self.fine = fine if integrator == "mala" else 0.0
         # "mala": the blocked pass for block >= 2 (0 and 1: the sequential pass)
         self.block = block if integrator == "mala" and block >= 2 else 0
         # the blocked pass's moves and acceptances per particle when (4, N) (benchmarks)
@@ -484,8 +497,8 @@ class Stepper:
                                         self.scratch, self.sub, self.f, self.R, self.counts,
                                         self.f_sum, self.lam, self.eta, float(tau), self.seed,
                                         int(step0), int(nsteps), self.kind, self.params,
-                                        bool(data_term), self.jumps, self.radial, self.dims,
-                                        self.relu)
+                                        bool(data_term), self.jumps, self.radial, self.fine,
+                                        self.dims, self.relu)
             self.sum_sq = kernels.to_rows(self.T, theta)
             return int(code) if code else (0 if math.isfinite(self.sum_sq) else 1)
         code = kernels.run_steps(self.T, self.X, self.y, self.batch_size, self.partial,

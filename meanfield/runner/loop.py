@@ -52,7 +52,8 @@ def make_stepper(cfg: _config.RunConfig, dataset: _data.Dataset, chain: int = 0)
     return Stepper(dataset.X, dataset.y, mod.n_particles, lam=dyn.lam, eta=dyn.eta,
                    activation=mod.activation, sharpness=mod.sharpness, cap=mod.cap,
                    batch_size=dyn.batch_size, seed=chain_seed(dyn.seed, chain),
-                   integrator=dyn.integrator, jumps=dyn.jumps, radial=dyn.radial)
+                   integrator=dyn.integrator, jumps=dyn.jumps, radial=dyn.radial,
+                   fine=dyn.fine)
 
 
 #: The note of ``model.init = "convex"`` when the convex solution has no ray (docs/cli.md).

@@ -312,3 +312,15 @@ def test_the_floor_and_zero_are_accepted(tmp_path):
     from meanfield.schema import MIN_TAU
     cfg = _cfg(BASE.replace("taus = [1e-2, 1e-3]", f"taus = [1e-2, {MIN_TAU!r}, 0.0]"), tmp_path)
     assert cfg.taus == [1e-2, MIN_TAU, 0.0]
+
+
+def test_fine_steps_keep_older_configs_hash():
+    """``dynamics.fine = 0`` (the default) is left out of the canonical config, so a config
+    written before the key keeps its hash and run-file name; any other share enters it."""
+    text = (DATA / "plane8.toml").read_text().replace("fine = 0.5\n", "")
+    c0, c1, c2 = (config.loads(t, "plane8.toml", DATA) for t in (
+        text, text.replace("[dynamics]", "[dynamics]\nfine = 0.0"),
+        text.replace("[dynamics]", "[dynamics]\nfine = 0.5")))
+    assert c0.dynamics.fine == c1.dynamics.fine == 0.0 and c2.dynamics.fine == 0.5
+    assert c0.hash() == c1.hash() != c2.hash()
+    assert "fine" not in c0.canonical_json() and '"fine":0.5' in c2.canonical_json()

@@ -50,6 +50,36 @@ def test_ornstein_uhlenbeck_second_moment_is_exact(eta_lam, passes, start):
             assert abs(q.mean() - em) > 8 * se
 
 
+def test_fine_steps_keep_the_ornstein_uhlenbeck_law():
+    """Every Langevin move at a fine step ``η/16^k`` (``fine = 1``) from the stationary law at
+    ``ηλ = 5``: the second moment stays exact. The finest levels' proposals are nearly always
+    accepted, so a reverse density taken at ``η`` instead of the move's own step would leave
+    the unadjusted move at ``ηλ = 5/16``, whose variance is 18.5 % high (checked below to be
+    beyond the test's resolution)."""
+    lam, tau, d, N = OU_LAM, OU_TAU, OU_D, 4000
+    eta = 5.0 / lam
+    theta = initial_particles(N, d, np.sqrt(tau / lam), 3)
+    st = Stepper(np.zeros((1, d)), np.zeros(1), N, lam=lam, eta=eta, seed=7,
+                 integrator="mala", jumps=0.0, radial=0.0, fine=1.0)
+    assert st.advance(theta, tau, 0, 400, data_term=False) == 0
+    assert st.counts[1] / st.counts[0] > 0.9
+    q = np.sum(theta ** 2, axis=1)
+    se = q.std(ddof=1) / np.sqrt(N)
+    want = (d + 2) * tau / lam
+    assert abs(q.mean() - want) < 4 * se, (q.mean(), want, se)
+    em = (d + 2) * model.ou_stationary_variance(lam, eta / 16, tau, "em")
+    assert abs(em - want) > 10 * se
+
+
+def test_fine_steps_need_the_sequential_pass_and_a_share():
+    with pytest.raises(ValueError, match="fine must be in"):
+        Stepper(np.zeros((1, 1)), np.zeros(1), 4, lam=1.0, eta=0.1, integrator="mala",
+                fine=1.5)
+    with pytest.raises(ValueError, match="has no fine steps"):
+        Stepper(np.zeros((1, 1)), np.zeros(1), 4, lam=1.0, eta=0.1, integrator="mala",
+                fine=0.5, block=4)
+
+
 # one particle, three points in one dimension
 X1 = np.array([[-1.0], [0.5], [1.5]])
 Y1 = np.array([0.3, -0.2, 0.6])
@@ -99,11 +129,13 @@ def _one_particle_em(chains=4000, steps=3000, keep=1000, seed=5):
     return per_chain.mean(0), per_chain.std(0, ddof=1) / np.sqrt(chains)
 
 
-def test_one_particle_law_by_quadrature_where_em_is_biased():
+@pytest.mark.parametrize("fine", [0.0, 0.5])
+def test_one_particle_law_by_quadrature_where_em_is_biased(fine):
     ref = _one_particle_reference()
     # the quadrature is converged far below the sampling error
     np.testing.assert_allclose(_one_particle_reference(M=801), ref, atol=1e-6)
-    st = Stepper(X1, Y1, 1, lam=LAM1, eta=ETA1, seed=3, integrator="mala", jumps=0.0)
+    st = Stepper(X1, Y1, 1, lam=LAM1, eta=ETA1, seed=3, integrator="mala", jumps=0.0,
+                 fine=fine)
     theta = np.array([[0.3, 0.5, 0.2]])
     assert st.advance(theta, TAU1, 0, 20000) == 0          # burn-in
     chunk, chunks = 1000, 400
