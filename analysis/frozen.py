@@ -7,6 +7,7 @@ about ``sqrt(2ητ)/|u|``): its Langevin moves are all refused, its radial moves
 direction) accepted, so its direction stays where the stage found it (docs/theory.md §2.6,
 "Heavy particles on a kink keep their direction"). The stationarity verdict reads observables
 that such a particle does not move and cannot see it; this module measures it from the frames.
+Fine Langevin steps (``dynamics.fine``, :mod:`solvers._mala`) move such particles.
 """
 
 from __future__ import annotations
@@ -80,4 +81,5 @@ def frozen_note(frozen: dict | None, unit: str = "step") -> str | None:
             f"over {units} {frozen['from_step']}-{frozen['to_step']}: the sampler moved their "
             "radius only (heavy particles pinned on a kink, docs/theory.md §2.6): their "
             "directions are where the stage found them, not draws from its stationary law, "
-            "and averages that depend on them can be off by more than their standard errors")
+            "and averages that depend on them can be off by more than their standard errors; "
+            "dynamics.fine = 0.5 (fine Langevin steps) moves them")

@@ -34,11 +34,13 @@ def study_config(n_particles: int, max_steps_per_tau: int, seed: int) -> dict:
     particle systems (``chains = 2``), so that the stationarity verdict can compare them
     (split-R-hat between chains, docs/theory.md §2.5), and every temperature runs until that
     verdict holds (``steps_per_tau = "auto"``, in chunks of an eighth of the budget) or
-    ``max_steps_per_tau`` passes are spent; an observation every 5 passes."""
+    ``max_steps_per_tau`` passes are spent; an observation every 5 passes. Half the Langevin
+    moves at fine steps (``fine = 0.5``), so that heavy particles pinned on kinks at low
+    temperature still move (docs/theory.md §2.6)."""
     return {
         "data": {"kind": "file", "path": str(DATA), "target": "y"},
         "model": {"activation": "relu", "n_particles": n_particles},
-        "dynamics": {"lam": 0.05, "integrator": "mala", "eta": 0.2,
+        "dynamics": {"lam": 0.05, "integrator": "mala", "eta": 0.2, "fine": 0.5,
                      "taus": [1e-2, 1e-3, 1e-4], "chains": 2, "steps_per_tau": "auto",
                      "max_steps_per_tau": max_steps_per_tau, "seed": seed},
         # four frames per chunk of 5000 passes: a stage's rays are counted on its second
