@@ -202,6 +202,8 @@ def cell_config(name: str, N: int, seed: int, span_scale: float = 1.0,
     dyn.update(over)
     if integrator is not None:
         dyn["integrator"] = integrator
+    if dyn.get("integrator") != "mala":
+        dyn.pop("fine", None)           # the shipped configs' fine steps are "mala"'s alone
     if chains != 1:
         dyn["chains"] = int(chains)
     if eta is None and dyn.get("integrator") == "mala":
