@@ -105,6 +105,7 @@ def test_relaxed_plane8_run_is_stationary(tmp_path):
     # Euler-Maruyama relaxing on its own (the shipped config runs the exact sampler)
     src = (src.replace("n_particles = 4000", "n_particles = 400")
            .replace('integrator = "mala"', 'integrator = "em"')
+           .replace("fine = 0.5\n", "")
            .replace("eta = 0.2", "eta = 0.05")
            .replace("chains = 2", "chains = 1")
            .replace("taus = [1e-2, 1e-3, 1e-4]", "taus = [1e-2]")
@@ -115,6 +116,7 @@ def test_relaxed_plane8_run_is_stationary(tmp_path):
     # one chain needs (200 000 sufficed for the older floor of 20; its R-hat read 1.015)
     assert "steps_per_tau = 1600000" in src and "max_steps" not in src
     assert 'integrator = "em"' in src and "eta = 0.05" in src and "chains = 1" in src
+    assert "fine =" not in src           # fine steps exist only in the exact sampler
     p = tmp_path / "p8.toml"
     p.write_text(src)
     r = open_run(runner.run(config.load(p), tmp_path / "p8.h5", progress=False))
