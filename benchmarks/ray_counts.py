@@ -180,7 +180,7 @@ def dump_toml(doc: dict) -> str:
 def cell_config(name: str, N: int, seed: int, span_scale: float = 1.0,
                 integrator: str | None = None, chains: int = 1,
                 eta: float | None = None, auto: bool = False,
-                auto_steps: int | None = None) -> dict:
+                auto_steps: int | None = None, fine: float | None = None) -> dict:
     """The config of one cell: the shipped one with the shortened ladder (stage length
     ``span_scale`` times the default span of mean-field time), and ``integrator`` (default
     the config's), ``chains`` independent chains and the step ``eta`` when given (the
@@ -188,7 +188,8 @@ def cell_config(name: str, N: int, seed: int, span_scale: float = 1.0,
     and no ``eta``, :data:`MALA_ETA`). ``auto``: every stage runs until its
     stationarity verdict, at most ``auto_steps`` steps (default: the span;
     ``steps_per_tau = "auto"``), observed :data:`AUTO_OBSERVATIONS_PER_STAGE` times over
-    that."""
+    that. ``fine``: the share of fine Langevin steps (``dynamics.fine``, ``"mala"`` only;
+    default the config's own)."""
     base, over, taus, span = SETS[name]
     span *= span_scale
     if isinstance(base, dict):
@@ -202,6 +203,8 @@ def cell_config(name: str, N: int, seed: int, span_scale: float = 1.0,
     dyn.update(over)
     if integrator is not None:
         dyn["integrator"] = integrator
+    if fine is not None:
+        dyn["fine"] = float(fine)
     if dyn.get("integrator") != "mala":
         dyn.pop("fine", None)           # the shipped configs' fine steps are "mala"'s alone
     if chains != 1:
@@ -230,29 +233,32 @@ def cell_config(name: str, N: int, seed: int, span_scale: float = 1.0,
 
 def cell_stem(name: str, N: int, seed: int, span_scale: float = 1.0,
               integrator: str | None = None, chains: int = 1, eta: float | None = None,
-              auto: bool = False, auto_steps: int | None = None) -> str:
+              auto: bool = False, auto_steps: int | None = None,
+              fine: float | None = None) -> str:
     """File name (no suffix) of a cell's config and run file: every setting that changes the
     run is in it."""
     return (f"{name}-N{N}-s{seed}" + ("" if span_scale == 1 else f"-x{span_scale:g}")
             + ("" if integrator is None else f"-{integrator}")
             + ("" if chains == 1 else f"-c{chains}")
             + ("" if eta is None else f"-eta{eta:g}")
-            + ("" if not auto else "-auto" if not auto_steps else f"-auto{int(auto_steps)}"))
+            + ("" if not auto else "-auto" if not auto_steps else f"-auto{int(auto_steps)}")
+            + ("" if fine is None else f"-fine{fine:g}"))
 
 
 def ensure_run(workdir: Path, name: str, N: int, seed: int, threads: int,
                span_scale: float = 1.0, integrator: str | None = None,
                chains: int = 1, eta: float | None = None, auto: bool = False,
-               auto_steps: int | None = None) -> Path:
+               auto_steps: int | None = None, fine: float | None = None) -> Path:
     """Run the cell unless its run file exists; returns the run file. The wall time of the
     run is kept next to it (``<stem>.wall_s``)."""
-    stem = cell_stem(name, N, seed, span_scale, integrator, chains, eta, auto, auto_steps)
+    stem = cell_stem(name, N, seed, span_scale, integrator, chains, eta, auto, auto_steps,
+                     fine)
     out = workdir / f"{stem}.h5"
     if out.exists():
         return out
     cfg = workdir / f"{stem}.toml"
     cfg.write_text(dump_toml(cell_config(name, N, seed, span_scale, integrator, chains, eta,
-                                         auto, auto_steps)))
+                                         auto, auto_steps, fine)))
     t0 = time.time()
     subprocess.run([sys.executable, "-m", "meanfield", "run", str(cfg), "-o", str(out),
                     "--threads", str(threads), "--quiet", "--overwrite"], check=True,
@@ -557,6 +563,10 @@ def main(argv=None) -> int:
     ap.add_argument("--auto-steps", type=int, default=None,
                     help="with --auto: the most steps of a stage, for every set (default: the "
                          "set's span)")
+    ap.add_argument("--fine", type=float, default=None,
+                    help="with the exact sampler: the share of fine Langevin steps "
+                         "(dynamics.fine, in [0, 1]; default each config's own: 0.5 in the "
+                         "shipped configs, 0 in the sets built here)")
     ap.add_argument("--runs-only", action="store_true", help="make the run files, no table")
     ap.add_argument("--json", help="write the rows to this file")
     ap.add_argument("--sensitivity", action="store_true",
@@ -566,12 +576,15 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.auto_steps is not None and (not args.auto or args.auto_steps < 16):
         ap.error("--auto-steps needs --auto and at least 16 steps")
+    if args.fine is not None and not 0 <= args.fine <= 1:
+        ap.error("--fine is a share in [0, 1]")
     workdir = Path(args.workdir).resolve()     # the runs start in the checkout
     workdir.mkdir(parents=True, exist_ok=True)
     # cheapest cells first: by N, then seed, then set
     cells = [(name, N, seed) for N in sorted(args.N) for seed in args.seeds for name in args.sets]
     runs = {c: ensure_run(workdir, *c, args.threads, args.span_scale, args.integrator,
-                          args.chains, args.eta, args.auto, args.auto_steps) for c in cells}
+                          args.chains, args.eta, args.auto, args.auto_steps, args.fine)
+            for c in cells}
     if args.runs_only:
         return 0
     rows = [{**analyse_cell(path, *cell, with_sensitivity=args.sensitivity, gibbs=args.gibbs),

@@ -166,6 +166,18 @@ def test_ray_counts_every_set_gives_a_valid_fixed_stage_config(tmp_path):
     assert rc.cell_stem("D7", 300, 1, 1.0, "mala", auto=True) == "D7-N300-s1-mala-auto"
     with pytest.raises(SystemExit):
         rc.main(["--auto-steps", "100"])            # --auto-steps without --auto
+    # --fine: a set built here (no fine key) gets the share, a shipped config's is replaced,
+    # an Euler cell drops it; the file name says it
+    for name, share in (("plane10_light", 0.5), ("plane8", 0.0)):
+        path.write_text(rc.dump_toml(rc.cell_config(name, 300, 1, 1.0, "mala", auto=True,
+                                                    fine=share)))
+        assert config.load(path).dynamics.fine == share, name
+    path.write_text(rc.dump_toml(rc.cell_config("plane8", 300, 1, 1.0, "em", fine=0.5)))
+    assert config.load(path).dynamics.fine is None          # unset: no fine steps
+    assert rc.cell_stem("D7", 300, 1, 1.0, "mala", auto=True, fine=0.5) == \
+        "D7-N300-s1-mala-auto-fine0.5"
+    with pytest.raises(SystemExit):
+        rc.main(["--fine", "2"])
 
 
 
