@@ -90,7 +90,16 @@ from solvers._kernels import (
     _ndim,
     _scaled_residuals,
 )
-from solvers._rng import _below, _hash, _mix, _normal, _position, _seed_keys, _uniform
+from solvers._rng import (
+    _GOLD,
+    _below,
+    _hash,
+    _mix,
+    _normal,
+    _position,
+    _seed_output,
+    _uniform,
+)
 
 #: Other particles in the mixture of a jump proposal (bounds a jump at ``O(K d)``).
 JUMP_SUBSET = 16
@@ -108,26 +117,18 @@ FINE_LEVELS = 4
 COUNTS = ("moves", "moves_accepted", "jumps", "jumps_accepted", "jumps_changed_cell",
           "radial_moves", "radial_accepted")
 
-_GOLD = np.uint64(0x9E3779B97F4A7C15)
-
-
 @nb.njit(inline="always")
 def _fine_key(seed):
     """The key ``k8`` of the fine Langevin moves' steps (SplitMix64 output 8 of the seed; 7
     is the blocked pass's order)."""
-    return _mix(np.uint64(seed) + np.uint64(8) * _GOLD)
+    return _seed_output(seed, 8)
 
 
 @nb.njit(inline="always")
 def _keys(seed):
     """The keys ``k1`` (noise, as in ``solvers._kernels``), ``k3``, ``k4``, ``k5``, ``k6``."""
-    k1, _ = _seed_keys(seed)
-    s = np.uint64(seed)
-    k3 = _mix(s + np.uint64(3) * _GOLD)
-    k4 = _mix(s + np.uint64(4) * _GOLD)
-    k5 = _mix(s + np.uint64(5) * _GOLD)
-    k6 = _mix(s + np.uint64(6) * _GOLD)
-    return k1, k3, k4, k5, k6
+    return (_seed_output(seed, 1), _seed_output(seed, 3), _seed_output(seed, 4),
+            _seed_output(seed, 5), _seed_output(seed, 6))
 
 
 @nb.njit(inline="always")

@@ -43,7 +43,6 @@ from solvers._activations import ACT_RELU
 from solvers._fma import _fma
 from solvers._kernels import _ndim, _scaled_residuals
 from solvers._mala import (
-    _GOLD,
     _act,
     _add_gradient_terms,
     _forward_serial,
@@ -53,7 +52,7 @@ from solvers._mala import (
     _radial_law,
     _radial_proposal,
 )
-from solvers._rng import _below, _hash, _mix, _normal, _position, _uniform
+from solvers._rng import _below, _hash, _normal, _position, _seed_output, _uniform
 
 
 def lanes(block: int) -> tuple:
@@ -64,7 +63,7 @@ def lanes(block: int) -> tuple:
 @nb.njit(inline="always")
 def _order_keys(seed):
     """The key ``k7`` of the blocked pass's order (SplitMix64 output 7 of the seed)."""
-    return _mix(np.uint64(seed) + np.uint64(7) * _GOLD)
+    return _seed_output(seed, 7)
 
 
 @nb.njit(inline="always")

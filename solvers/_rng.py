@@ -63,13 +63,17 @@ def _mix(z):
 
 
 @nb.njit(inline="always")
+def _seed_output(seed, k):
+    """SplitMix64 output number ``k`` of the stream seeded with ``seed``: the key ``k<k>``
+    (1: the noise, 2: the minibatches, 3-8: the exact sampler's draws, ``solvers._mala``)."""
+    return _mix(np.uint64(seed) + np.uint64(k) * _GOLD)
+
+
+@nb.njit(inline="always")
 def _seed_keys(seed):
     """Two 64-bit keys derived from the seed (the first two SplitMix64 outputs): ``k1`` keys
     the noise, ``k2`` the minibatches."""
-    s = np.uint64(seed)
-    k1 = _mix(s + _GOLD)
-    k2 = _mix(s + _GOLD + _GOLD)
-    return k1, k2
+    return _seed_output(seed, 1), _seed_output(seed, 2)
 
 
 @nb.njit(inline="always")
