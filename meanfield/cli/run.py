@@ -12,6 +12,14 @@ from meanfield.errors import InputError, one_line
 # a usage error is answered.
 
 
+def config_keys_help() -> str:
+    """One paragraph naming every key a run config's tables may hold (from the schema)."""
+    from meanfield.schema import SECTIONS, table_keys
+    return ("Config keys, by table (docs/cli.md gives each one's meaning, default and "
+            "range): " + "; ".join(f"[{s}] " + ", ".join(table_keys(s)) for s in SECTIONS)
+            + ".")
+
+
 def register(sub):
     """Add the ``run`` command to the subparsers ``sub``."""
     p = sub.add_parser(
@@ -33,7 +41,7 @@ def register(sub):
                "(eta=0.2) with 2 chains, each temperature until the verdict between them holds. "
                "Exit codes: 0 done, 2 bad input (nothing written), 130 interrupted "
                "(checkpoint kept, continue with --resume), 1 diverged (NaN/Inf; frames and "
-               "the last good checkpoint kept) or other errors.")
+               "the last good checkpoint kept) or other errors. " + config_keys_help())
     p.add_argument("config", nargs="?", help="TOML config (see docs/cli.md); default: embedded")
     p.add_argument("-o", "--output", help="run file to write (default: run-<config hash>.h5)")
     mode = p.add_mutually_exclusive_group()

@@ -383,3 +383,26 @@ def test_follow_of_a_file_that_is_no_run_file_gives_up_with_its_reason(tmp_path,
     assert 0.3 <= time.monotonic() - t0 < 30
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1 and str(bad) in err, err
+
+
+def test_run_help_names_every_config_key_and_cli_md_documents_each(capsys):
+    """``run --help`` lists the keys of every table from the schema, and docs/cli.md's
+    config section has a row for each (a key added to the schema without its row fails)."""
+    import re
+    from pathlib import Path
+
+    from meanfield.schema import SECTIONS, table_keys
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
+    doc = doc[doc.index("## Config files (TOML)"):]
+    for sec in SECTIONS:
+        listed = re.search(rf"\[{sec}\] ([^;.]*)", text)
+        assert listed is not None, sec
+        assert sorted(listed.group(1).split(", ")) == sorted(table_keys(sec)), sec
+        table = doc[doc.index(f"### `[{sec}]`"):]
+        table = table[:table.index("\n### ")] if "\n### " in table else table
+        rows = {k for cell in re.findall(r"^\| ([^|]*) \|", table, flags=re.M)
+                for k in re.findall(r"`([A-Za-z_]+)`", cell)}         # "`d`, `norm`" rows
+        assert set(table_keys(sec)) <= rows, (sec, set(table_keys(sec)) - rows)
