@@ -80,5 +80,26 @@ def main(args) -> int:
                      outcome=outcome)
     if outcome.get("plan") != "done":       # "already complete" was said; nothing written
         log(f"wrote {out} in {time.monotonic() - t0:.1f} s")
+        for line in budget_notes(out):
+            log(line)
     print(out)
     return 0
+
+
+def budget_notes(path) -> list[str]:
+    """One ``note:`` line per stage of a ``steps_per_tau = "auto"`` run whose budget
+    (``max_steps_per_tau``) ran out before its stationarity verdict held (docs/theory.md
+    §2.5), with the verdict's first reason; empty for fixed-length stages and for a run
+    whose stages all ended on their verdict."""
+    from meanfield.cli.inspect import stages
+    from meanfield.store import open_run
+    run = open_run(path)
+    dyn = run.config.dynamics
+    if dyn.steps_per_tau != "auto":
+        return []
+    return [f"note: tau={st['tau']:.1e} is not stationary after the whole budget, "
+            f"max_steps_per_tau = {dyn.max_steps_per_tau}: "
+            f"{st['stationarity']['reasons'][0]} (its counts are of chains still moving; "
+            f"'meanfield inspect {path}' shows every stage; a larger max_steps_per_tau "
+            f"gives it more)"
+            for st in stages(run) if st["stationary"] is False]

@@ -406,3 +406,25 @@ def test_run_help_names_every_config_key_and_cli_md_documents_each(capsys):
         rows = {k for cell in re.findall(r"^\| ([^|]*) \|", table, flags=re.M)
                 for k in re.findall(r"`([A-Za-z_]+)`", cell)}         # "`d`, `norm`" rows
         assert set(table_keys(sec)) <= rows, (sec, set(table_keys(sec)) - rows)
+
+
+def test_run_ends_with_a_note_per_auto_stage_whose_budget_ran_out(tmp_path, capsys, one_thread):
+    """A newcomer's "auto" run that spent its budget said only "wrote"; the verdict was in
+    ``inspect``. Now each such stage gets one note with the verdict's first reason; a
+    fixed-length ladder gets none (its stages do not wait for a verdict)."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[data]\nkind = "two_point"\n[model]\nn_particles = 50\n[dynamics]\n'
+                   'lam = 0.1\nintegrator = "mala"\neta = 0.2\ntaus = [1e-2, 1e-3]\n'
+                   'chains = 2\nsteps_per_tau = "auto"\nmax_steps_per_tau = 32\n')
+    out = tmp_path / "c.h5"
+    assert main(["run", str(cfg), "-o", str(out), "--quiet", "--threads", "1"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith(f"meanfield: wrote {out} in ")
+    assert [ln.split(" is ")[0] for ln in err[1:]] == [
+        "meanfield: note: tau=1.0e-02", "meanfield: note: tau=1.0e-03"]
+    assert all("max_steps_per_tau = 32: too few observations" in ln for ln in err[1:])
+    fixed = tmp_path / "f.toml"
+    fixed.write_text(tiny_toml())
+    assert main(["run", str(fixed), "-o", str(tmp_path / "f.h5"), "--quiet",
+                 "--threads", "1"]) == 0
+    assert len(capsys.readouterr().err.splitlines()) == 1
