@@ -34,6 +34,7 @@ import argparse
 import copy
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -204,6 +205,9 @@ def cell_config(name: str, N: int, seed: int, span_scale: float = 1.0,
     if integrator is not None:
         dyn["integrator"] = integrator
     if fine is not None:
+        if dyn.get("integrator") != "mala":
+            raise ValueError(f"{name}: fine steps need the exact sampler (integrator "
+                             f"\"mala\"), not {dyn.get('integrator', 'em')!r}")
         dyn["fine"] = float(fine)
     if dyn.get("integrator") != "mala":
         dyn.pop("fine", None)           # the shipped configs' fine steps are "mala"'s alone
@@ -541,6 +545,12 @@ def format_table(rows) -> str:
     return "\n".join(L)
 
 
+def _interrupt(signum, frame):
+    """SIGTERM as Ctrl-C: ``subprocess.run`` then stops the cell's ``meanfield run`` (left
+    running, detached, when the script was killed), whose run file is redone next time."""
+    raise KeyboardInterrupt
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sets", nargs="+", default=list(SETS), choices=list(SETS))
@@ -578,6 +588,18 @@ def main(argv=None) -> int:
         ap.error("--auto-steps needs --auto and at least 16 steps")
     if args.fine is not None and not 0 <= args.fine <= 1:
         ap.error("--fine is a share in [0, 1]")
+    if args.fine is not None and args.integrator in ("em", "lm"):
+        ap.error("--fine needs the exact sampler (--integrator mala): Euler has no fine steps")
+    # a killed script takes its run with it (the caller's handler is back on return)
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        return _run_cells(args)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run_cells(args) -> int:
+    """The cells of the parsed ``args``: their runs, then the table."""
     workdir = Path(args.workdir).resolve()     # the runs start in the checkout
     workdir.mkdir(parents=True, exist_ok=True)
     # cheapest cells first: by N, then seed, then set

@@ -2,6 +2,7 @@
 like): drift against solvers.numpy_model, and noise of standard deviation sqrt(2 η τ)."""
 
 import math
+from pathlib import Path
 
 import pytest
 from conftest import REPO
@@ -172,12 +173,16 @@ def test_ray_counts_every_set_gives_a_valid_fixed_stage_config(tmp_path):
         path.write_text(rc.dump_toml(rc.cell_config(name, 300, 1, 1.0, "mala", auto=True,
                                                     fine=share)))
         assert config.load(path).dynamics.fine == share, name
-    path.write_text(rc.dump_toml(rc.cell_config("plane8", 300, 1, 1.0, "em", fine=0.5)))
-    assert config.load(path).dynamics.fine is None          # unset: no fine steps
+    with pytest.raises(ValueError, match="exact sampler"):      # not dropped while the
+        rc.cell_config("plane8", 300, 1, 1.0, "em", fine=0.5)   # file name says fine0.5
+    path.write_text(rc.dump_toml(rc.cell_config("plane8", 300, 1, 1.0, "em")))
+    assert config.load(path).dynamics.fine is None          # the shipped 0.5 is dropped
     assert rc.cell_stem("D7", 300, 1, 1.0, "mala", auto=True, fine=0.5) == \
         "D7-N300-s1-mala-auto-fine0.5"
     with pytest.raises(SystemExit):
         rc.main(["--fine", "2"])
+    with pytest.raises(SystemExit):
+        rc.main(["--fine", "0.5", "--integrator", "em"])
 
 
 
@@ -189,6 +194,45 @@ def test_ray_counts_runs_a_cell_into_a_relative_workdir(tmp_path, monkeypatch):
     assert rc.main(["--sets", "two_point_even", "--N", "20", "--seeds", "0",
                     "--span-scale", "0.01", "--runs-only", "--workdir", "rel"]) == 0
     assert (tmp_path / "rel" / "two_point_even-N20-s0-x0.01.h5").is_file()
+
+def _processes_naming(text: str) -> list:
+    """Pids of the processes whose command line contains ``text`` (Linux ``/proc``)."""
+    out = []
+    for d in Path("/proc").glob("[0-9]*"):
+        try:
+            if text in (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="ignore"):
+                out.append(int(d.name))
+        except OSError:
+            continue
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="needs Linux /proc")
+def test_ray_counts_killed_takes_its_running_cell_with_it(tmp_path):
+    """SIGTERM to the script (``timeout``, a batch system) stopped the script and left the
+    cell's ``meanfield run`` running, detached, writing into the next command's stderr."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    work = tmp_path / "w"
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "ray_counts.py"
+    p = subprocess.Popen([sys.executable, str(script), "--sets", "two_point_even", "--N",
+                          "2000", "--seeds", "0", "--span-scale", "100", "--runs-only",
+                          "--workdir", str(work)], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE)
+    t0 = time.monotonic()
+    while not _processes_naming(str(work / "two_point_even")):
+        assert p.poll() is None and time.monotonic() - t0 < 120, "the cell never started"
+        time.sleep(0.2)
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=60) != 0
+    t0 = time.monotonic()
+    while _processes_naming(str(work / "two_point_even")) and time.monotonic() - t0 < 10:
+        time.sleep(0.2)
+    assert _processes_naming(str(work / "two_point_even")) == []
+    assert not (work / "two_point_even-N2000-s0-x100.h5").exists()
+
 
 @pytest.mark.parametrize("name", ["zero_d1", "zero_d2"])
 def test_ray_counts_zero_ray_sets_sit_well_above_the_threshold(name):
