@@ -469,9 +469,9 @@ def main(args) -> int:
         for r in rep["ladder"]:
             hot = (snaps.get(r["step"]) or {}).get("thermal_mass") or []
             if hot:
-                # the weight is signed as a (a negative one is a concentration of a < 0)
-                print(f"tau={r['tau']:.2e} thermal mass (not rays): " + ", ".join(
-                    f"weight {h['weight']:+.3g} at |G| = {_abs_or_dash(h['G'])}" for h in hot))
+                print(f"tau={r['tau']:.2e} thermal mass (not rays; weight signed as a): "
+                      + ", ".join(f"weight {h['weight']:+.3g} at |G| = "
+                                  f"{_abs_or_dash(h['G'])}" for h in hot))
         th = rep["theorem6"]
         if th is not None and th.get("status", "checked") != "checked":
             print(f"Theorem 6 (lowest tau): {th['status']}")
