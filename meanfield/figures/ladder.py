@@ -169,7 +169,14 @@ def plot_ladder(rep, run, *, axes=None):
         w2 = [np.nan if r["w2_to_previous"] is None else r["w2_to_previous"] for r in rows]
         w2r = [np.nan if r.get("w2_rays_to_previous") is None else r["w2_rays_to_previous"]
                for r in rows]
-        c.plot(xs, w2, "o-", ms=3.5, color="C0", label="particle measures (left axis)")
+        if not np.isfinite(w2).any() and not np.isfinite(w2r).any():
+            # not an empty frame: say why (one temperature, or analyze --no-w2)
+            c.text(0.5, 0.5, "no W2 in this report:\none temperature, or analyze --no-w2",
+                   ha="center", va="center", transform=c.transAxes, fontsize=8,
+                   color="0.3", gid="no-w2")
+            c.set_yticks([])
+        else:
+            c.plot(xs, w2, "o-", ms=3.5, color="C0", label="particle measures (left axis)")
         c.set_ylabel("W2 of particles [θ]", color="C0")
         c.tick_params(axis="y", colors="C0")
         cr = None

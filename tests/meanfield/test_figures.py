@@ -116,6 +116,19 @@ def test_ladder_has_the_bounds_and_no_empty_panel(analysed):
     assert e > 0
 
 
+def test_ladder_without_w2_says_why_its_panel_is_blank(analysed):
+    """``analyze --no-w2`` (or one temperature) drew panel (c) as an empty frame."""
+    run, rep, _ = analysed
+    none = dict(rep, ladder=[dict(r, w2_to_previous=None, w2_rays_to_previous=None)
+                             for r in rep["ladder"]])
+    fig = meanfield.plot_ladder(none, run)
+    c = next(ax for ax in fig.axes if ax.get_title(loc="left").startswith("(c)"))
+    assert not c.lines and [t.get_gid() for t in c.texts] == ["no-w2"]
+    assert "--no-w2" in c.texts[0].get_text()
+    full = meanfield.plot_ladder(rep, run)         # with W2: no such text
+    assert "no-w2" not in [t.get_gid() for ax in full.axes for t in ax.texts]
+
+
 def test_trajectory_marks_stages_and_frames(analysed):
     run, rep, _ = analysed
     fig = meanfield.plot_trajectory(rep, run)
