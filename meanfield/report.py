@@ -300,7 +300,8 @@ def markdown(rep, figs=()) -> str:
               f"|c_k| ≥ {c['floor']} Σ|c| (the ray mass floor) and their kink hyperplanes; "
               f"matched to τ → 0: measured rays paired one to one with them (same sign, within "
               f"0.2 rad)."]
-    L += ["", "Snapshots:", "", f"| τ | {rep.get('step_unit', 'step')} | risk | J | K | halo mass | thermal mass "
+    L += ["", "Snapshots (a frame of chain 0 counted alone, but a stage's last row: its "
+          "stationary frames of every chain pooled, the ladder's J, K):", "", f"| τ | {rep.get('step_unit', 'step')} | risk | J | K | halo mass | thermal mass "
           "(clusters, Σ\\|c\\|) | threshold (chord) | plateau |",
           "|---|---|---|---|---|---|---|---|---|"]
     for s in rep["snapshots"]:
