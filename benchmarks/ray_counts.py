@@ -37,6 +37,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -576,7 +577,8 @@ def main(argv=None) -> int:
     ap.add_argument("--fine", type=float, default=None,
                     help="with the exact sampler: the share of fine Langevin steps "
                          "(dynamics.fine, in [0, 1]; default each config's own: 0.5 in the "
-                         "shipped configs, 0 in the sets built here)")
+                         "shipped configs, none in the sets built here; the sets built "
+                         "here run Euler unless --integrator mala)")
     ap.add_argument("--runs-only", action="store_true", help="make the run files, no table")
     ap.add_argument("--json", help="write the rows to this file")
     ap.add_argument("--sensitivity", action="store_true",
@@ -588,14 +590,21 @@ def main(argv=None) -> int:
         ap.error("--auto-steps needs --auto and at least 16 steps")
     if args.fine is not None and not 0 <= args.fine <= 1:
         ap.error("--fine is a share in [0, 1]")
-    if args.fine is not None and args.integrator in ("em", "lm"):
-        ap.error("--fine needs the exact sampler (--integrator mala): Euler has no fine steps")
-    # a killed script takes its run with it (the caller's handler is back on return)
+    if args.fine is not None:
+        for name in args.sets:      # before any cell runs, not after hours of the others
+            try:
+                cell_config(name, 10, 0, integrator=args.integrator, fine=args.fine)
+            except ValueError as exc:
+                ap.error(f"--fine: {exc} (give --integrator mala)")
+    # a killed script takes its run with it (the caller's handler is back on return; only
+    # the main thread may set one)
+    if threading.current_thread() is not threading.main_thread():
+        return _run_cells(args)
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         return _run_cells(args)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 def _run_cells(args) -> int:

@@ -80,7 +80,11 @@ def main(args) -> int:
                      outcome=outcome)
     if outcome.get("plan") != "done":       # "already complete" was said; nothing written
         log(f"wrote {out} in {time.monotonic() - t0:.1f} s")
-        for line in budget_notes(out):
+        try:
+            notes = budget_notes(out)
+        except (OSError, ValueError, KeyError) as exc:    # the run is done: not its exit code
+            notes = [f"note: the stages' stationarity was not judged: {exc}"]
+        for line in notes:
             log(line)
     print(out)
     return 0
@@ -102,4 +106,5 @@ def budget_notes(path) -> list[str]:
             f"{st['stationarity']['reasons'][0]} (its counts are of chains still moving; "
             f"'meanfield inspect {path}' shows every stage; a larger max_steps_per_tau "
             f"gives it more)"
-            for st in stages(run) if st["stationary"] is False]
+            for st in stages(run)
+            if st["stationary"] is False and st["steps"] >= dyn.max_steps_per_tau]

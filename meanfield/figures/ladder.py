@@ -170,8 +170,8 @@ def plot_ladder(rep, run, *, axes=None):
         w2r = [np.nan if r.get("w2_rays_to_previous") is None else r["w2_rays_to_previous"]
                for r in rows]
         if not np.isfinite(w2).any() and not np.isfinite(w2r).any():
-            # not an empty frame: say why (one temperature, or analyze --no-w2)
-            c.text(0.5, 0.5, "no W2 in this report:\none temperature, or analyze --no-w2",
+            # not an empty frame: say why (fewer than two stages, or analyze --no-w2)
+            c.text(0.5, 0.5, "no W2 in this report:\nfewer than two stages, or analyze --no-w2",
                    ha="center", va="center", transform=c.transAxes, fontsize=8,
                    color="0.3", gid="no-w2")
             c.set_yticks([])

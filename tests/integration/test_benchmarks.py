@@ -183,6 +183,10 @@ def test_ray_counts_every_set_gives_a_valid_fixed_stage_config(tmp_path):
         rc.main(["--fine", "2"])
     with pytest.raises(SystemExit):
         rc.main(["--fine", "0.5", "--integrator", "em"])
+    with pytest.raises(SystemExit):     # a set built here runs Euler unless told: refused
+        rc.main(["--fine", "0.5", "--sets", "plane8", "zero_d1", "--workdir",     # before
+                 str(tmp_path / "none")])                                        # any run
+    assert not (tmp_path / "none").exists()
 
 
 
@@ -211,6 +215,7 @@ def _processes_naming(text: str) -> list:
 def test_ray_counts_killed_takes_its_running_cell_with_it(tmp_path):
     """SIGTERM to the script (``timeout``, a batch system) stopped the script and left the
     cell's ``meanfield run`` running, detached, writing into the next command's stderr."""
+    import os
     import signal
     import subprocess
     import sys
@@ -221,17 +226,22 @@ def test_ray_counts_killed_takes_its_running_cell_with_it(tmp_path):
                           "2000", "--seeds", "0", "--span-scale", "100", "--runs-only",
                           "--workdir", str(work)], stdout=subprocess.DEVNULL,
                          stderr=subprocess.PIPE)
-    t0 = time.monotonic()
-    while not _processes_naming(str(work / "two_point_even")):
-        assert p.poll() is None and time.monotonic() - t0 < 120, "the cell never started"
-        time.sleep(0.2)
-    p.send_signal(signal.SIGTERM)
-    assert p.wait(timeout=60) != 0
-    t0 = time.monotonic()
-    while _processes_naming(str(work / "two_point_even")) and time.monotonic() - t0 < 10:
-        time.sleep(0.2)
-    assert _processes_naming(str(work / "two_point_even")) == []
-    assert not (work / "two_point_even-N2000-s0-x100.h5").exists()
+    try:
+        t0 = time.monotonic()
+        while not _processes_naming(str(work / "two_point_even")):
+            assert p.poll() is None and time.monotonic() - t0 < 120, "the cell never started"
+            time.sleep(0.2)
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=60) != 0
+        t0 = time.monotonic()
+        while _processes_naming(str(work / "two_point_even")) and time.monotonic() - t0 < 10:
+            time.sleep(0.2)
+        assert _processes_naming(str(work / "two_point_even")) == []
+        assert not (work / "two_point_even-N2000-s0-x100.h5").exists()
+    finally:                # a failure leaves nothing running on the machine
+        p.kill()
+        for pid in _processes_naming(str(work / "two_point_even")):
+            os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.parametrize("name", ["zero_d1", "zero_d2"])
