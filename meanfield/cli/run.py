@@ -99,7 +99,10 @@ def budget_notes(path) -> list[str]:
     from meanfield.store import open_run
     run = open_run(path)
     dyn = run.config.dynamics
-    if dyn.steps_per_tau != "auto":
+    # a stage that stopped short of its budget stopped on its verdict (the run judged it at
+    # each chunk end): the verdicts are computed again only when some stage spent it all
+    if dyn.steps_per_tau != "auto" or all(run.steps_run(s) < dyn.max_steps_per_tau
+                                          for s in range(len(run.taus))):
         return []
     return [f"note: tau={st['tau']:.1e} is not stationary after the whole budget, "
             f"max_steps_per_tau = {dyn.max_steps_per_tau}: "
