@@ -89,11 +89,11 @@ class Verdict:
         Threshold of the drift and parity tests.
     reasons : list of str
         Why the stage is not stationary (empty when it is).
-    acceptance, jump_acceptance, cell_exchange, radial_acceptance : float
+    acceptance, jump_acceptance, cell_exchange, radial_acceptance, exchange_acceptance : float
         ``integrator = "mala"`` (:func:`run_verdicts` only): the Langevin and jump
-        acceptance rates, the mass moved between activation patterns per unit of time and the
-        radial acceptance rate, averaged over the second half (``nan`` for the other
-        integrators or without such moves).
+        acceptance rates, the mass moved between activation patterns per unit of time, the
+        radial and the exchange acceptance rates, averaged over the second half (``nan`` for
+        the other integrators or without such moves).
     rhat, ess_bulk, ess_tail : float
         ArviZ's largest rank-normalised split-R̂ and smallest bulk and tail ESS (all chains
         together) over the observables (:mod:`analysis.convergence`).
@@ -118,6 +118,7 @@ class Verdict:
     jump_acceptance: float = math.nan
     cell_exchange: float = math.nan
     radial_acceptance: float = math.nan
+    exchange_acceptance: float = math.nan
     rhat: float = math.nan
     ess_bulk: float = math.nan
     ess_tail: float = math.nan
@@ -349,7 +350,8 @@ def stage_observables(residuals, regulariser) -> dict:
 
 
 #: The ``"mala"`` observables a verdict carries (means over the second half of the stage).
-MOVE_OBSERVABLES = ("acceptance", "jump_acceptance", "cell_exchange", "radial_acceptance")
+MOVE_OBSERVABLES = ("acceptance", "jump_acceptance", "cell_exchange", "radial_acceptance",
+                    "exchange_acceptance")
 
 
 def run_verdicts(run: RunLike, **kw) -> list[Verdict]:

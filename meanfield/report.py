@@ -533,7 +533,8 @@ def _moves_text(v) -> str:
     parts = [f"{label} {v[k]:.3g}" for k, label in
              (("acceptance", "acceptance"), ("jump_acceptance", "jump acceptance"),
               ("cell_exchange", "cell exchange per unit time"),
-              ("radial_acceptance", "radial acceptance")) if v.get(k) is not None]
+              ("radial_acceptance", "radial acceptance"),
+              ("exchange_acceptance", "exchange acceptance")) if v.get(k) is not None]
     return (", " + ", ".join(parts)) if parts else ""
 
 

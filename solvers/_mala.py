@@ -39,6 +39,12 @@ conditional. The radial direction is the soft one at low ``τ``: along a ray ``U
 ``t`` at the rate ``c(ω) → 0`` (docs/theory.md §6.5, §2.6), so Langevin moves relax it
 only over ``~1/c`` units of time, a radial move in one.
 
+With probability ``exchange`` (drawn without looking at the state), a pass ends with an
+*exchange move* (:mod:`solvers._exchange`, ReLU only): the masses of the stiff activation
+cells, the cells of the heavy particles, are resampled together, every direction and every
+share within a cell kept: the split of the mass between rays, along which moves of one
+particle walk slowly at low ``τ``.
+
 Each move leaves ``π_N`` invariant (detailed balance of that Gibbs component), so do the
 mixture over move types and subsets, whose draws do not look at the state, and the
 composition over the scan.
@@ -71,7 +77,10 @@ the seed beyond the two used there (SplitMix64 outputs 3..6):
   ``4i + 1`` chooses between its two proposals, ``4i + 2`` accepts, and the hash of ``4i + 3``
   starts the chain of the Gamma draw (:func:`_gamma`);
 * the fine step, key ``k8`` (SplitMix64 output 8; 7 is the blocked pass's order): position
-  ``step·M + 2i`` decides whether the Langevin move is fine, ``2i + 1`` draws ``k``.
+  ``step·M + 2i`` decides whether the Langevin move is fine, ``2i + 1`` draws ``k``;
+* the exchange move, key ``k9`` (SplitMix64 output 9): position
+  ``step·M + EXCHANGE_CELLS + 1`` decides whether the pass ends with one, the others are
+  the move's own (:mod:`solvers._exchange`).
 """
 
 from __future__ import annotations
@@ -82,6 +91,7 @@ import numba as nb
 import numpy as np
 
 from solvers._activations import ACT_RELU, _act_pair
+from solvers._exchange import EXCHANGE_CELLS, exchange_key, exchange_move, exchange_workspace
 from solvers._fma import _fma
 from solvers._kernels import (
     BLOCK,
@@ -115,7 +125,7 @@ FINE_LEVELS = 4
 
 #: Entries of the move counters (``counts``), in order.
 COUNTS = ("moves", "moves_accepted", "jumps", "jumps_accepted", "jumps_changed_cell",
-          "radial_moves", "radial_accepted")
+          "radial_moves", "radial_accepted", "exchange_moves", "exchange_accepted")
 
 @nb.njit(inline="always")
 def _fine_key(seed):
@@ -412,7 +422,8 @@ def _forward_serial(T, XT, n, partial, scratch, kind, p, dims):
 
 @nb.njit(cache=True, nogil=True)     # chains step in parallel threads (solvers.langevin)
 def mala_steps(T, X, y, XT, partial, scratch, sub, f, R, counts, f_sum, lam, eta, tau,
-               seed, step0, nsteps, kind, p, data_term, jumps, radial, fine, dims, relu):
+               seed, step0, nsteps, kind, p, data_term, jumps, radial, fine, dims, relu,
+               exchange=0.0):
     """Advance ``nsteps`` Metropolis-adjusted passes from global step ``step0``.
 
     Parameters
@@ -428,7 +439,7 @@ def mala_steps(T, X, y, XT, partial, scratch, sub, f, R, counts, f_sum, lam, eta
         Work space.
     f, R : ndarray (n,)
         Out: predictor and scaled residuals ``(f − y)/n`` after the last pass.
-    counts : int64 ndarray (7,)
+    counts : int64 ndarray (9,)
         Move counters, incremented (:data:`COUNTS`).
     f_sum : ndarray (n,)
         The predictor after each pass is added to it.
@@ -445,6 +456,10 @@ def mala_steps(T, X, y, XT, partial, scratch, sub, f, R, counts, f_sum, lam, eta
         Probability of a radial move after each particle's move, in ``[0, 1]``.
     fine : float
         Share of the Langevin moves made at a fine step (:data:`FINE_RATIO`), in ``[0, 1]``.
+    exchange : float
+        Probability that a pass ends with an exchange move of the heavy particles' masses
+        (``solvers._exchange``), in ``[0, 1]``; ReLU with the data term only (ignored
+        otherwise).
     dims : tuple
         ``()`` (``d = T.shape[0] - 2`` at run time: one compile for every input dimension) or
         a d-tuple (specialised: the loops over the coordinates unrolled, faster; bitwise the
@@ -495,6 +510,9 @@ def mala_steps(T, X, y, XT, partial, scratch, sub, f, R, counts, f_sum, lam, eta
     do_fine = fine > 0.0
     k8 = _fine_key(seed)
     m_rad = 0.5 * D - 1.0
+    do_exchange = exchange > 0.0 and data_term and act == ACT_RELU
+    k9 = exchange_key(seed)
+    ws = exchange_workspace(n, N if do_exchange else 0)
     for st in range(nsteps + 1):
         # the predictor of the particles as they are, in the fixed block order
         _forward_serial(T, XT, n, partial, scratch, act, p, dims)
@@ -640,4 +658,9 @@ def mala_steps(T, X, y, XT, partial, scratch, sub, f, R, counts, f_sum, lam, eta
                             else:
                                 for j in range(n):
                                     e[j] = ep[j]
+        if do_exchange and (exchange >= 1.0 or _uniform(
+                _hash(k9, _position(step, EXCHANGE_CELLS + 1))) < exchange):
+            made, took = exchange_move(T, XT, e, lam, tau, k9, step, m_rad, ws)
+            counts[7] += made
+            counts[8] += took
     return 0 if _scaled_residuals(f, y, R) else 1

@@ -163,14 +163,16 @@ def move_rates(counts, n_particles: int, nsteps: int, eta: float) -> dict:
         ``acceptance``, ``jump_acceptance`` and ``radial_acceptance`` (shares of the
         Langevin, jump and radial moves accepted, ``nan`` without such moves) and
         ``cell_exchange`` (accepted jumps that changed the particle's activation pattern per
-        particle and unit of time ``nsteps · η``; ``nan`` without jump moves).
+        particle and unit of time ``nsteps · η``; ``nan`` without jump moves) and
+        ``exchange_acceptance`` (share of the exchange moves accepted, ``nan`` without them).
     """
-    moves, acc, jumps, jacc, jcell, radial, racc = (int(c) for c in counts)
+    moves, acc, jumps, jacc, jcell, radial, racc, xmoves, xacc = (int(c) for c in counts)
     return {"acceptance": acc / moves if moves else math.nan,
             "jump_acceptance": jacc / jumps if jumps else math.nan,
             "cell_exchange": (jcell / (n_particles * nsteps * eta) if jumps and nsteps
                               else math.nan),
-            "radial_acceptance": racc / radial if radial else math.nan}
+            "radial_acceptance": racc / radial if radial else math.nan,
+            "exchange_acceptance": xacc / xmoves if xmoves else math.nan}
 
 
 def chain_seed(seed: int, chain: int) -> int:

@@ -27,3 +27,7 @@ DEFAULT_RADIAL = 1.0
 #: (:mod:`solvers._mala`, docs/theory.md §2.6): none, so that configs written before the key
 #: keep their sampler and hash; the embedded default and the shipped configs ask for 0.5.
 DEFAULT_FINE = 0.0
+#: Default probability that a pass of ``integrator = "mala"`` ends with an exchange move of the
+#: heavy particles' masses (:mod:`solvers._exchange`, docs/theory.md §2.6): none, so that configs
+#: written before the key keep their sampler and hash.
+DEFAULT_EXCHANGE = 0.0

@@ -58,6 +58,9 @@ class Observation:
     radial_acceptance : float
         ``"mala"``: share of the radial moves accepted since the previous observation
         (``nan`` for the other integrators, or without radial moves).
+    exchange_acceptance : float
+        ``"mala"``: share of the exchange moves (``dynamics.exchange``) accepted since the
+        previous observation (``nan`` for the other integrators, or without exchange moves).
     """
 
     step: int
@@ -76,6 +79,7 @@ class Observation:
     jump_acceptance: float = float("nan")
     cell_exchange: float = float("nan")
     radial_acceptance: float = float("nan")
+    exchange_acceptance: float = float("nan")
 
     @classmethod
     def columns(cls) -> tuple[str, ...]:

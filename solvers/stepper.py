@@ -43,7 +43,14 @@ import numpy as np
 from solvers import _activations, _mala, _mala_block, _rng
 from solvers import _kernels as kernels
 from solvers.integrators import INTEGRATORS, integrator_named
-from solvers.limits import ACT_CODES, DEFAULT_FINE, DEFAULT_JUMPS, DEFAULT_RADIAL, MAX_DRAWS
+from solvers.limits import (
+    ACT_CODES,
+    DEFAULT_EXCHANGE,
+    DEFAULT_FINE,
+    DEFAULT_JUMPS,
+    DEFAULT_RADIAL,
+    MAX_DRAWS,
+)
 
 __all__ = ["ACT_CODES", "DEFAULT_JUMPS", "DEFAULT_RADIAL", "INTEGRATORS", "SPECIALISED_DIMS",
            "Stepper", "compile_ahead", "compile_in_background", "compile_variant", "kernel_dims",
@@ -325,6 +332,12 @@ class Stepper:
         ``k`` uniform in ``1..4`` (``solvers._mala``; for the stiff coordinates of heavy
         particles pinned on kinks at low ``τ``, docs/theory.md §2.6), in ``[0, 1]`` (default
         :data:`solvers.limits.DEFAULT_FINE`). The sequential pass only (``block`` below 2).
+    exchange : float
+        ``"mala"`` only: the probability that a pass ends with an exchange move, which
+        resamples the masses of the heavy particles cell by cell together
+        (``solvers._exchange``; for the slow split of the mass between rays at low ``τ``,
+        docs/theory.md §2.6), in ``[0, 1]`` (default :data:`solvers.limits.DEFAULT_EXCHANGE`).
+        ReLU and the sequential pass only.
     block : int
         ``"mala"`` only: ``2 <= b <= 1024`` runs the *blocked* pass
         (``solvers._mala_block.mala_block_steps``, docs/theory.md §2.6): the particles in rounds
@@ -368,7 +381,7 @@ class Stepper:
 
     def __init__(self, X, y, n_particles, *, lam, eta, activation="relu", sharpness=10.0,
                  cap=3.0, batch_size=0, seed=0, integrator="em", jumps=None, radial=None,
-                 block=0, fine=None):
+                 block=0, fine=None, exchange=None):
         self.X = np.ascontiguousarray(X, dtype=np.float64)
         self.y = np.ascontiguousarray(y, dtype=np.float64)
         if self.X.ndim != 2 or self.y.shape != (self.X.shape[0],):
@@ -403,6 +416,16 @@ class Stepper:
         if fine > 0.0 and block >= 2 and integrator == "mala":
             raise ValueError(f"the blocked pass (block={block}) has no fine steps: give fine=0 "
                              f"or block=0")
+        exchange = DEFAULT_EXCHANGE if exchange is None else float(exchange)
+        if not 0.0 <= exchange <= 1.0:
+            raise ValueError(f"exchange must be in [0, 1], got {exchange}")
+        if exchange > 0.0 and integrator == "mala":
+            if block >= 2:
+                raise ValueError(f"the blocked pass (block={block}) has no exchange move: give "
+                                 f"exchange=0 or block=0")
+            if activation != "relu":
+                raise ValueError(f"the exchange move needs ReLU (a particle's output linear in "
+                                 f"|theta|^2), not {activation!r}: give exchange=0")
         if not 0 <= int(seed) < 2**63:
             raise ValueError(f"seed must be in [0, 2**63), got {seed}")
         self.n_particles, self.n, self.d = N, n, d
@@ -417,6 +440,7 @@ class Stepper:
         self.jumps = jumps if integrator == "mala" else 0.0
         self.radial = radial if integrator == "mala" else 0.0
         self.fine = fine if integrator == "mala" else 0.0
+        self.exchange = exchange if integrator == "mala" else 0.0
         # "mala": the blocked pass for block >= 2 (0 and 1: the sequential pass)
         self.block = block if integrator == "mala" and block >= 2 else 0
         # the blocked pass's moves and acceptances per particle when (4, N) (benchmarks)
@@ -498,7 +522,7 @@ class Stepper:
                                         self.f_sum, self.lam, self.eta, float(tau), self.seed,
                                         int(step0), int(nsteps), self.kind, self.params,
                                         bool(data_term), self.jumps, self.radial, self.fine,
-                                        self.dims, self.relu)
+                                        self.dims, self.relu, self.exchange)
             self.sum_sq = kernels.to_rows(self.T, theta)
             return int(code) if code else (0 if math.isfinite(self.sum_sq) else 1)
         code = kernels.run_steps(self.T, self.X, self.y, self.batch_size, self.partial,

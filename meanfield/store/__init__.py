@@ -13,7 +13,8 @@ Layout (documented in ``docs/format.md``)::
     /observables/<name>/{step (M,), time (M,), value (M, ...)}
         stage, step_in_stage (int: where the row is on the ladder), tau, risk, regulariser,
         mean_sq_norm, residuals (M, n), stationarity, residuals_previous (M, n),
-        eta_lambda_max, acceptance, jump_acceptance, cell_exchange, radial_acceptance
+        eta_lambda_max, acceptance, jump_acceptance, cell_exchange, radial_acceptance,
+        exchange_acceptance
     root attrs  n_frames, n_observations (commit counters, written last), complete (bool)
 
 Every dataset is chunked with a Fletcher-32 checksum per chunk, and string attributes are

@@ -16,7 +16,7 @@ CREATOR = "meanfield"
 OBSERVABLES = Observation.columns()
 #: Observables added after the first files of schema 1 were written; absent from those files.
 LATER_OBSERVABLES = ("residuals_previous", "eta_lambda_max", "acceptance", "jump_acceptance",
-                     "cell_exchange", "radial_acceptance")
+                     "cell_exchange", "radial_acceptance", "exchange_acceptance")
 #: Where each row is on the temperature ladder (stage index, 1-based step within it): stored
 #: beside the observables and the frames, as int64 elements of those names, and read into
 #: :attr:`Run.stage`, :attr:`Run.step_in_stage`, :attr:`Run.frame_stage`,
