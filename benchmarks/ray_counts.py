@@ -182,7 +182,8 @@ def dump_toml(doc: dict) -> str:
 def cell_config(name: str, N: int, seed: int, span_scale: float = 1.0,
                 integrator: str | None = None, chains: int = 1,
                 eta: float | None = None, auto: bool = False,
-                auto_steps: int | None = None, fine: float | None = None) -> dict:
+                auto_steps: int | None = None, fine: float | None = None,
+                exchange: float | None = None) -> dict:
     """The config of one cell: the shipped one with the shortened ladder (stage length
     ``span_scale`` times the default span of mean-field time), and ``integrator`` (default
     the config's), ``chains`` independent chains and the step ``eta`` when given (the
@@ -191,7 +192,8 @@ def cell_config(name: str, N: int, seed: int, span_scale: float = 1.0,
     stationarity verdict, at most ``auto_steps`` steps (default: the span;
     ``steps_per_tau = "auto"``), observed :data:`AUTO_OBSERVATIONS_PER_STAGE` times over
     that. ``fine``: the share of fine Langevin steps (``dynamics.fine``, ``"mala"`` only;
-    default the config's own)."""
+    default the config's own); ``exchange``: the probability of an exchange move per pass
+    (``dynamics.exchange``, likewise)."""
     base, over, taus, span = SETS[name]
     span *= span_scale
     if isinstance(base, dict):
@@ -205,13 +207,15 @@ def cell_config(name: str, N: int, seed: int, span_scale: float = 1.0,
     dyn.update(over)
     if integrator is not None:
         dyn["integrator"] = integrator
-    if fine is not None:
+    for key, what, value in (("fine", "fine steps", fine), ("exchange", "exchange moves",
+                                                           exchange)):
+        if value is not None:
+            if dyn.get("integrator") != "mala":
+                raise ValueError(f"{name}: {what} need the exact sampler (integrator "
+                                 f"\"mala\"), not {dyn.get('integrator', 'em')!r}")
+            dyn[key] = float(value)
         if dyn.get("integrator") != "mala":
-            raise ValueError(f"{name}: fine steps need the exact sampler (integrator "
-                             f"\"mala\"), not {dyn.get('integrator', 'em')!r}")
-        dyn["fine"] = float(fine)
-    if dyn.get("integrator") != "mala":
-        dyn.pop("fine", None)           # the shipped configs' fine steps are "mala"'s alone
+            dyn.pop(key, None)          # the shipped configs' fine steps are "mala"'s alone
     if chains != 1:
         dyn["chains"] = int(chains)
     if eta is None and dyn.get("integrator") == "mala":
@@ -239,7 +243,7 @@ def cell_config(name: str, N: int, seed: int, span_scale: float = 1.0,
 def cell_stem(name: str, N: int, seed: int, span_scale: float = 1.0,
               integrator: str | None = None, chains: int = 1, eta: float | None = None,
               auto: bool = False, auto_steps: int | None = None,
-              fine: float | None = None) -> str:
+              fine: float | None = None, exchange: float | None = None) -> str:
     """File name (no suffix) of a cell's config and run file: every setting that changes the
     run is in it."""
     return (f"{name}-N{N}-s{seed}" + ("" if span_scale == 1 else f"-x{span_scale:g}")
@@ -247,23 +251,25 @@ def cell_stem(name: str, N: int, seed: int, span_scale: float = 1.0,
             + ("" if chains == 1 else f"-c{chains}")
             + ("" if eta is None else f"-eta{eta:g}")
             + ("" if not auto else "-auto" if not auto_steps else f"-auto{int(auto_steps)}")
-            + ("" if fine is None else f"-fine{fine:g}"))
+            + ("" if fine is None else f"-fine{fine:g}")
+            + ("" if exchange is None else f"-exch{exchange:g}"))
 
 
 def ensure_run(workdir: Path, name: str, N: int, seed: int, threads: int,
                span_scale: float = 1.0, integrator: str | None = None,
                chains: int = 1, eta: float | None = None, auto: bool = False,
-               auto_steps: int | None = None, fine: float | None = None) -> Path:
+               auto_steps: int | None = None, fine: float | None = None,
+               exchange: float | None = None) -> Path:
     """Run the cell unless its run file exists; returns the run file. The wall time of the
     run is kept next to it (``<stem>.wall_s``)."""
     stem = cell_stem(name, N, seed, span_scale, integrator, chains, eta, auto, auto_steps,
-                     fine)
+                     fine, exchange)
     out = workdir / f"{stem}.h5"
     if out.exists():
         return out
     cfg = workdir / f"{stem}.toml"
     cfg.write_text(dump_toml(cell_config(name, N, seed, span_scale, integrator, chains, eta,
-                                         auto, auto_steps, fine)))
+                                         auto, auto_steps, fine, exchange)))
     t0 = time.time()
     subprocess.run([sys.executable, "-m", "meanfield", "run", str(cfg), "-o", str(out),
                     "--threads", str(threads), "--quiet", "--overwrite"], check=True,
@@ -579,6 +585,10 @@ def main(argv=None) -> int:
                          "(dynamics.fine, in [0, 1]; default each config's own: 0.5 in the "
                          "shipped configs, none in the sets built here; the sets built "
                          "here run Euler unless --integrator mala)")
+    ap.add_argument("--exchange", type=float, default=None,
+                    help="with the exact sampler: the probability that a pass ends with an "
+                         "exchange move of the stiff cells' masses (dynamics.exchange, in "
+                         "[0, 1]; default each config's own: none)")
     ap.add_argument("--runs-only", action="store_true", help="make the run files, no table")
     ap.add_argument("--json", help="write the rows to this file")
     ap.add_argument("--sensitivity", action="store_true",
@@ -588,14 +598,17 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.auto_steps is not None and (not args.auto or args.auto_steps < 16):
         ap.error("--auto-steps needs --auto and at least 16 steps")
-    if args.fine is not None and not 0 <= args.fine <= 1:
-        ap.error("--fine is a share in [0, 1]")
-    if args.fine is not None:
+    for opt, value in (("--fine", args.fine), ("--exchange", args.exchange)):
+        if value is None:
+            continue
+        if not 0 <= value <= 1:
+            ap.error(f"{opt} is a share in [0, 1]")
         for name in args.sets:      # before any cell runs, not after hours of the others
             try:
-                cell_config(name, 10, 0, integrator=args.integrator, fine=args.fine)
+                cell_config(name, 10, 0, integrator=args.integrator, fine=args.fine,
+                            exchange=args.exchange)
             except ValueError as exc:
-                ap.error(f"--fine: {exc} (give --integrator mala)")
+                ap.error(f"{opt}: {exc} (give --integrator mala)")
     # a killed script takes its run with it (the caller's handler is back on return; only
     # the main thread may set one)
     if threading.current_thread() is not threading.main_thread():
@@ -614,7 +627,8 @@ def _run_cells(args) -> int:
     # cheapest cells first: by N, then seed, then set
     cells = [(name, N, seed) for N in sorted(args.N) for seed in args.seeds for name in args.sets]
     runs = {c: ensure_run(workdir, *c, args.threads, args.span_scale, args.integrator,
-                          args.chains, args.eta, args.auto, args.auto_steps, args.fine)
+                          args.chains, args.eta, args.auto, args.auto_steps, args.fine,
+                          args.exchange)
             for c in cells}
     if args.runs_only:
         return 0

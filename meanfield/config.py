@@ -77,11 +77,12 @@ class RunConfig:
         """The canonical config as a plain dict (the four tables)."""
         dyn = dataclasses.asdict(self.dynamics)
         dyn["taus"] = list(dyn["taus"])
-        for key in ("jumps", "radial", "fine"):     # "mala" only: other configs keep their hash
+        for key in ("jumps", "radial", "fine", "exchange"):     # "mala" only: others keep their hash
             if dyn.get(key) is None:
                 dyn.pop(key, None)
-        if dyn.get("fine") == 0.0:          # no fine steps: configs older than the key keep theirs
-            dyn.pop("fine", None)
+        for key in ("fine", "exchange"):    # 0: configs older than the key keep their hash
+            if dyn.get(key) == 0.0:
+                dyn.pop(key, None)
         if dyn.get("chains") == 1:          # one chain: configs older than the key keep theirs
             dyn.pop("chains", None)
         data = {"kind": self.data.KIND, **dataclasses.asdict(self.data)}

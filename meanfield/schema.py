@@ -21,7 +21,14 @@ from typing import Any, ClassVar
 
 from meanfield.errors import ConfigError
 from solvers.integrators import INTEGRATORS
-from solvers.limits import ACTIVATIONS, DEFAULT_FINE, DEFAULT_JUMPS, DEFAULT_RADIAL, MAX_STEPS
+from solvers.limits import (
+    ACTIVATIONS,
+    DEFAULT_EXCHANGE,
+    DEFAULT_FINE,
+    DEFAULT_JUMPS,
+    DEFAULT_RADIAL,
+    MAX_STEPS,
+)
 from solvers.schedule import AUTO_CHUNKS
 
 #: Initialisations: i.i.d. Gaussian, or the convex τ → 0 solution's rays (THEORY §2.2).
@@ -445,6 +452,12 @@ class DynamicsConfig(_Table):
         and the shipped configs use 0.5): without them a heavy particle pinned on a data
         point's kink at low ``tau`` keeps its direction (docs/theory.md §2.6). ``None`` for
         the other integrators, as ``jumps``; left out of the config's hash when 0.
+    exchange : float or None
+        ``"mala"`` and ReLU only: probability that a pass ends with an exchange move, which
+        resamples the masses of the stiff activation cells together (docs/theory.md §2.6:
+        the split of the mass between rays at low ``tau``, slow for moves of one particle),
+        in ``[0, 1]`` (default :data:`DEFAULT_EXCHANGE`, 0). ``None`` for the other
+        integrators, as ``jumps``; left out of the config's hash when 0.
     chains : int
         Independent particle systems of the run, ``1 <= chains <=`` :data:`MAX_CHAINS`
         (same data, ladder and integrator; seeds and initial particles from ``seed`` and the
@@ -464,6 +477,7 @@ class DynamicsConfig(_Table):
     jumps: float | None = None
     radial: float | None = None
     fine: float | None = None
+    exchange: float | None = None
     chains: int = 1
 
     @staticmethod
@@ -540,8 +554,13 @@ class DynamicsConfig(_Table):
             _num(dyn, "fine", src, "dynamics", nonneg=True, maximum=1.0,
                  why="the share of the Langevin moves made at a fine step")
             dyn["fine"] = float(dyn["fine"])
+            if dyn["exchange"] is None:
+                dyn["exchange"] = DEFAULT_EXCHANGE
+            _num(dyn, "exchange", src, "dynamics", nonneg=True, maximum=1.0,
+                 why="the probability that a pass ends with an exchange move")
+            dyn["exchange"] = float(dyn["exchange"])
         else:
-            for key in ("jumps", "radial", "fine"):
+            for key in ("jumps", "radial", "fine", "exchange"):
                 _check(dyn[key] is None, src, f"dynamics.{key}",
                        "only with integrator = \"mala\"")
         _check(spec.exact or dyn["eta"] * dyn["lam"] < 2.0, src, "dynamics.eta",
@@ -659,6 +678,9 @@ def validate_tables(raw: Any, src: str, base_dir: str | os.PathLike = ".") -> tu
         _check_keys(raw.get(sec, {}), cls, src, sec)
     model = ModelConfig.from_table(raw.get("model", {}), src)
     dynamics = DynamicsConfig.from_table(raw.get("dynamics", {}), src)
+    _check(not dynamics.exchange or model.activation == "relu", src, "dynamics.exchange",
+           f"needs model.activation = \"relu\" (a neuron's output linear in |theta|^2), "
+           f"got {model.activation!r}: set exchange = 0")
     output = OutputConfig.from_table(raw.get("output", {}), src, dynamics=dynamics)
     return data, model, dynamics, output
 

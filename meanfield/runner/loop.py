@@ -53,7 +53,7 @@ def make_stepper(cfg: _config.RunConfig, dataset: _data.Dataset, chain: int = 0)
                    activation=mod.activation, sharpness=mod.sharpness, cap=mod.cap,
                    batch_size=dyn.batch_size, seed=chain_seed(dyn.seed, chain),
                    integrator=dyn.integrator, jumps=dyn.jumps, radial=dyn.radial,
-                   fine=dyn.fine)
+                   fine=dyn.fine, exchange=dyn.exchange)
 
 
 #: The note of ``model.init = "convex"`` when the convex solution has no ray (docs/cli.md).

@@ -324,3 +324,20 @@ def test_fine_steps_keep_older_configs_hash():
     assert c0.dynamics.fine == c1.dynamics.fine == 0.0 and c2.dynamics.fine == 0.5
     assert c0.hash() == c1.hash() != c2.hash()
     assert "fine" not in c0.canonical_json() and '"fine":0.5' in c2.canonical_json()
+
+
+def test_exchange_moves_keep_older_configs_hash():
+    """``dynamics.exchange = 0`` (the default) is left out of the canonical config, as
+    ``fine``: a config written before the key keeps its hash; any other probability enters it,
+    and the runner's stepper gets it."""
+    from meanfield.runner.loop import make_stepper
+    from meanfield import data as _data
+    text = (DATA / "plane8.toml").read_text()
+    c0, c1, c2 = (config.loads(t, "plane8.toml", DATA) for t in (
+        text, text.replace("[dynamics]", "[dynamics]\nexchange = 0.0"),
+        text.replace("[dynamics]", "[dynamics]\nexchange = 1.0")))
+    assert c0.dynamics.exchange == c1.dynamics.exchange == 0.0 and c2.dynamics.exchange == 1.0
+    assert c0.hash() == c1.hash() != c2.hash()
+    assert "exchange" not in c0.canonical_json() and '"exchange":1.0' in c2.canonical_json()
+    ds = _data.from_config(c2)
+    assert make_stepper(c2, ds).exchange == 1.0 and make_stepper(c0, ds).exchange == 0.0
