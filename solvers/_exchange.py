@@ -12,11 +12,12 @@ integrated autocorrelation time of 1000–2000 passes; docs/theory.md §2.6).
 The exchange move resamples those masses together. For a ReLU network ``f`` is linear in every
 ``t_i`` along the particle's direction ``ω_i = θ_i/|θ_i|``: ``a σ(u·x̃) = t ω_a σ(ω_u·x̃)``.
 
-* **Who takes part.** A particle is *heavy* when its stiffness
-  ``κ_i = Σ_j (a_i σ(u_i·x̃_j))² / (n N τ)`` exceeds :data:`EXCHANGE_STIFF` (``κ`` is
-  ``2 B t²/τ`` of the radial move, ``solvers._mala._radial_proposal``: the data's curvature
-  of ``log π`` along ``t`` over that of the volume term). The heavy particles are grouped into
-  *cells* by their activation pattern on the training points and the sign of ``a``.
+* **Who takes part.** The particles are grouped into *cells* by their activation pattern on
+  the training points and the sign of ``a``. A cell is *stiff* when
+  ``κ_r = Σ_j (Σ_{i∈r} a_i σ(u_i·x̃_j))² / (n N τ)`` exceeds :data:`EXCHANGE_STIFF` (for a
+  cell of one particle ``κ`` is ``2 B t²/τ`` of the radial move,
+  ``solvers._mala._radial_proposal``: the data's curvature of ``log π`` along the mass over
+  that of the volume term). At low ``τ`` the stiff cells are those of the heavy particles.
 * **What moves.** Each cell ``r`` with mass ``M_r = Σ_{i∈r} t_i`` is scaled as a whole,
   ``t_i → t_i M'_r / M_r``: every direction, pattern and share ``p_i = t_i/M_r`` within a cell
   is kept, and so is every other particle. Given all of those, the law of
@@ -29,13 +30,14 @@ The exchange move resamples those masses together. For a ReLU network ``f`` is l
   ``G(M) = (N/(nτ)) Φ Φᵀ + diag(α_r/M_r²)``, the Hessian of ``−log`` of that law (exact in
   its quadratic part): ``M' = M + (h/2) G⁻¹ ∇log π + sqrt(h) G^{-1/2} ξ``,
   ``h =`` :data:`EXCHANGE_STEP`, accepted with the Metropolis–Hastings ratio of the two
-  Gaussian densities ``N(M'; M + (h/2)G(M)⁻¹∇, h G(M)⁻¹)`` and back. A proposal that would
-  make some heavy particle light (``κ`` below the threshold) or a mass negative is refused:
-  the set of heavy particles, and so the cells, are then the same at both ends, the move
-  is a Metropolis–Hastings kernel on the set of states with that set of heavy particles,
-  and ``π_N`` is invariant (the skips below depend only on that set and on what is kept).
-* Skipped (no move, counted as made and refused) when there is no heavy particle, more than
-  :data:`EXCHANGE_CELLS` cells, or a metric that is not positive definite in floating point.
+  Gaussian densities ``N(M'; M + (h/2)G(M)⁻¹∇, h G(M)⁻¹)`` and back. Scaling keeps every
+  pattern, so the cells are the same at both ends, and ``κ_r`` grows as ``M_r²``: a proposal
+  that would make a stiff cell soft (``M'_r <= M_r sqrt(EXCHANGE_STIFF/κ_r)``) is refused,
+  so the stiff cells are the same at both ends too. The move is then a
+  Metropolis–Hastings kernel on the states with those stiff cells, and ``π_N`` is invariant
+  (the skips below depend only on them and on what the move keeps).
+* Skipped (no move, counted as made and refused) when no cell is stiff, more than
+  :data:`EXCHANGE_CELLS` are, or the metric is not positive definite in floating point.
 
 Random numbers: key ``k9`` (SplitMix64 output 9 of the seed), position ``step·M + r`` for the
 normal of cell ``r`` and ``step·M + EXCHANGE_CELLS`` for the acceptance uniform.
@@ -48,6 +50,7 @@ import math
 import numba as nb
 import numpy as np
 
+from solvers._kernels import _z
 from solvers._rng import _hash, _mix, _normal, _position, _seed_output, _uniform
 
 #: Stiffness ``κ`` above which a particle is heavy and takes part in the exchange move.
@@ -194,10 +197,7 @@ def exchange_move(T, XT, e, lam, tau, k9, step, m_rad, ws):
         hsh = _mix(np.uint64(1 if T[0, i] > 0.0 else 2))
         word = np.uint64(0)
         for j in range(n):
-            z = T[d + 1, i]
-            for k in range(d):
-                z += T[1 + k, i] * XT[k, j]
-            if z > 0.0:
+            if _z(T, i, XT, j, ()) > 0.0:       # the kernels' FMAs, as the pass computes it
                 word |= np.uint64(1) << np.uint64(j & 63)
             if (j & 63) == 63 or j == n - 1:
                 hsh = _mix(hsh ^ word)
@@ -227,9 +227,7 @@ def exchange_move(T, XT, e, lam, tau, k9, step, m_rad, ws):
                 i = order[q]
                 a = T[0, i]
                 for j in range(n):
-                    z = T[d + 1, i]
-                    for k in range(d):
-                        z += T[1 + k, i] * XT[k, j]
+                    z = _z(T, i, XT, j, ())
                     if z > 0.0:
                         e1[j] += a * z
             kap = 0.0

@@ -457,8 +457,8 @@ def mala_steps(T, X, y, XT, partial, scratch, sub, f, R, counts, f_sum, lam, eta
     fine : float
         Share of the Langevin moves made at a fine step (:data:`FINE_RATIO`), in ``[0, 1]``.
     exchange : float
-        Probability that a pass ends with an exchange move of the heavy particles' masses
-        (``solvers._exchange``), in ``[0, 1]``; ReLU with the data term only (ignored
+        Probability that a pass ends with an exchange move of the stiff activation cells'
+        masses (``solvers._exchange``), in ``[0, 1]``; ReLU with the data term only (ignored
         otherwise).
     dims : tuple
         ``()`` (``d = T.shape[0] - 2`` at run time: one compile for every input dimension) or

@@ -330,8 +330,8 @@ def test_exchange_moves_keep_older_configs_hash():
     """``dynamics.exchange = 0`` (the default) is left out of the canonical config, as
     ``fine``: a config written before the key keeps its hash; any other probability enters it,
     and the runner's stepper gets it."""
-    from meanfield.runner.loop import make_stepper
     from meanfield import data as _data
+    from meanfield.runner.loop import make_stepper
     text = (DATA / "plane8.toml").read_text()
     c0, c1, c2 = (config.loads(t, "plane8.toml", DATA) for t in (
         text, text.replace("[dynamics]", "[dynamics]\nexchange = 0.0"),

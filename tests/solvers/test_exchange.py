@@ -118,6 +118,28 @@ def test_exchange_alone_samples_the_law_of_two_cells():
     assert np.all(np.abs(m - want) < 4 * se), (m, want, se)
 
 
+def test_exchange_alone_scales_one_cell_by_the_law_of_its_mass():
+    """One cell and no other move: the shares ``t_i/M`` stay as they started and the cell's
+    mass ``M`` follows ``∝ M^{2m+1} exp(−U(M p)/τ)`` (volume ``t^m`` of each particle times
+    the Jacobian ``M`` of ``t = M p``), by quadrature."""
+    P = np.stack([_phi(o) for o in ONE_CELL])
+    Y = _targets(ONE_CELL)
+    share = np.array([0.7, 0.3])
+    M = np.linspace(1e-6, 40.0, 400001)
+    f = (M[:, None] * share) @ P / 2
+    U = 2 * 0.5 * np.mean((f - Y) ** 2, axis=1) + 0.5 * LAM * M
+    lw = 2.0 * np.log(M) - U / TAU                   # 2m + 1 = 2 for m = 1/2
+    w = np.exp(lw - lw.max())
+    want = np.array([(w * M).sum(), (w * M * M).sum()]) / w.sum()
+    t, counts = _mass_chain(ONE_CELL, TAU, 40000, radial=0.0, exchange=1.0,
+                            t0=share * want[0])
+    np.testing.assert_allclose(t[:, 0] / t.sum(1), share[0], rtol=1e-5)   # Langevin at 1e-16
+    assert 0.3 < counts[8] / counts[7] < 1.0
+    Ms = t.sum(1)[2000:]
+    m, se, _ = mean_and_mcse(np.column_stack([Ms, Ms * Ms]))
+    assert np.all(np.abs(m - want) < 4 * se), (m, want, se)
+
+
 @pytest.mark.parametrize("tau", [TAU, 0.06])
 def test_exchange_with_radial_moves_samples_the_law_of_one_cell(tau):
     """One cell: the exchange move scales both particles together and the radial moves
