@@ -104,10 +104,15 @@ def budget_notes(path) -> list[str]:
     if dyn.steps_per_tau != "auto" or all(run.steps_run(s) < dyn.max_steps_per_tau
                                           for s in range(len(run.taus))):
         return []
+    # the exact sampler on ReLU without exchange moves: the slow split of the mass between
+    # rays at low tau is what they move (docs/theory.md §2.6)
+    hint = ("; dynamics.exchange = 1 resamples the split of the mass between rays, the slow "
+            "mode of cold stages" if dyn.integrator == "mala" and not dyn.exchange
+            and run.config.model.activation == "relu" else "")
     return [f"note: tau={st['tau']:.1e} is not stationary after the whole budget, "
             f"max_steps_per_tau = {dyn.max_steps_per_tau}: "
             f"{st['stationarity']['reasons'][0]} (its counts are of chains still moving; "
             f"'meanfield inspect {path}' shows every stage; a larger max_steps_per_tau "
-            f"gives it more)"
+            f"gives it more{hint})"
             for st in stages(run)
             if st["stationary"] is False and st["steps"] >= dyn.max_steps_per_tau]

@@ -423,6 +423,13 @@ def test_run_ends_with_a_note_per_auto_stage_whose_budget_ran_out(tmp_path, caps
     assert [ln.split(" is ")[0] for ln in err[1:]] == [
         "meanfield: note: tau=1.0e-02", "meanfield: note: tau=1.0e-03"]
     assert all("max_steps_per_tau = 32: too few observations" in ln for ln in err[1:])
+    # the exact sampler on ReLU without exchange moves is told of them; with them, not
+    assert all("dynamics.exchange = 1" in ln for ln in err[1:])
+    cfg.write_text(cfg.read_text() + "exchange = 1.0\n")
+    assert main(["run", str(cfg), "-o", str(out), "--quiet", "--threads", "1",
+                 "--overwrite"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 3 and not any("dynamics.exchange" in ln for ln in err)
     fixed = tmp_path / "f.toml"
     fixed.write_text(tiny_toml())
     assert main(["run", str(fixed), "-o", str(tmp_path / "f.h5"), "--quiet",
