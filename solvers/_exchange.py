@@ -101,16 +101,12 @@ def _solve(L, b, x, R):
         for k in range(i):
             s -= L[i, k] * x[k]
         x[i] = s / L[i, i]
-    for i in range(R - 1, -1, -1):
-        s = x[i]
-        for k in range(i + 1, R):
-            s -= L[k, i] * x[k]
-        x[i] = s / L[i, i]
+    _back(L, x, x, R)
 
 
 @nb.njit(inline="always")
 def _back(L, b, x, R):
-    """``x = L⁻ᵀ b`` (a draw ``L⁻ᵀ ξ`` has covariance ``(L Lᵀ)⁻¹``)."""
+    """``x = L⁻ᵀ b`` (a draw ``L⁻ᵀ ξ`` has covariance ``(L Lᵀ)⁻¹``); ``b`` may be ``x``."""
     for i in range(R - 1, -1, -1):
         s = b[i]
         for k in range(i + 1, R):

@@ -106,8 +106,8 @@ def budget_notes(path) -> list[str]:
         return []
     # the exact sampler on ReLU without exchange moves: the slow split of the mass between
     # rays at low tau is what they move (docs/theory.md §2.6)
-    hint = ("; dynamics.exchange = 1 resamples the split of the mass between rays, the slow "
-            "mode of cold stages" if dyn.integrator == "mala" and not dyn.exchange
+    hint = ("; with dynamics.exchange = 1 the split of the mass between rays, often the "
+            "slowest mode at low tau, is resampled" if dyn.integrator == "mala" and not dyn.exchange
             and run.config.model.activation == "relu" else "")
     return [f"note: tau={st['tau']:.1e} is not stationary after the whole budget, "
             f"max_steps_per_tau = {dyn.max_steps_per_tau}: "
