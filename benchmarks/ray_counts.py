@@ -271,9 +271,8 @@ def ensure_run(workdir: Path, name: str, N: int, seed: int, threads: int,
     cfg.write_text(dump_toml(cell_config(name, N, seed, span_scale, integrator, chains, eta,
                                          auto, auto_steps, fine, exchange)))
     t0 = time.time()
-    subprocess.run([sys.executable, "-m", "meanfield", "run", str(cfg), "-o", str(out),
-                    "--threads", str(threads), "--quiet", "--overwrite"], check=True,
-                   cwd=workdir, env=package_env(), stdout=subprocess.DEVNULL)
+    _run_child([sys.executable, "-m", "meanfield", "run", str(cfg), "-o", str(out),
+                "--threads", str(threads), "--quiet", "--overwrite"], cwd=workdir)
     wall = time.time() - t0
     (workdir / f"{stem}.wall_s").write_text(f"{wall:.1f}\n")
     sys.stderr.write(f"ran {stem} in {wall:.0f} s\n")
@@ -550,6 +549,39 @@ def format_table(rows) -> str:
                 Ks = " / ".join(str(x["K"]) for x in xs)
                 L.append(f"| {nm} | {vals} | {Js} | {Ks} |")
     return "\n".join(L)
+
+
+def _run_child(cmd, cwd) -> None:
+    """``subprocess.run(cmd, check=True)`` whose child a SIGTERM of this script takes with it.
+
+    SIGTERM is held while the child starts: raised inside ``Popen`` (between the child's exec
+    and the parent's return, a window a loaded machine widens), the KeyboardInterrupt of
+    :func:`_interrupt` left the started child running, since ``subprocess.run`` kills only a
+    child whose ``Popen`` returned. The child itself starts with the signal unblocked.
+
+    Raises
+    ------
+    subprocess.CalledProcessError
+        The child's exit status was not 0.
+    """
+    held = {signal.SIGTERM}
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        child = subprocess.Popen(cmd, cwd=cwd, env=package_env(), stdout=subprocess.DEVNULL,
+                                 preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_UNBLOCK,
+                                                                           held))
+    except BaseException:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        raise
+    try:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)    # a SIGTERM held meanwhile: here
+        code = child.wait()
+    except BaseException:
+        child.kill()
+        child.wait()
+        raise
+    if code:
+        raise subprocess.CalledProcessError(code, cmd)
 
 
 def _interrupt(signum, frame):

@@ -244,6 +244,43 @@ def test_ray_counts_killed_takes_its_running_cell_with_it(tmp_path):
             os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="needs Linux /proc")
+def test_ray_counts_sigterm_while_the_cell_starts_takes_it_too(tmp_path, monkeypatch):
+    """The race behind a killed script's surviving cell: SIGTERM arriving after the child's
+    exec but before ``Popen`` returned raised inside ``Popen``, where ``subprocess.run`` does
+    not kill the child. Here the signal arrives exactly then (sent from a wrapped ``Popen``);
+    the cell must be gone when the KeyboardInterrupt reaches the caller."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    from benchmarks import ray_counts as rc
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signal handlers are the main thread's")
+    real = subprocess.Popen
+    started = []
+
+    def popen_then_sigterm(*a, **kw):
+        child = real(*a, **kw)
+        started.append(child)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return child
+
+    monkeypatch.setattr(subprocess, "Popen", popen_then_sigterm)
+    previous = signal.signal(signal.SIGTERM, rc._interrupt)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            rc._run_child([sys.executable, "-c", "import time; time.sleep(60)"], tmp_path)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        for child in started:
+            if child.poll() is None:
+                child.kill()
+    assert len(started) == 1 and started[0].returncode is not None
+
+
 @pytest.mark.parametrize("name", ["zero_d1", "zero_d2"])
 def test_ray_counts_zero_ray_sets_sit_well_above_the_threshold(name):
     """``λ ≥ 1.2 λ₀``, ``λ₀ = max_v |Σ_j y_j (v·x̃_j)_+|/n``: ``f = 0`` is the convex optimum
