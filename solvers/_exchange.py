@@ -53,11 +53,11 @@ import numpy as np
 from solvers._kernels import _z
 from solvers._rng import _hash, _mix, _normal, _position, _seed_output, _uniform
 
-#: Stiffness ``κ`` above which a particle is heavy and takes part in the exchange move.
+#: Stiffness ``κ_r`` above which a cell is stiff and takes part in the exchange move.
 EXCHANGE_STIFF = 100.0
 #: Most cells the move handles; with more it is skipped (its cost is ``O(R³)`` in cells).
 EXCHANGE_CELLS = 64
-#: Step ``h`` of the move's Langevin proposal in its metric (acceptance ≈ 0.5–0.6 measured).
+#: Step ``h`` of the move's Langevin proposal in its metric (acceptance 0.4–0.8 measured).
 EXCHANGE_STEP = 0.5
 
 
@@ -68,9 +68,9 @@ def exchange_key(seed):
 
 
 @nb.njit
-def exchange_workspace(n, N):
-    """The arrays :func:`exchange_move` works in, for ``n`` points and ``N`` particles."""
-    R = EXCHANGE_CELLS
+def exchange_workspace(n, N, R):
+    """The arrays :func:`exchange_move` works in, for ``n`` points, ``N`` particles and at
+    most ``R`` stiff cells (:data:`EXCHANGE_CELLS`; 0 and 0 where no move is made: empty)."""
     return (np.empty(N, dtype=np.uint64), np.empty(N, dtype=np.int64), np.empty(N),
             np.empty((R, n)), np.empty((8, R)), np.empty((3, R, R)), np.empty(n), np.empty(n))
 

@@ -512,7 +512,8 @@ def mala_steps(T, X, y, XT, partial, scratch, sub, f, R, counts, f_sum, lam, eta
     m_rad = 0.5 * D - 1.0
     do_exchange = exchange > 0.0 and data_term and act == ACT_RELU
     k9 = exchange_key(seed)
-    ws = exchange_workspace(n, N if do_exchange else 0)
+    ws = exchange_workspace(n, N, EXCHANGE_CELLS) if do_exchange else \
+        exchange_workspace(n, 0, 0)       # a call without the move allocates nothing to speak of
     for st in range(nsteps + 1):
         # the predictor of the particles as they are, in the fixed block order
         _forward_serial(T, XT, n, partial, scratch, act, p, dims)
