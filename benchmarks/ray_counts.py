@@ -215,7 +215,7 @@ def cell_config(name: str, N: int, seed: int, span_scale: float = 1.0,
                                  f"\"mala\"), not {dyn.get('integrator', 'em')!r}")
             dyn[key] = float(value)
         if dyn.get("integrator") != "mala":
-            dyn.pop(key, None)          # the shipped configs' fine steps are "mala"'s alone
+            dyn.pop(key, None)          # the shipped configs' sampler keys are "mala"'s alone
     if chains != 1:
         dyn["chains"] = int(chains)
     if eta is None and dyn.get("integrator") == "mala":
