@@ -217,3 +217,129 @@ def _join_ends(maxima, E, s, value, X, R, lam) -> np.ndarray:
         out[todo[reach]] = cand[reach]
         todo = todo[~reach & ok_sign]
     return out
+
+
+#: A local maximum of ``|G|`` is a hill of its own only when the dip of ``|G|`` on the way to
+#: its nearest higher maximum of the same sign exceeds this many standard errors of the dip
+#: (:func:`resolved_maxima`). Measured on the benchmark's run files (docs/theory.md §6.7):
+#: dips between maxima that split one Gibbs basin lie within 1.7 standard errors, every other
+#: dip of a maximum with ``|G| ≥ 1/2`` beyond 4.6.
+DIP_Z = 3.0
+
+#: Two maxima at least this far from antipodal (radians) have one shortest arc between them.
+_ANTIPODAL = 1e-6
+
+
+def arc_minimum(P, Q, s, X, R, lam, points: int = 64):
+    """The smallest ``s·G_R`` on the great-circle arc from ``P`` to ``Q`` (unit vectors of
+    shape (d+1,), ``s = ±1``) and where it is. ``G`` restricted to the arc is a sinusoid on each
+    piece between two data points' hyperplanes, concave where ``s·G > 0`` near the top of a
+    hill, so the minimum is at a piece's end: the crossings of the hyperplanes, found exactly,
+    are evaluated with ``points`` evenly spaced ones.
+
+    Returns
+    -------
+    (value, point) : float and ndarray of shape (d+1,)
+    """
+    from analysis.certificate import certificate
+    P, Q = np.asarray(P, dtype=float), np.asarray(Q, dtype=float)
+    Xt = lifted(np.asarray(X, dtype=float))
+    omega = float(np.arccos(np.clip(P @ Q, -1.0, 1.0)))
+    B = Q - (P @ Q) * P
+    B = B / np.linalg.norm(B)
+    a, b = Xt @ P, Xt @ B                     # x̃·v(θ) = a cos θ + b sin θ
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t0 = np.arctan2(-a, b)                # zeros of a cos θ + b sin θ, mod π
+    cross = np.concatenate([t0 % np.pi, t0 % np.pi + np.pi]) if np.all(np.isfinite(t0)) else []
+    th = np.concatenate([np.linspace(0.0, omega, points),
+                         [t for t in cross if 0.0 < t < omega]])
+    V = np.cos(th)[:, None] * P[None, :] + np.sin(th)[:, None] * B[None, :]
+    g = s * certificate(V, X, R, lam)
+    i = int(np.argmin(g))
+    return float(g[i]), V[i]
+
+
+def resolved_maxima(maxima: list, X, R, lam, dip_se=None, z: float = DIP_Z) -> np.ndarray:
+    """Which local maxima of ``|G_R|`` (:func:`maxima_of`) are hills of their own.
+
+    A maximum ``v`` joins the nearest higher maximum ``w`` of its sign when the dip of ``s·G``
+    between them, ``s·G(v)`` less its smallest value on the arc from ``v`` to ``w``
+    (:func:`arc_minimum`; an upper bound of the dip of any path, so of ``v``'s prominence), is
+    at most ``z`` standard errors of that dip. The dip is linear in the residuals,
+    ``(s/λ) Σ_j R_j ((v·x̃_j)_+ − (p·x̃_j)_+)`` at the arc's lowest point ``p``, so its
+    standard error is that of the time average ``R`` (``dip_se``); with exact residuals
+    (``dip_se`` None, a Gibbs reference) only a dip of zero to round-off joins, a maximum that
+    is no separate hill. Used by the basins of the particles and of the Gibbs measure alike
+    (docs/theory.md §6.7), so that a maximum the run's residuals cannot tell from its
+    neighbour's shoulder does not split a ray.
+
+    Parameters
+    ----------
+    maxima : list of (v, s, cells)
+        :func:`maxima_of`.
+    X : ndarray of shape (n, d)
+    R : ndarray of shape (n,)
+        The residuals the maxima are of.
+    lam : float
+    dip_se : callable, optional
+        ``dip_se(C)`` with ``C`` of shape (m, n): the standard errors (m,) of ``C @ R / λ``
+        (:func:`residual_dip_se`).
+    z : float
+        Standard errors a dip must exceed.
+
+    Returns
+    -------
+    ndarray of shape (len(maxima),) int
+        For each maximum, the index of the maximum whose hill it is on (itself when resolved;
+        always one that is resolved).
+    """
+    from analysis.certificate import certificate
+    m = len(maxima)
+    parent = np.arange(m)
+    if m < 2:
+        return parent
+    Xt = lifted(np.asarray(X, dtype=float))
+    Vm = np.array([v for v, _, _ in maxima])
+    sm = np.array([sg for _, sg, _ in maxima])
+    top = sm * certificate(Vm, X, R, lam)
+    pairs = []
+    for k in range(m):
+        higher = np.nonzero((sm == sm[k]) & (top > top[k]))[0]
+        cos = Vm[higher] @ Vm[k]
+        higher = higher[cos > -1.0 + 0.5 * _ANTIPODAL ** 2]
+        if higher.size == 0:
+            continue
+        j = int(higher[np.argmax(Vm[higher] @ Vm[k])])
+        low, p = arc_minimum(Vm[k], Vm[j], int(sm[k]), X, R, lam)
+        c = sm[k] * (np.maximum(Xt @ Vm[k], 0.0) - np.maximum(Xt @ p, 0.0))
+        pairs.append((k, j, top[k] - low, c))
+    if not pairs:
+        return parent
+    dips = np.array([q[2] for q in pairs])
+    se = (np.zeros(len(pairs)) if dip_se is None
+          else np.asarray(dip_se(np.array([q[3] for q in pairs])), dtype=float))
+    for (k, j, _, _), dip, e in zip(pairs, dips, se):
+        if dip <= z * e + 1e-12 * max(1.0, abs(float(top[k]))):
+            parent[k] = j
+    while True:                               # a joined maximum's parent is strictly higher
+        nxt = parent[parent]
+        if np.array_equal(nxt, parent):
+            return parent
+        parent = nxt
+
+
+def residual_dip_se(series, lam):
+    """``dip_se`` of :func:`resolved_maxima` from the residual observations the time average
+    ``R`` is the mean of: ``series`` a list over independent chains of arrays (M_c, n), ``R``
+    the mean of their means. The standard error of ``C @ R / λ`` is that of each chain's time
+    average of the projected series (:func:`analysis.time_average.mean_and_mcse`: its
+    integrated autocorrelation time), combined over the chains
+    (:func:`analysis.time_average.pooled`)."""
+    from analysis.time_average import mean_and_mcse, pooled
+    series = [np.asarray(S, dtype=float) for S in series]
+
+    def dip_se(C):
+        C = np.atleast_2d(np.asarray(C, dtype=float))
+        per = [mean_and_mcse(S @ C.T / lam)[:2] for S in series]
+        return pooled([q[0] for q in per], [q[1] for q in per])[1]
+    return dip_se

@@ -45,7 +45,13 @@ import numpy as np
 from scipy.special import gammaln, ndtr, roots_genlaguerre
 
 from analysis.certificate import certificate
-from analysis.certificate_maxima import ZERO_TOL, basins, cell_maxima_of, maxima_of
+from analysis.certificate_maxima import (
+    ZERO_TOL,
+    basins,
+    cell_maxima_of,
+    maxima_of,
+    resolved_maxima,
+)
 from analysis.kinks import ray_kinks
 from analysis.ray_thresholds import THERMAL_GAP, halo_baseline, mass_gap, thermal_gap_threshold
 from analysis.ternary import PatternTolerance, ray_pattern, ternary_pattern
@@ -312,6 +318,8 @@ def gibbs_rays(sol, *, min_mass_frac: float = 1e-2, g_ray: float = 0.5, halo_rat
     total = float(m_node.sum())
     kept_n = pi_w * _kept_probability(G, tau, lam, d, cut=particle_halo * baseline)
     label = basins(V, G, maxima, X, R, lam)
+    parent = resolved_maxima(maxima, X, R, lam)      # exact R: only a maximum with no dip
+    label[label >= 0] = parent[label[label >= 0]]
     if weight_scale is None:
         weight_scale = label_weight_scale(X, y)
     eps = None
@@ -319,6 +327,8 @@ def gibbs_rays(sol, *, min_mass_frac: float = 1e-2, g_ray: float = 0.5, halo_rat
         eps = thermal_gap_threshold(d, tau, lam, weight_scale, thermal_gap)
     found = []
     for k, (v, sg, _) in enumerate(maxima):
+        if parent[k] != k:
+            continue
         mem = label == k
         mk = float(kept[mem].sum())
         # the kept mass's mean direction, spread and straddling-mass pattern, as a particle

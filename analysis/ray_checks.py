@@ -1,7 +1,8 @@
 """Ray counts checked against the ``τ → 0`` reference and against their own thresholds.
 
 - :func:`averaged_residuals`: the stage's time-averaged scaled residuals ending at a snapshot
-  (the certificate ``G`` of a ray is computed from them, not from one snapshot's residuals);
+  (the certificate ``G`` of a ray is computed from them, not from one snapshot's residuals),
+  and :func:`residual_window`, the observations they average;
 - :func:`convex_counts`: the convex reference's rays with weight at least a floor (the same
   fraction of ``Σ|c_k|`` as the particle mass floor of a ray) and their kink hyperplanes, by
   the same rule as the particles' (:func:`analysis.kinks.data_kinks`);
@@ -20,7 +21,21 @@ SCALES = (1 / 3, 1.0, 3.0)
 
 def averaged_residuals(run, k: int, window: float = 0.5) -> np.ndarray:
     """Scaled residuals ``R_j = (f(x_j) − y_j)/n`` averaged over the observations of frame
-    ``k``'s stage in the last ``window`` fraction of the stage up to the frame's step.
+    ``k``'s stage in the last ``window`` fraction of the stage up to the frame's step
+    (:func:`residual_window`).
+
+    Returns
+    -------
+    ndarray of shape (n,), or None when the run has no residual observations in that window.
+    """
+    rows = residual_window(run, k, window)
+    return None if rows is None else rows.mean(axis=0)
+
+
+def residual_window(run, k: int, window: float = 0.5) -> np.ndarray:
+    """The scaled-residual observations that :func:`averaged_residuals` averages: those of
+    frame ``k``'s stage in the last ``window`` fraction of the stage up to the frame's step (of
+    the whole stage up to it when none falls there).
 
     Parameters
     ----------
@@ -28,11 +43,11 @@ def averaged_residuals(run, k: int, window: float = 0.5) -> np.ndarray:
     k : int
         Snapshot frame.
     window : float
-        Fraction of the stage averaged over.
+        Fraction of the stage.
 
     Returns
     -------
-    ndarray of shape (n,), or None when the run has no residual observations in that window.
+    ndarray of shape (M, n), or None when the run has no residual observations there.
     """
     sch = run.schedule
     step = int(run.frame_step[k])
@@ -47,7 +62,7 @@ def averaged_residuals(run, k: int, window: float = 0.5) -> np.ndarray:
         sel = (obs["step"] > start) & (obs["step"] <= step)
     if not np.any(sel):
         return None
-    return np.asarray(obs["value"][sel], dtype=float).mean(axis=0)
+    return np.asarray(obs["value"][sel], dtype=float)
 
 
 def convex_counts(conv, X, floor: float = 1e-2, **kink_kw) -> dict:

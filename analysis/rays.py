@@ -69,7 +69,13 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
 from analysis.certificate import certificate, residuals
-from analysis.certificate_maxima import basins, cell_maxima_of, maxima_of
+from analysis.certificate_maxima import (
+    basins,
+    cell_maxima_of,
+    maxima_of,
+    residual_dip_se,
+    resolved_maxima,
+)
 from analysis.ray_linkage import (
     _cell_conflicts,
     _linkage_tree,
@@ -200,6 +206,11 @@ class RayResult:
     rule : str                            "basins" (the basins of the maxima of ``|G|``; no
                                           threshold, plateau or counts) or "linkage"
                                           (:func:`find_rays`'s ``rule``)
+    joined : list of dict                 basins rule: local maxima of ``|G|`` that are no hill
+                                          of their own at the residuals' precision, whose
+                                          basin went to a higher neighbour's
+                                          (:func:`analysis.certificate_maxima.resolved_maxima`):
+                                          ``direction``, ``sign`` (of ``a``), ``joins``
     """
 
     rays: list
@@ -235,6 +246,7 @@ class RayResult:
     split: list = field(default_factory=list)
     repaired_patterns: list = field(default_factory=list)
     rule: str = "linkage"
+    joined: list = field(default_factory=list)
 
     @property
     def resolved(self) -> bool:
@@ -319,21 +331,26 @@ def _basins_of(V, X, R, lam, maxima) -> np.ndarray:
     return _BASINS_SEEN[key].copy()
 
 
-def _basin_rays(idx, V, mass, theta, X, R, lam, maxima, total, min_mass_frac, g_ray, baseline,
-                halo_ratio, eps, n_min, n_plateau):
+def _basin_rays(idx, V, mass, theta, X, R, lam, maxima, parent, total, min_mass_frac, g_ray,
+                baseline, halo_ratio, eps, n_min, n_plateau):
     """The rays of ``rule = "basins"`` (:func:`find_rays`): the kept particles ``idx`` go to
     the basins of the local maxima of ``|G_R|`` (:func:`analysis.certificate_maxima.basins`),
     and a basin is a ray when its particles pass the rule the exact Gibbs measure's basins get
     (:func:`analysis.gibbs_rays.gibbs_rays`): mass floor, certificate ``|G(v*)| ≥ g_ray`` at
     the maximum ``v*``, mean particle mass at least ``halo_ratio`` baselines, gap (the larger of
     ``1 − |G(v*)|`` and the gap of the mean mass) at most ``ε(τ)``, and ``n_min`` particles.
+    A maximum that is no hill of its own (``parent``, :func:`analysis.certificate_maxima.
+    resolved_maxima`) lends its basin to the one it joins.
 
     Returns ``(labels, signs, rejected, small, thermal)`` as the linkage path builds them."""
     N = theta.shape[0]
     lab = _basins_of(V[idx], X, R, lam, maxima)
+    lab[lab >= 0] = parent[lab[lab >= 0]]
     labels = -np.ones(N, dtype=int)
     signs, rejected, small, hot = [], [], [], []
     for k, (v, sg, _) in enumerate(maxima):
+        if parent[k] != k:
+            continue
         mem = idx[lab == k]
         cm = float(mass[mem].sum())
         if mem.size == 0 or cm < min_mass_frac * total:
@@ -370,7 +387,7 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
               pattern_mass_tol: float | None = None, thermal_gap: float = THERMAL_GAP,
               weight_scale: float | None = None, merge: bool = True,
               knn: int = 12, replicas: int = 1, rule: str = "auto",
-              progress=None) -> RayResult:
+              R_series: list | None = None, progress=None) -> RayResult:
     """Cluster particles into rays (THEORY §6; method in the module docstring).
 
     Parameters
@@ -466,6 +483,14 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
         single-linkage scan (module docstring). ``"auto"``: basins when ``R``, ``tau`` and
         the weight scale are given (a stage's analysis, with its time-averaged residuals) and
         the data's activation cells can be enumerated, else linkage.
+    R_series : list of ndarray of shape (M_c, n), optional
+        The residual observations ``R`` is the time average of, one array per independent
+        chain (``R`` the mean of their means). With the basins rule, a local maximum of
+        ``|G|`` whose dip to its nearest higher neighbour is within
+        :data:`analysis.certificate_maxima.DIP_Z` standard errors of that dip joins the
+        neighbour's basin (:func:`analysis.certificate_maxima.resolved_maxima`; listed in
+        ``joined``): the residuals cannot tell it from the neighbour's shoulder. Without it
+        only a maximum with no dip at all joins.
     progress : callable ``(done, total)``, optional
         Told after each chunk of the k-nearest-neighbour queries of the linkage (above
         :data:`analysis.ray_linkage.LINKAGE_MAX_PARTICLES` kept particles of one sign they run
@@ -605,13 +630,19 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
         # absorbed back; the exact law's few heavy particles put the weighted median far above
         # a ray's other particles)
         kept = (mass > 0) & (mass >= particle_halo * baseline) if baseline is not None else keep
+        parent = resolved_maxima(maxima, X, R, lam, None if R_series is None
+                                 else residual_dip_se(R_series, lam))
+        joined = [{"direction": [float(x) for x in maxima[k][0]], "sign": -int(maxima[k][1]),
+                   "joins": [float(x) for x in maxima[int(j)][0]]}
+                  for k, j in enumerate(parent) if j != k]
         labels, ray_signs, rejected, small, hot = _basin_rays(
-            np.nonzero(kept)[0], V, mass, theta, X, R, lam, maxima, total, min_mass_frac, g_ray,
-            baseline, halo_ratio, eps, n_min, n_plateau)
+            np.nonzero(kept)[0], V, mass, theta, X, R, lam, maxima, parent, total,
+            min_mass_frac, g_ray, baseline, halo_ratio, eps, n_min, n_plateau)
         merged, split = [], []
         t_star, plateau = float("nan"), (float("nan"), float("nan"))
         thresholds, counts = np.zeros(0), np.zeros(0, dtype=int)
     else:
+        joined = []
         M = idx.size
         k_nn = max(1, min(int(knn), max(3, n_plateau // replicas - 1)))
         ei, ej, ew, core_median = _linkage_tree(Vk, sk, mk, k_nn, progress, replicas=replicas)
@@ -780,5 +811,5 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
                      halo_mass_fraction=max(0.0, halo),
                      n_cells=int(np.unique(cell_all[idx]).size), rejected=rejected,
                      small=small, cell_conflicts=conflicts, labels=labels, thermal=hot,
-                     merged=merged, split=split, repaired_patterns=repaired,
+                     merged=merged, split=split, repaired_patterns=repaired, joined=joined,
                      **{**common, "rule": "basins" if use_basins else "linkage"})

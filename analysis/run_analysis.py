@@ -31,7 +31,7 @@ from analysis.dichotomies import (
 from analysis.frozen import frozen_particles
 from analysis.kinks import ray_kinks
 from analysis.protocols import RunLike
-from analysis.ray_checks import averaged_residuals, convex_comparison, convex_counts
+from analysis.ray_checks import convex_comparison, convex_counts, residual_window
 from analysis.ray_checks import sensitivity as ray_sensitivity
 from analysis.rays import RayResult, find_rays, label_weight_scale
 from analysis.references import convex_reference, report_section
@@ -105,6 +105,7 @@ class FrameAnalysis:
                 "small": self.rays.small, "thermal_mass": self.rays.thermal,
                 "merged_across_data_points": self.rays.merged,
                 "split_at_valleys": self.rays.split,
+                "joined_unresolved_maxima": self.rays.joined,
                 "repaired_patterns": self.rays.repaired_patterns,
                 "frames_pooled": [int(k) for k in self.frames], "replicas": int(self.replicas),
                 "cell_conflicts": self.rays.cell_conflicts, "patterns": self.patterns,
@@ -531,11 +532,12 @@ def analyze_stage(run: RunLike, stage: int, *, window: float = POOL_WINDOW,
     theta = np.concatenate([c.frame(k) for c in chains for k in frames])
     replicas = len(frames) * len(chains)
     k_last = frames[-1]
-    Rs = [averaged_residuals(c, k_last, window) for c in chains]
+    series = [residual_window(c, k_last, window) for c in chains]
     kw = frame_ray_kw(run, k_last, **ray_kw)
-    if all(R is not None for R in Rs):
+    if all(S is not None for S in series):
         kw.pop("y", None)
-        kw["R"] = np.mean(Rs, axis=0)
+        kw["R"] = np.mean([S.mean(axis=0) for S in series], axis=0)
+        kw["R_series"] = series
         kw.update(ray_kw)
     kw["replicas"] = replicas
     return _analysis_of(run, theta, k_last, kw, progress, frames=frames, replicas=replicas,
@@ -546,12 +548,14 @@ def frame_ray_kw(run: RunLike, k: int, **ray_kw) -> dict:
     """Keyword arguments of :func:`analysis.rays.find_rays` for frame ``k`` of a run: ``lam``,
     the frame's ``tau`` (halo tests against ``(d+1)τ/λ``), the labels' weight scale
     ``weight_scale`` (the certificate-gap test, docs/theory.md §6.5), the stage's time-averaged residuals
-    ``R`` (:func:`analysis.ray_checks.averaged_residuals`; else ``y``: the snapshot's own), and
-    ``ray_kw``."""
-    R = averaged_residuals(run, k)
+    ``R`` (:func:`analysis.ray_checks.averaged_residuals`; else ``y``: the snapshot's own) with
+    the observations it averages, ``R_series`` (:func:`analysis.ray_checks.residual_window`),
+    and ``ray_kw``."""
+    rows = residual_window(run, k)
     kw: dict[str, Any] = {"lam": float(run.lam), "tau": float(run.frame_tau[k]),
           "weight_scale": label_weight_scale(run.X, run.y)}
-    kw.update({"R": R} if R is not None else {"y": run.y})
+    kw.update({"R": rows.mean(axis=0), "R_series": [rows]} if rows is not None
+              else {"y": run.y})
     kw.update(ray_kw)
     return kw
 
