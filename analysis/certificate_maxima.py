@@ -221,9 +221,9 @@ def _join_ends(maxima, E, s, value, X, R, lam) -> np.ndarray:
 
 #: A local maximum of ``|G|`` is a hill of its own only when the dip of ``|G|`` on the way to
 #: its nearest higher maximum of the same sign exceeds this many standard errors of the dip
-#: (:func:`resolved_maxima`). Measured on the benchmark's run files (docs/theory.md §6.7):
-#: dips between maxima that split one Gibbs basin lie within 1.7 standard errors, every other
-#: dip of a maximum with ``|G| ≥ 1/2`` beyond 4.6.
+#: (:func:`resolved_maxima`; a one-sided test at 0.13 %). On the benchmark's run files
+#: (docs/theory.md §6.7) the maxima that split one Gibbs basin had dips of 0.5–1.3
+#: standard errors.
 DIP_Z = 3.0
 
 #: Two maxima at least this far from antipodal (radians) have one shortest arc between them.

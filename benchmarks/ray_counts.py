@@ -463,6 +463,12 @@ def analyse_cell(path: Path, name: str, N: int, seed: int, with_sensitivity: boo
     if not agree and abs(objective_gap) < 1e-3:
         notes.append(f"the rays' measure is optimal to {objective_gap:.1e} of the convex "
                      "objective: another optimum of the convex problem (non-unique measure)")
+    at_gibbs = (not agree and row.J_gibbs is not None
+                and (row.J, row.K) == (row.J_gibbs, row.K_gibbs))
+    if at_gibbs:
+        notes.append(f"the exact Gibbs measure at tau={taus[stage]:g} has the particles' counts "
+                     f"(J, K = {row.J_gibbs}, {row.K_gibbs}): the difference from the convex "
+                     "limit is the temperature's, not the particles'")
     if row.K != cc["K"] and not notes:
         notes.append("K differs: kinks " + "; ".join(_vec(q.direction) for q in res.rays))
     sens = None
@@ -475,7 +481,8 @@ def analyse_cell(path: Path, name: str, N: int, seed: int, with_sensitivity: boo
             "J_convex": cc["J"], "K_convex": cc["K"], "matched": row.matched,
             "max_angle": row.max_match_angle, "G_max": res.G_max, "resolved": res.resolved,
             "thermal": len(res.thermal), "merged": len(res.merged),
-            "objective_gap": objective_gap, "particle_gap": particle_gap, "agree": agree, "notes": notes,
+            "objective_gap": objective_gap, "particle_gap": particle_gap, "agree": agree,
+            "gibbs_at_coldest": at_gibbs, "notes": notes,
             "sensitivity": sens, "analysis_s": time.time() - t0,
             "J_frames": row.J_frames, "K_frames": row.K_frames,
             "stages": [{"tau": r.tau, "stationary": bool(r.stationary), "J": r.J, "K": r.K,
