@@ -503,7 +503,8 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
     Raises
     ------
     ValueError
-        Shapes that do not match, non-finite ``theta`` or ``R``, ``replicas < 1``, ``R`` or
+        Shapes that do not match, non-finite ``theta``, ``R`` or ``R_series``, ``R_series``
+        without ``R``, ``replicas < 1``, ``R`` or
         ``y`` without ``lam``, ``tau < 0``, an unknown
         ``rule``, ``rule = "basins"`` without ``R`` or ``y``.
     solvers.activation_regions.TooManyPatterns
@@ -535,6 +536,17 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
                          f"{int(bad[0])}: a particle must be finite to have a direction and mass")
     if R is not None and not np.all(np.isfinite(np.asarray(R, dtype=float))):
         raise ValueError("R (the residuals) has non-finite entries")
+    if R_series is not None:
+        if R is None:
+            raise ValueError("R_series needs R (the time average of its rows)")
+        R_series = [np.asarray(S, dtype=float) for S in R_series]
+        n_pts = np.shape(X)[0]
+        for c, S in enumerate(R_series):
+            if S.ndim != 2 or S.shape[1] != n_pts or S.shape[0] == 0:
+                raise ValueError(f"R_series[{c}] has shape {S.shape}: one row of {n_pts} "
+                                 "residuals per observation, at least one row, expected")
+            if not np.all(np.isfinite(S)):
+                raise ValueError(f"R_series[{c}] (residual observations) has non-finite entries")
     if int(replicas) < 1:
         raise ValueError(f"replicas must be at least 1, got {replicas}")
     replicas = int(replicas)

@@ -124,3 +124,18 @@ def test_particles_on_two_hills_are_one_ray_when_the_residuals_cannot_tell_them_
         assert np.allclose(low_joins[0]["joins"], M[high][0])
     # without the series only a hill with no dip would join: both are rays
     assert len(find_rays(theta, X, **kw).rays) == 2
+
+
+@pytest.mark.parametrize("series, match", [
+    ([np.zeros((5, 3))], r"R_series\[0\] has shape \(5, 3\)"),
+    ([np.zeros((0, 2))], r"at least one row"),
+    ([np.zeros(2)], r"R_series\[0\] has shape \(2,\)"),
+    ([np.full((4, 2), np.nan)], "non-finite"),
+])
+def test_residual_series_that_cannot_be_the_observations_of_R_are_refused(series, match):
+    X, R = _two_hills(0.02)
+    theta = np.array([[-1.0, 0.7, 0.7]])
+    with pytest.raises(ValueError, match=match):
+        find_rays(theta, X, lam=1.0, tau=1e-6, R=R, weight_scale=1.0, R_series=series)
+    with pytest.raises(ValueError, match="R_series needs R"):
+        find_rays(theta, X, lam=1.0, y=np.zeros(2), R_series=[np.zeros((3, 2))])
