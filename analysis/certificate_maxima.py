@@ -12,6 +12,8 @@ maximiser of every closed cell that contains it, which is how they are found. Th
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from solvers.activation_regions import activation_patterns
@@ -240,12 +242,25 @@ def arc_minimum(P, Q, s, X, R, lam, points: int = 64):
     Returns
     -------
     (value, point) : float and ndarray of shape (d+1,)
+
+    Raises
+    ------
+    ValueError
+        ``P`` or ``Q`` not a finite unit vector, ``P`` and ``Q`` equal or antipodal, ``s`` not
+        ±1.
     """
     from analysis.certificate import certificate
     P, Q = np.asarray(P, dtype=float), np.asarray(Q, dtype=float)
+    for name, u in (("P", P), ("Q", Q)):
+        if u.ndim != 1 or not np.all(np.isfinite(u)) or abs(np.linalg.norm(u) - 1.0) > 1e-6:
+            raise ValueError(f"{name} must be a finite unit vector, got {u}")
+    if s not in (1, -1):
+        raise ValueError(f"s must be +1 or -1, got {s}")
+    B = Q - (P @ Q) * P
+    if np.linalg.norm(B) < 1e-12:
+        raise ValueError("P and Q are equal or antipodal: no one shortest arc between them")
     Xt = lifted(np.asarray(X, dtype=float))
     omega = float(np.arccos(np.clip(P @ Q, -1.0, 1.0)))
-    B = Q - (P @ Q) * P
     B = B / np.linalg.norm(B)
     a, b = Xt @ P, Xt @ B                     # x̃·v(θ) = a cos θ + b sin θ
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -283,17 +298,24 @@ def resolved_maxima(maxima: list, X, R, lam, dip_se=None, z: float = DIP_Z) -> n
     lam : float
     dip_se : callable, optional
         ``dip_se(C)`` with ``C`` of shape (m, n): the standard errors (m,) of ``C @ R / λ``
-        (:func:`residual_dip_se`).
+        (:func:`residual_dip_se`); a ``nan`` error (unknown) joins nothing.
     z : float
-        Standard errors a dip must exceed.
+        Standard errors a dip must exceed (finite, ``≥ 0``).
 
     Returns
     -------
     ndarray of shape (len(maxima),) int
         For each maximum, the index of the maximum whose hill it is on (itself when resolved;
         always one that is resolved).
+
+    Raises
+    ------
+    ValueError
+        ``z`` negative or not finite; ``dip_se`` not returning one error per row of ``C``.
     """
     from analysis.certificate import certificate
+    if not (math.isfinite(z) and z >= 0):
+        raise ValueError(f"z must be finite and >= 0, got {z}")
     m = len(maxima)
     parent = np.arange(m)
     if m < 2:
@@ -318,6 +340,8 @@ def resolved_maxima(maxima: list, X, R, lam, dip_se=None, z: float = DIP_Z) -> n
     dips = np.array([q[2] for q in pairs])
     se = (np.zeros(len(pairs)) if dip_se is None
           else np.asarray(dip_se(np.array([q[3] for q in pairs])), dtype=float))
+    if se.shape != (len(pairs),):
+        raise ValueError(f"dip_se returned shape {se.shape} for {len(pairs)} dips")
     for (k, j, _, _), dip, e in zip(pairs, dips, se):
         if dip <= z * e + 1e-12 * max(1.0, abs(float(top[k]))):
             parent[k] = j
@@ -334,12 +358,17 @@ def residual_dip_se(series, lam):
     the mean of their means. The standard error of ``C @ R / λ`` is that of each chain's time
     average of the projected series (:func:`analysis.time_average.mean_and_mcse`: its
     integrated autocorrelation time), combined over the chains
-    (:func:`analysis.time_average.pooled`)."""
-    from analysis.time_average import mean_and_mcse, pooled
+    (:func:`analysis.time_average.pooled`). With fewer than
+    :data:`analysis.time_average.MIN_TAU_SAMPLES` observations in a chain, or no chain, the
+    errors are ``nan`` (unknown: :func:`resolved_maxima` joins nothing)."""
+    from analysis.time_average import MIN_TAU_SAMPLES, mean_and_mcse, pooled
     series = [np.asarray(S, dtype=float) for S in series]
+    known = bool(series) and all(S.ndim == 2 and S.shape[0] >= MIN_TAU_SAMPLES for S in series)
 
     def dip_se(C):
         C = np.atleast_2d(np.asarray(C, dtype=float))
+        if not known:
+            return np.full(C.shape[0], np.nan)
         per = [mean_and_mcse(S @ C.T / lam)[:2] for S in series]
         return pooled([q[0] for q in per], [q[1] for q in per])[1]
     return dip_se

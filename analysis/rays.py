@@ -540,6 +540,9 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
         if R is None:
             raise ValueError("R_series needs R (the time average of its rows)")
         R_series = [np.asarray(S, dtype=float) for S in R_series]
+        if not R_series:
+            raise ValueError("R_series is empty: one array of residual observations per chain "
+                             "expected (or None)")
         n_pts = np.shape(X)[0]
         for c, S in enumerate(R_series):
             if S.ndim != 2 or S.shape[1] != n_pts or S.shape[0] == 0:
@@ -547,6 +550,12 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
                                  "residuals per observation, at least one row, expected")
             if not np.all(np.isfinite(S)):
                 raise ValueError(f"R_series[{c}] (residual observations) has non-finite entries")
+        Rm = np.mean([S.mean(axis=0) for S in R_series], axis=0)
+        Rv = np.asarray(R, dtype=float).ravel()
+        if Rm.shape == Rv.shape and not np.allclose(Rm, Rv, rtol=1e-9, atol=1e-12):
+            raise ValueError(f"R is not the mean of R_series' chain means (they differ by up to "
+                             f"{np.max(np.abs(Rm - Rv)):.3g}): the series must be the "
+                             "observations R averages")
     if int(replicas) < 1:
         raise ValueError(f"replicas must be at least 1, got {replicas}")
     replicas = int(replicas)

@@ -892,6 +892,13 @@ def gibbs_ladder(run: RunLike, rows: list[LadderRow], stages: list[FrameAnalysis
                 f"{gr.rays[j].mass_fraction:.3g}" for j in m["unmatched_reference"]]
         if far:
             notes.append("unmatched: " + "; ".join(far))
+        res = by_stage[r.stage].rays
+        if res.small:
+            per = res.min_particles / max(res.replicas, 1)
+            notes.append(f"N too small: particle cluster(s) refused only for holding fewer "
+                         f"than {res.min_particles} pooled particles ({per:g} per snapshot): "
+                         + "; ".join(f"{_vec(c['direction'])} mass {c['mass_fraction']:.3g} in "
+                                     f"{c['n_particles']}" for c in res.small))
         broad = [q for q in gr.rays if q.spread > rule.get("max_spread", BROAD_SPREAD)
                  and by_stage[r.stage].rays.rule == "linkage"]
         if broad:

@@ -139,3 +139,57 @@ def test_residual_series_that_cannot_be_the_observations_of_R_are_refused(series
         find_rays(theta, X, lam=1.0, tau=1e-6, R=R, weight_scale=1.0, R_series=series)
     with pytest.raises(ValueError, match="R_series needs R"):
         find_rays(theta, X, lam=1.0, y=np.zeros(2), R_series=[np.zeros((3, 2))])
+
+
+def test_degenerate_arcs_and_dip_errors_are_refused_or_join_nothing():
+    X, R = _two_hills(0.02)
+    M, low, high = _hills(X, R)
+    e = M[low][0]
+    for P, Q in ((e, e), (e, -e)):
+        with pytest.raises(ValueError, match="equal or antipodal"):
+            arc_minimum(P, Q, 1, X, R, 1.0)
+    with pytest.raises(ValueError, match="unit vector"):
+        arc_minimum(2 * e, M[high][0], 1, X, R, 1.0)
+    with pytest.raises(ValueError, match="s must be"):
+        arc_minimum(e, M[high][0], 0, X, R, 1.0)
+    with pytest.raises(ValueError, match="dip_se returned shape"):
+        resolved_maxima(M, X, R, 1.0, dip_se=lambda C: np.ones(1))
+    with pytest.raises(ValueError, match="z must be"):
+        resolved_maxima(M, X, R, 1.0, z=-1.0)
+    # an unknown error joins nothing: a window too short for an MCSE, or nan
+    assert list(resolved_maxima(M, X, R, 1.0, dip_se=lambda C: np.full(len(C), np.nan))) \
+        == list(range(len(M)))
+    short = residual_dip_se([np.tile(R, (7, 1)) + 5.0], 1.0)
+    assert np.all(np.isnan(short(np.ones((3, 2)))))
+    assert np.all(np.isnan(residual_dip_se([], 1.0)(np.ones((2, 2)))))
+
+
+def test_residual_series_whose_mean_is_not_R_or_empty_are_refused():
+    X, R = _two_hills(0.02)
+    theta = np.array([[-1.0, 0.7, 0.7]])
+    kw = dict(lam=1.0, tau=1e-6, R=R, weight_scale=1.0)
+    with pytest.raises(ValueError, match="R_series is empty"):
+        find_rays(theta, X, R_series=[], **kw)
+    with pytest.raises(ValueError, match="not the mean of R_series"):
+        find_rays(theta, X, R_series=[np.tile(R + 5.0, (10, 1))], **kw)
+
+
+def test_the_gibbs_note_says_when_a_stage_is_short_of_particles_for_a_ray():
+    """A stage whose pooled analysis refused a heavy certified cluster only for its number of
+    particles says so beside the Gibbs counts (a newcomer saw J = 1 against the Gibbs 2 and
+    no reason)."""
+    from types import SimpleNamespace
+
+    from analysis.run_analysis import LadderRow, gibbs_ladder
+    X = np.linspace(-1.0, 1.0, 9)[:, None]
+    y = np.array([1.0, 0.2, 0.6, 0.1, 0.9, 0.1, 0.6, 0.2, 1.0])
+    run = SimpleNamespace(X=X, y=y, lam=0.01, d=1)
+    small = {"direction": [0.6, 0.8], "sign": 1, "mass_fraction": 0.215, "n_particles": 138,
+             "G": -0.9}
+    res = SimpleNamespace(rays=[], small=[small], min_particles=144, replicas=12,
+                          rule="basins")
+    row = LadderRow(stage=0, tau=1e-3, step=10, J=0, K=0, risk=0.1, halo_mass_fraction=1.0)
+    gibbs_ladder(run, [row], [SimpleNamespace(stage=0, rays=res)])
+    assert row.J_gibbs is not None
+    assert ("N too small: particle cluster(s) refused only for holding fewer than 144 pooled "
+            "particles (12 per snapshot): (0.600, 0.800) mass 0.215 in 138") in row.gibbs_note
