@@ -279,7 +279,8 @@ def resolved_maxima(maxima: list, X, R, lam, dip_se=None, z: float = DIP_Z) -> n
 
     A maximum ``v`` joins the nearest higher maximum ``w`` of its sign when the dip of ``s·G``
     between them, ``s·G(v)`` less its smallest value on the arc from ``v`` to ``w``
-    (:func:`arc_minimum`; an upper bound of the dip of any path, so of ``v``'s prominence), is
+    (:func:`arc_minimum`; one path, so an upper bound of the dip along the best path, ``v``'s
+    prominence), is
     at most ``z`` standard errors of that dip. The dip is linear in the residuals,
     ``(s/λ) Σ_j R_j ((v·x̃_j)_+ − (p·x̃_j)_+)`` at the arc's lowest point ``p``, so its
     standard error is that of the time average ``R`` (``dip_se``); with exact residuals
