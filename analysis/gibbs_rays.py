@@ -54,7 +54,12 @@ from analysis.certificate_maxima import (
 )
 from analysis.kinks import ray_kinks
 from analysis.ray_thresholds import THERMAL_GAP, halo_baseline, mass_gap, thermal_gap_threshold
-from analysis.ternary import PatternTolerance, ray_pattern, ternary_pattern
+from analysis.ternary import (
+    PatternTolerance,
+    ray_pattern,
+    realisable_pattern,
+    ternary_pattern,
+)
 
 #: Relative tolerance of the quadrature rule of the basins (``d ≤ 2``).
 RULE_RTOL = 1e-6
@@ -339,6 +344,8 @@ def gibbs_rays(sol, *, min_mass_frac: float = 1e-2, g_ray: float = 0.5, halo_rat
         spread = float(np.sqrt(np.sum(kept[mem] * angk ** 2) / mk)) if mk > 0 else 0.0
         mean_pat = (ray_pattern(vm, V[mem], kept[mem], X, ptol)[0] if mk > 0
                     else ternary_pattern(vm, X, ptol.angle_tol)[0])
+        # as a particle ray's: never a pattern no direction can have (docs/theory.md §6.7)
+        mean_pat = realisable_pattern(mean_pat, vm, X, ptol.angle_tol)[0]
         g = float(certificate(v[None], X, R, lam)[0])
         pat = ternary_pattern(v, X, ZERO_TOL)[0]
         frac = mk / total if total > 0 else 0.0

@@ -96,7 +96,7 @@ from analysis.ray_thresholds import (
     min_particles_default,
     thermal_gap_threshold,
 )
-from analysis.ternary import PatternTolerance, pattern_realisable, ray_pattern, ternary_pattern
+from analysis.ternary import PatternTolerance, ray_pattern, realisable_pattern
 from solvers.activation_regions import TooManyPatterns
 from solvers.geometry import lifted
 
@@ -794,14 +794,8 @@ def find_rays(theta: ArrayLike, X: ArrayLike, *, y: ArrayLike | None = None,
         vbar /= np.linalg.norm(vbar)
         ang = np.arccos(np.clip(V[members] @ vbar, -1.0, 1.0))
         pat, info = ray_pattern(vbar, V[members], mm, X, ptol)
-        if not pattern_realisable(pat, X):
-            # the straddling mass or the angle tolerance put more zeros than a direction can
-            # have (docs/theory.md §6.7): the direction's own pattern, with the zeros it can have
-            own, margin = ternary_pattern(vbar, X, ptol.angle_tol)
-            while not pattern_realisable(own, X) and np.any(own == 0):
-                z = np.nonzero(own == 0)[0]
-                far = z[np.argmax(np.abs(L[z] @ vbar) / np.linalg.norm(L[z], axis=1))]
-                own[far] = 1 if float(L[far] @ vbar) >= 0 else -1
+        own, was_repaired = realisable_pattern(pat, vbar, X, ptol.angle_tol)
+        if was_repaired:
             repaired.append({"ray": k, "pattern": [int(x) for x in pat],
                              "replaced_by": [int(x) for x in own]})
             pat = own

@@ -147,6 +147,30 @@ def pattern_realisable(t, X) -> bool:
     return bool(res.status == 0)
 
 
+def realisable_pattern(t, v, X, angle_tol: float):
+    """A ray's pattern ``t`` (:func:`ray_pattern`) if some direction can have it
+    (:func:`pattern_realisable`), else the direction ``v``'s own pattern
+    (:func:`ternary_pattern` at ``angle_tol``) trimmed to zeros it can have, the zero whose
+    hyperplane is farthest from ``v`` going first (docs/theory.md §6.7): the straddling mass
+    or the angle tolerance can put more zeros than a direction can have, three in the plane.
+
+    Returns
+    -------
+    (pattern, repaired) : ndarray of shape (n,) int8 and bool
+    """
+    t = np.asarray(t, dtype=np.int8)
+    if pattern_realisable(t, X):
+        return t, False
+    v = np.asarray(v, dtype=float)
+    L = lifted(X)
+    own, _ = ternary_pattern(v, X, angle_tol)
+    while not pattern_realisable(own, X) and np.any(own == 0):
+        z = np.nonzero(own == 0)[0]
+        far = z[np.argmax(np.abs(L[z] @ v) / np.linalg.norm(L[z], axis=1))]
+        own[far] = 1 if float(L[far] @ v) >= 0 else -1
+    return own, True
+
+
 def precedes(t, s) -> bool:
     """``t ⪯ s``: ``t_j ∈ {0, s_j}`` for every ``j`` (THEORY §7)."""
     t = np.asarray(t)

@@ -264,3 +264,24 @@ def test_a_ray_chained_to_a_light_neighbour_across_a_valley_is_split(monkeypatch
     monkeypatch.setattr(rays, "_split_by_basins", lambda labels, signs, *a, **k:
                         (labels, list(signs), []))
     assert len(rays.find_rays(theta, X, lam=lam, R=R, tau=1e-4).rays) == J - 1
+
+
+def test_gibbs_rays_never_report_a_pattern_no_direction_can_have(monkeypatch):
+    """The straddling mass of a broad basin can give its mean pattern three zeros in the plane,
+    which no direction has on points in general position: the Gibbs rays get the particles'
+    repair (analysis.ternary.realisable_pattern; plane8's data at τ = 10⁻² has two such
+    basins), so that every reported pattern is checked by an LP, not taken on trust."""
+    import analysis.gibbs_rays as gmod
+    from analysis.ternary import realisable_pattern
+    calls = []
+
+    def spy(t, v, X, tol):
+        out = realisable_pattern(t, v, X, tol)
+        calls.append(out[1])
+        return out
+    monkeypatch.setattr(gmod, "realisable_pattern", spy)
+    gr = gibbs_rays(gibbs_reference(X8, Y8, 0.05, 1e-2))
+    assert sum(calls) >= 1                     # the data has such basins
+    assert len(calls) == len(gr.maxima)
+    for q in gr.maxima:
+        assert pattern_realisable(q.mean_pattern, X8)
