@@ -246,16 +246,22 @@ def arc_minimum(P, Q, s, X, R, lam, points: int = 64):
     Raises
     ------
     ValueError
-        ``P`` or ``Q`` not a finite unit vector, ``P`` and ``Q`` equal or antipodal, ``s`` not
-        ±1.
+        ``P`` or ``Q`` not a finite unit vector of length ``d+1``, ``P`` and ``Q`` equal or
+        antipodal, ``s`` not ±1, ``points < 2``.
     """
     from analysis.certificate import certificate
     P, Q = np.asarray(P, dtype=float), np.asarray(Q, dtype=float)
+    X = np.asarray(X, dtype=float)
+    X = X.reshape(X.shape[0], -1)
     for name, u in (("P", P), ("Q", Q)):
-        if u.ndim != 1 or not np.all(np.isfinite(u)) or abs(np.linalg.norm(u) - 1.0) > 1e-6:
-            raise ValueError(f"{name} must be a finite unit vector, got {u}")
-    if s not in (1, -1):
+        if u.shape != (X.shape[1] + 1,) or not np.all(np.isfinite(u)) \
+                or abs(np.linalg.norm(u) - 1.0) > 1e-6:
+            raise ValueError(f"{name} must be a finite unit vector of length d+1 = "
+                             f"{X.shape[1] + 1}, got {u}")
+    if not (np.ndim(s) == 0 and s in (1, -1)):
         raise ValueError(f"s must be +1 or -1, got {s}")
+    if int(points) < 2:
+        raise ValueError(f"points must be at least 2 (both ends of the arc), got {points}")
     B = Q - (P @ Q) * P
     if np.linalg.norm(B) < 1e-12:
         raise ValueError("P and Q are equal or antipodal: no one shortest arc between them")
@@ -266,7 +272,7 @@ def arc_minimum(P, Q, s, X, R, lam, points: int = 64):
     with np.errstate(divide="ignore", invalid="ignore"):
         t0 = np.arctan2(-a, b)                # zeros of a cos θ + b sin θ, mod π
     cross = np.concatenate([t0 % np.pi, t0 % np.pi + np.pi]) if np.all(np.isfinite(t0)) else []
-    th = np.concatenate([np.linspace(0.0, omega, points),
+    th = np.concatenate([np.linspace(0.0, omega, int(points)),
                          [t for t in cross if 0.0 < t < omega]])
     V = np.cos(th)[:, None] * P[None, :] + np.sin(th)[:, None] * B[None, :]
     g = s * certificate(V, X, R, lam)
@@ -361,13 +367,25 @@ def residual_dip_se(series, lam):
     integrated autocorrelation time), combined over the chains
     (:func:`analysis.time_average.pooled`). With fewer than
     :data:`analysis.time_average.MIN_TAU_SAMPLES` observations in a chain, or no chain, the
-    errors are ``nan`` (unknown: :func:`resolved_maxima` joins nothing)."""
+    errors are ``nan`` (unknown: :func:`resolved_maxima` joins nothing).
+
+    Raises
+    ------
+    ValueError
+        ``lam <= 0``; ``series`` one array instead of a list of them."""
     from analysis.time_average import MIN_TAU_SAMPLES, mean_and_mcse, pooled
+    if not lam > 0:
+        raise ValueError(f"lam must be > 0, got {lam}")
+    if isinstance(series, np.ndarray):
+        raise ValueError("series must be a list of arrays (M_c, n), one per chain, not one "
+                         f"array of shape {series.shape}")
     series = [np.asarray(S, dtype=float) for S in series]
     known = bool(series) and all(S.ndim == 2 and S.shape[0] >= MIN_TAU_SAMPLES for S in series)
 
     def dip_se(C):
         C = np.atleast_2d(np.asarray(C, dtype=float))
+        if known and C.shape[1] != series[0].shape[1]:
+            raise ValueError(f"C has {C.shape[1]} columns, the residuals {series[0].shape[1]}")
         if not known:
             return np.full(C.shape[0], np.nan)
         per = [mean_and_mcse(S @ C.T / lam)[:2] for S in series]

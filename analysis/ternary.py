@@ -130,10 +130,19 @@ def pattern_realisable(t, X) -> bool:
     Returns
     -------
     bool
+
+    Raises
+    ------
+    ValueError
+        ``t`` not of length ``n`` or with an entry outside {−1, 0, +1}.
     """
     from scipy.optimize import linprog
-    t = np.asarray(t, dtype=int).ravel()
+    t = np.asarray(t).ravel()
     L = lifted(X)
+    if t.shape != (L.shape[0],) or not np.all(np.isin(t, (-1, 0, 1))):
+        raise ValueError(f"a ternary pattern has one entry in {{-1, 0, 1}} per data point "
+                         f"({L.shape[0]}), got {t.tolist()}")
+    t = t.astype(int)
     Z = L[t == 0]
     if Z.shape[0] and np.linalg.matrix_rank(Z) >= L.shape[1]:
         return False

@@ -285,3 +285,9 @@ def test_gibbs_rays_never_report_a_pattern_no_direction_can_have(monkeypatch):
     assert len(calls) == len(gr.maxima)
     for q in gr.maxima:
         assert pattern_realisable(q.mean_pattern, X8)
+
+
+@pytest.mark.parametrize("t", [[1, 1, 1], [2, -3], [0.4, 1]])
+def test_pattern_realisable_refuses_what_is_no_ternary_pattern_of_the_data(t):
+    with pytest.raises(ValueError, match="one entry in"):
+        pattern_realisable(t, np.array([[0.0], [1.0]]))

@@ -193,3 +193,25 @@ def test_the_gibbs_note_says_when_a_stage_is_short_of_particles_for_a_ray():
     assert row.J_gibbs is not None
     assert ("N too small: particle cluster(s) refused only for holding fewer than 144 pooled "
             "particles (12 per snapshot): (0.600, 0.800) mass 0.215 in 138") in row.gibbs_note
+
+
+def test_misused_arcs_and_dip_errors_say_what_is_wrong():
+    X, R = _two_hills(0.02)
+    M, low, high = _hills(X, R)
+    P, Q = M[low][0], M[high][0]
+    with pytest.raises(ValueError, match="length d\\+1 = 2"):
+        arc_minimum(np.r_[P, 0.0], Q, 1, X, R, 1.0)
+    with pytest.raises(ValueError, match="points must be at least 2"):
+        arc_minimum(P, Q, 1, X, R, 1.0, points=1)
+    # with two points both ends are still evaluated: from P toward (1, 0), G falls all the way
+    far = np.array([1.0, 0.0])
+    assert arc_minimum(P, far, 1, X, R, 1.0, points=2)[0] == pytest.approx(
+        min(certificate(np.array([P, far]), X, R, 1.0)))
+    with pytest.raises(ValueError, match="s must be"):
+        arc_minimum(P, Q, np.array([1, 1]), X, R, 1.0)
+    with pytest.raises(ValueError, match="list of arrays"):
+        residual_dip_se(np.zeros((10, 2)), 1.0)
+    with pytest.raises(ValueError, match="lam must be"):
+        residual_dip_se([np.zeros((10, 2))], 0.0)
+    with pytest.raises(ValueError, match="C has 3 columns"):
+        residual_dip_se([np.zeros((10, 2))], 1.0)(np.ones((1, 3)))
