@@ -1,8 +1,8 @@
 """Ray counts checked against the ``τ → 0`` reference and against their own thresholds.
 
-- :func:`averaged_residuals`: the stage's time-averaged scaled residuals ending at a snapshot
-  (the certificate ``G`` of a ray is computed from them, not from one snapshot's residuals),
-  and :func:`residual_window`, the observations they average;
+- :func:`residual_window`: the stage's scaled-residual observations ending at a snapshot, whose
+  time average the certificate ``G`` of a ray is computed from (not one snapshot's residuals)
+  and whose autocorrelation gives its standard error;
 - :func:`convex_counts`: the convex reference's rays with weight at least a floor (the same
   fraction of ``Σ|c_k|`` as the particle mass floor of a ray) and their kink hyperplanes, by
   the same rule as the particles' (:func:`analysis.kinks.data_kinks`);
@@ -19,23 +19,10 @@ import numpy as np
 SCALES = (1 / 3, 1.0, 3.0)
 
 
-def averaged_residuals(run, k: int, window: float = 0.5) -> np.ndarray:
-    """Scaled residuals ``R_j = (f(x_j) − y_j)/n`` averaged over the observations of frame
-    ``k``'s stage in the last ``window`` fraction of the stage up to the frame's step
-    (:func:`residual_window`).
-
-    Returns
-    -------
-    ndarray of shape (n,), or None when the run has no residual observations in that window.
-    """
-    rows = residual_window(run, k, window)
-    return None if rows is None else rows.mean(axis=0)
-
-
 def residual_window(run, k: int, window: float = 0.5) -> np.ndarray:
-    """The scaled-residual observations that :func:`averaged_residuals` averages: those of
-    frame ``k``'s stage in the last ``window`` fraction of the stage up to the frame's step (of
-    the whole stage up to it when none falls there).
+    """Scaled-residual observations ``R_j = (f(x_j) − y_j)/n`` of frame ``k``'s stage in the
+    last ``window`` fraction of the stage up to the frame's step (of the whole stage up to it
+    when none falls there); their mean is the time-averaged ``R`` of the frame's rays.
 
     Parameters
     ----------

@@ -548,9 +548,9 @@ def frame_ray_kw(run: RunLike, k: int, **ray_kw) -> dict:
     """Keyword arguments of :func:`analysis.rays.find_rays` for frame ``k`` of a run: ``lam``,
     the frame's ``tau`` (halo tests against ``(d+1)τ/λ``), the labels' weight scale
     ``weight_scale`` (the certificate-gap test, docs/theory.md §6.5), the stage's time-averaged residuals
-    ``R`` (:func:`analysis.ray_checks.averaged_residuals`; else ``y``: the snapshot's own) with
-    the observations it averages, ``R_series`` (:func:`analysis.ray_checks.residual_window`),
-    and ``ray_kw``."""
+    ``R`` and the observations it averages, ``R_series``
+    (:func:`analysis.ray_checks.residual_window`; else ``y``: the snapshot's own), and
+    ``ray_kw``."""
     rows = residual_window(run, k)
     kw: dict[str, Any] = {"lam": float(run.lam), "tau": float(run.frame_tau[k]),
           "weight_scale": label_weight_scale(run.X, run.y)}
